@@ -1,0 +1,306 @@
+//! The Pod as Kubernetes 1.27–1.30 serve it, for classic DRA.
+//!
+//! k8s-openapi 0.29 models the Pod of 1.34, where `spec.resourceClaims[].source` no longer
+//! exists, so deserializing a 1.30 Pod with it would silently drop the claim references.
+//! [`ClassicPod`] models just the fields classic DRA needs and keeps every other field it
+//! reads in `extra` maps, at each level it models, so that writing a Pod back (update,
+//! status update) never loses fields — even ones that no Kubernetes release this crate
+//! knows has.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::{Map, Value};
+
+use crate::v1alpha2::{serialize_object, serialize_opt};
+
+/// A core/v1 Pod, reduced to the fields classic DRA uses; see the module docs.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClassicPod {
+    /// Standard object metadata.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// The spec, with the claim references.
+    #[serde(default)]
+    pub spec: Option<ClassicPodSpec>,
+    /// The status, with the names of generated claims.
+    #[serde(default)]
+    pub status: Option<ClassicPodStatus>,
+}
+
+impl k8s_openapi::Resource for ClassicPod {
+    const API_VERSION: &'static str = "v1";
+    const GROUP: &'static str = "";
+    const KIND: &'static str = "Pod";
+    const VERSION: &'static str = "v1";
+    const URL_PATH_SEGMENT: &'static str = "pods";
+    type Scope = k8s_openapi::NamespaceResourceScope;
+}
+
+impl k8s_openapi::ListableResource for ClassicPod {
+    const LIST_KIND: &'static str = "PodList";
+}
+
+impl k8s_openapi::Metadata for ClassicPod {
+    type Ty = ObjectMeta;
+
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl Serialize for ClassicPod {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct as _;
+        serialize_object::<Self, _, _>(ser, 3, |obj| {
+            obj.serialize_field("metadata", &self.metadata)?;
+            serialize_opt(obj, "spec", &self.spec)?;
+            serialize_opt(obj, "status", &self.status)
+        })
+    }
+}
+
+/// The Pod spec fields classic DRA uses, plus everything else in `extra`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClassicPodSpec {
+    /// The node the Pod is bound to; set by the scheduler.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_name: Option<String>,
+    /// The claims the Pod's containers may refer to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_claims: Option<Vec<PodResourceClaim>>,
+    /// The containers; required by the API, so always written.
+    #[serde(default)]
+    pub containers: Vec<ClassicContainer>,
+    /// Init containers can use claims too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init_containers: Option<Vec<ClassicContainer>>,
+    /// Every other spec field, kept as read.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A claim reference in `spec.resourceClaims`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodResourceClaim {
+    /// The name containers use for it, unique within the Pod.
+    #[serde(default)]
+    pub name: String,
+    /// Where the claim comes from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<ClaimSource>,
+    /// Every other field, kept as read.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// Exactly one of the two fields is set.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimSource {
+    /// An existing claim in the Pod's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_claim_name: Option<String>,
+    /// A template the resource-claim controller creates a claim from for this Pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_claim_template_name: Option<String>,
+    /// Every other field, kept as read.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// The container fields classic DRA uses, plus everything else in `extra`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClassicContainer {
+    /// The container's name.
+    #[serde(default)]
+    pub name: String,
+    /// Requests, limits and claims.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ClassicResourceRequirements>,
+    /// Every other container field, kept as read.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// `resources` of a container: the claims, plus `limits`/`requests` in `extra`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClassicResourceRequirements {
+    /// Names of entries of `spec.resourceClaims` this container uses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claims: Option<Vec<ContainerClaim>>,
+    /// Every other field, kept as read.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A container's use of one Pod claim.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerClaim {
+    /// The name of an entry in `spec.resourceClaims`.
+    #[serde(default)]
+    pub name: String,
+    /// Every other field (1.32 added `request`), kept as read.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// The Pod status fields classic DRA uses, plus everything else in `extra`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClassicPodStatus {
+    /// The names of the claims generated from templates (1.28+).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_claim_statuses: Option<Vec<PodResourceClaimStatus>>,
+    /// Every other status field, kept as read.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// Which claim was generated for a Pod claim.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodResourceClaimStatus {
+    /// The name in `spec.resourceClaims`.
+    #[serde(default)]
+    pub name: String,
+    /// The generated claim's name; `None` means no claim was needed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_claim_name: Option<String>,
+    /// Every other field, kept as read.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl ClassicPod {
+    /// The Pod's claim references.
+    pub fn resource_claims(&self) -> &[PodResourceClaim] {
+        self.spec
+            .as_ref()
+            .and_then(|s| s.resource_claims.as_deref())
+            .unwrap_or_default()
+    }
+
+    /// The node the Pod is bound to, if any.
+    pub fn node_name(&self) -> Option<&str> {
+        self.spec.as_ref()?.node_name.as_deref()
+    }
+
+    /// The name of the ResourceClaim behind the Pod claim `pod_claim_name`.
+    ///
+    /// For a direct reference that is the named claim. For a template it is the generated
+    /// claim recorded in `status.resourceClaimStatuses` (1.28+), or `None` while the
+    /// resource-claim controller has not created it yet. Kubernetes 1.27 recorded nothing
+    /// and named the claim `<pod>-<pod claim>`; see [`legacy_generated_claim_name`](Self::legacy_generated_claim_name).
+    pub fn claim_name(&self, pod_claim_name: &str) -> Option<&str> {
+        let pod_claim = self
+            .resource_claims()
+            .iter()
+            .find(|c| c.name == pod_claim_name)?;
+        let source = pod_claim.source.as_ref()?;
+        if let Some(name) = source.resource_claim_name.as_deref() {
+            return Some(name);
+        }
+        source.resource_claim_template_name.as_ref()?;
+        self.status
+            .as_ref()?
+            .resource_claim_statuses
+            .as_deref()?
+            .iter()
+            .find(|s| s.name == pod_claim_name)?
+            .resource_claim_name
+            .as_deref()
+    }
+
+    /// The name Kubernetes 1.27 gave a claim generated for `pod_claim_name`.
+    pub fn legacy_generated_claim_name(&self, pod_claim_name: &str) -> Option<String> {
+        let pod = self.metadata.name.as_deref()?;
+        Some(format!("{pod}-{pod_claim_name}"))
+    }
+
+    /// All containers, init containers first, as the kubelet starts them.
+    pub fn all_containers(&self) -> impl Iterator<Item = &ClassicContainer> {
+        let spec = self.spec.as_ref();
+        let init = spec
+            .and_then(|s| s.init_containers.as_deref())
+            .unwrap_or_default();
+        let main = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
+        init.iter().chain(main)
+    }
+}
+
+impl ClassicContainer {
+    /// The names of the Pod claims this container uses.
+    pub fn claim_names(&self) -> impl Iterator<Item = &str> {
+        self.resources
+            .as_ref()
+            .and_then(|r| r.claims.as_deref())
+            .unwrap_or_default()
+            .iter()
+            .map(|c| c.name.as_str())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Compiles only if the type works with `kube::Api`; never called.
+    #[allow(dead_code)]
+    fn usable_with_kube_api(client: kube::Client) -> kube::Api<ClassicPod> {
+        kube::Api::namespaced(client, "ns")
+    }
+
+    fn pod(value: Value) -> ClassicPod {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn resolves_claim_names() {
+        let p = pod(json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {
+                "containers": [{"name": "c", "resources": {"claims": [{"name": "a"}, {"name": "t"}]}}],
+                "resourceClaims": [
+                    {"name": "a", "source": {"resourceClaimName": "shared"}},
+                    {"name": "t", "source": {"resourceClaimTemplateName": "tmpl"}},
+                    {"name": "pending", "source": {"resourceClaimTemplateName": "tmpl"}}
+                ]
+            },
+            "status": {"resourceClaimStatuses": [{"name": "t", "resourceClaimName": "p-t-x7k2q"}]}
+        }));
+        assert_eq!(p.claim_name("a"), Some("shared"));
+        assert_eq!(p.claim_name("t"), Some("p-t-x7k2q"));
+        assert_eq!(p.claim_name("pending"), None);
+        assert_eq!(p.claim_name("missing"), None);
+        assert_eq!(p.legacy_generated_claim_name("t").as_deref(), Some("p-t"));
+        let used: Vec<_> = p.all_containers().flat_map(|c| c.claim_names()).collect();
+        assert_eq!(used, ["a", "t"]);
+    }
+
+    #[test]
+    fn keeps_unknown_fields() {
+        let value = json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p"},
+            "spec": {
+                "containers": [{"name": "c", "image": "busybox", "futureField": {"x": 1}}],
+                "restartPolicy": "Never"
+            },
+            "status": {"phase": "Pending"}
+        });
+        assert_eq!(serde_json::to_value(pod(value.clone())).unwrap(), value);
+    }
+}

@@ -1,0 +1,1 @@
+//! The per-node kubelet plugin: registration, DRA gRPC, CDI specs, checkpoint. Filled in by the kubelet-plugin issue.

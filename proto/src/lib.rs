@@ -1,0 +1,1 @@
+//! The kubelet's gRPC APIs (plugin registration, DRA node services). Filled in by the kubelet-plugin issue.

@@ -1,0 +1,168 @@
+//! The resource types the emulator serves: built-in kinds and those registered by CRDs.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use super::error::{ApiError, ApiResult};
+
+/// Identifies a resource independently of its version: objects are stored once per
+/// `(group, plural)` and served in each version (CRDs with conversion strategy `None`
+/// differ only in `apiVersion`, which is exactly what the apiserver does for them).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ResourceKey {
+    pub group: String,
+    pub plural: String,
+}
+
+/// What the server knows of one resource type.
+#[derive(Debug, Clone)]
+pub struct ResourceType {
+    pub group: String,
+    /// Served versions, the storage (preferred) one first.
+    pub versions: Vec<String>,
+    pub plural: String,
+    pub singular: String,
+    pub kind: String,
+    pub short_names: Vec<String>,
+    pub namespaced: bool,
+    /// Whether `/status` is a subresource: then the main endpoint ignores `status` and
+    /// `/status` changes nothing else (the rule of every status-subresource strategy).
+    pub status_subresource: bool,
+    /// `openAPIV3Schema` per version for custom resources; built-ins carry none.
+    pub schemas: BTreeMap<String, Value>,
+    /// Whether this came from a CustomResourceDefinition (patch and validation rules differ).
+    pub custom: bool,
+}
+
+impl ResourceType {
+    pub fn key(&self) -> ResourceKey {
+        ResourceKey { group: self.group.clone(), plural: self.plural.clone() }
+    }
+
+    /// `plural.group` (or `plural` for the core group), as the apiserver names resources in errors.
+    pub fn qualified(&self) -> String {
+        if self.group.is_empty() { self.plural.clone() } else { format!("{}.{}", self.plural, self.group) }
+    }
+
+    /// `Kind.group`, as used in `Invalid` error messages.
+    pub fn kind_group(&self) -> String {
+        if self.group.is_empty() { self.kind.clone() } else { format!("{}.{}", self.kind, self.group) }
+    }
+
+    pub fn api_version(&self, version: &str) -> String {
+        if self.group.is_empty() { version.to_string() } else { format!("{}/{}", self.group, version) }
+    }
+
+    pub fn serves(&self, version: &str) -> bool {
+        self.versions.iter().any(|v| v == version)
+    }
+}
+
+fn builtin(
+    group: &str,
+    version: &str,
+    plural: &str,
+    kind: &str,
+    short_names: &[&str],
+    namespaced: bool,
+    status_subresource: bool,
+) -> ResourceType {
+    ResourceType {
+        group: group.into(),
+        versions: vec![version.into()],
+        plural: plural.into(),
+        singular: kind.to_ascii_lowercase(),
+        kind: kind.into(),
+        short_names: short_names.iter().map(|s| s.to_string()).collect(),
+        namespaced,
+        status_subresource,
+        schemas: BTreeMap::new(),
+        custom: false,
+    }
+}
+
+/// The built-in kinds a classic-DRA cluster (Kubernetes 1.27–1.30) gives a driver.
+pub fn builtin_types() -> Vec<ResourceType> {
+    vec![
+        builtin("", "v1", "namespaces", "Namespace", &["ns"], false, true),
+        builtin("", "v1", "nodes", "Node", &["no"], false, true),
+        builtin("", "v1", "pods", "Pod", &["po"], true, true),
+        builtin("", "v1", "events", "Event", &["ev"], true, false),
+        builtin("", "v1", "configmaps", "ConfigMap", &["cm"], true, false),
+        builtin("", "v1", "serviceaccounts", "ServiceAccount", &["sa"], true, false),
+        builtin("events.k8s.io", "v1", "events", "Event", &["ev"], true, false),
+        builtin("coordination.k8s.io", "v1", "leases", "Lease", &[], true, false),
+        builtin("apps", "v1", "deployments", "Deployment", &["deploy"], true, true),
+        builtin("apps", "v1", "replicasets", "ReplicaSet", &["rs"], true, true),
+        builtin("apps", "v1", "daemonsets", "DaemonSet", &["ds"], true, true),
+        builtin("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", &["crd", "crds"], false, true),
+        builtin("resource.k8s.io", "v1alpha2", "resourceclasses", "ResourceClass", &[], false, false),
+        builtin("resource.k8s.io", "v1alpha2", "resourceclaims", "ResourceClaim", &[], true, true),
+        builtin("resource.k8s.io", "v1alpha2", "resourceclaimtemplates", "ResourceClaimTemplate", &[], true, false),
+        builtin("resource.k8s.io", "v1alpha2", "podschedulingcontexts", "PodSchedulingContext", &[], true, true),
+    ]
+}
+
+/// Reads an `apiextensions.k8s.io/v1` CustomResourceDefinition into the type it registers.
+///
+/// Only what this server honours is read; a CRD asking for what it does not implement
+/// (conversion webhooks, scale subresource) is refused rather than half-served.
+pub fn from_crd(crd: &Value) -> ApiResult<ResourceType> {
+    let spec = crd.get("spec").ok_or_else(|| ApiError::bad_request("CustomResourceDefinition has no spec"))?;
+    let text = |v: Option<&Value>, field: &str| -> ApiResult<String> {
+        v.and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .ok_or_else(|| ApiError::bad_request(format!("CustomResourceDefinition: {field} is required")))
+    };
+    let group = text(spec.get("group"), "spec.group")?;
+    let names = spec.get("names").ok_or_else(|| ApiError::bad_request("CustomResourceDefinition: spec.names is required"))?;
+    let plural = text(names.get("plural"), "spec.names.plural")?;
+    let kind = text(names.get("kind"), "spec.names.kind")?;
+    let singular = names.get("singular").and_then(Value::as_str).map_or_else(|| kind.to_ascii_lowercase(), str::to_string);
+    let short_names = names
+        .get("shortNames")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+        .unwrap_or_default();
+    let namespaced = match spec.get("scope").and_then(Value::as_str) {
+        Some("Namespaced") => true,
+        Some("Cluster") => false,
+        other => return Err(ApiError::bad_request(format!("CustomResourceDefinition: spec.scope must be Namespaced or Cluster, got {other:?}"))),
+    };
+    if let Some(strategy) = spec.pointer("/conversion/strategy").and_then(Value::as_str)
+        && strategy != "None"
+    {
+        return Err(ApiError::not_implemented(format!("CRD conversion strategy {strategy}")));
+    }
+    let versions = spec
+        .get("versions")
+        .and_then(Value::as_array)
+        .ok_or_else(|| ApiError::bad_request("CustomResourceDefinition: spec.versions is required"))?;
+    let mut served = Vec::new();
+    let mut schemas = BTreeMap::new();
+    let mut status_subresource = false;
+    for v in versions {
+        let name = text(v.get("name"), "spec.versions[].name")?;
+        if v.pointer("/subresources/scale").is_some() {
+            return Err(ApiError::not_implemented("the scale subresource of custom resources"));
+        }
+        status_subresource |= v.pointer("/subresources/status").is_some();
+        if let Some(schema) = v.pointer("/schema/openAPIV3Schema") {
+            schemas.insert(name.clone(), schema.clone());
+        }
+        if v.get("served").and_then(Value::as_bool).unwrap_or(false) {
+            // The storage version is served first so it is what discovery prefers.
+            if v.get("storage").and_then(Value::as_bool).unwrap_or(false) {
+                served.insert(0, name);
+            } else {
+                served.push(name);
+            }
+        }
+    }
+    if served.is_empty() {
+        return Err(ApiError::bad_request("CustomResourceDefinition: no version is served"));
+    }
+    Ok(ResourceType { group, versions: served, plural, singular, kind, short_names, namespaced, status_subresource, schemas, custom: true })
+}

@@ -1,0 +1,9 @@
+//! The control-plane emulator that fake-dra is verified against, and the end-to-end suites.
+//!
+//! No Kubernetes control plane can be installed on the machines this project is built on,
+//! so [`apiserver::ApiServer`] stands in for kube-apiserver: an in-memory server over real
+//! HTTP on loopback that follows the Kubernetes API conventions for what it implements and
+//! answers everything else with a loud `Status` error. The real binaries and real kube-rs
+//! clients talk to it unchanged through the kubeconfig it writes.
+
+pub mod apiserver;
