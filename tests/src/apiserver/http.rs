@@ -15,7 +15,7 @@ use tokio::sync::{Notify, broadcast, mpsc, watch};
 use super::error::{ApiError, ApiResult};
 use super::registry::ResourceType;
 use super::selectors::{FieldSelector, LabelSelector, Selectors};
-use super::store::{DeleteOptions, EventKind, PatchType, Store, Target, WriteOptions};
+use super::store::{DeleteOptions, PatchType, Store, Target, WriteOptions};
 
 /// kube-apiserver's default limit on a request body (`--max-request-bytes`' 3 MiB).
 const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
@@ -65,7 +65,7 @@ fn percent_decode(s: &str) -> String {
     while i < bytes.len() {
         match bytes[i] {
             b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() + 0 && i + 2 <= bytes.len() - 1 => {
+            b'%' if i + 2 < bytes.len() => {
                 match u8::from_str_radix(&s[i + 1..i + 3], 16) {
                     Ok(b) => {
                         out.push(b);
@@ -459,6 +459,5 @@ fn watch_response(shared: &Arc<Shared>, target: &Target, query: &HashMap<String,
     let stream = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|frame| (frame, rx)) });
     let mut response = Response::new(BodyExt::boxed(StreamBody::new(stream)));
     response.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
-    let _ = EventKind::Added;
     Ok(response)
 }

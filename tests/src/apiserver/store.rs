@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
 use super::error::{ApiError, ApiResult, FieldCause};
-use super::managed::{ManagedFields, Operation};
+use super::managed::ManagedFields;
 use super::registry::{self, ResourceKey, ResourceType};
 use super::schema;
 use super::selectors::Selectors;
@@ -800,7 +800,6 @@ impl Store {
         }
         let merged = managed.apply(&manager, &old.object, &config);
         let new = Self::merge_into_old(rt, target, &old.object, merged)?;
-        let _ = Operation::Apply;
         self.finish_update(rt, target, old, new, managed)
     }
 
