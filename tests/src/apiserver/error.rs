@@ -28,7 +28,12 @@ pub struct FieldCause {
 
 impl ApiError {
     fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
-        Self { code, reason, message: message.into(), details: None }
+        Self {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+        }
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
@@ -41,8 +46,12 @@ impl ApiError {
 
     /// `<resource>.<group> "<name>" not found`, the apiserver's wording.
     pub fn not_found(qualified_resource: &str, name: &str) -> Self {
-        Self::new(404, "NotFound", format!("{qualified_resource} \"{name}\" not found"))
-            .with_details(name, qualified_resource)
+        Self::new(
+            404,
+            "NotFound",
+            format!("{qualified_resource} \"{name}\" not found"),
+        )
+        .with_details(name, qualified_resource)
     }
 
     /// For paths that name no resource this server serves.
@@ -50,7 +59,9 @@ impl ApiError {
         Self::new(
             404,
             "NotFound",
-            format!("the server could not find the requested resource (emulator: no route for {path})"),
+            format!(
+                "the server could not find the requested resource (emulator: no route for {path})"
+            ),
         )
     }
 
@@ -59,8 +70,12 @@ impl ApiError {
     }
 
     pub fn already_exists(qualified_resource: &str, name: &str) -> Self {
-        Self::new(409, "AlreadyExists", format!("{qualified_resource} \"{name}\" already exists"))
-            .with_details(name, qualified_resource)
+        Self::new(
+            409,
+            "AlreadyExists",
+            format!("{qualified_resource} \"{name}\" already exists"),
+        )
+        .with_details(name, qualified_resource)
     }
 
     /// The optimistic-concurrency failure (stale `resourceVersion` or failed precondition).
@@ -92,11 +107,17 @@ impl ApiError {
 
     /// 422 with one cause per invalid field, worded like apimachinery's field errors.
     pub fn invalid(kind_group: &str, name: &str, causes: Vec<FieldCause>) -> Self {
-        let summary: Vec<String> = causes.iter().map(|c| format!("{}: {}", c.field, c.message)).collect();
+        let summary: Vec<String> = causes
+            .iter()
+            .map(|c| format!("{}: {}", c.field, c.message))
+            .collect();
         let message = if summary.len() == 1 {
             format!("{kind_group} \"{name}\" is invalid: {}", summary[0])
         } else {
-            format!("{kind_group} \"{name}\" is invalid: [{}]", summary.join(", "))
+            format!(
+                "{kind_group} \"{name}\" is invalid: [{}]",
+                summary.join(", ")
+            )
         };
         let causes: Vec<Value> = causes
             .iter()
@@ -113,7 +134,11 @@ impl ApiError {
 
     /// Something the emulator deliberately does not implement: said loudly, never faked.
     pub fn not_implemented(what: impl std::fmt::Display) -> Self {
-        Self::new(501, "NotImplemented", format!("emulator: {what} is not implemented"))
+        Self::new(
+            501,
+            "NotImplemented",
+            format!("emulator: {what} is not implemented"),
+        )
     }
 
     pub fn internal(message: impl Into<String>) -> Self {
@@ -121,7 +146,9 @@ impl ApiError {
     }
 
     fn with_details(mut self, name: &str, qualified_resource: &str) -> Self {
-        let (kind, group) = qualified_resource.split_once('.').unwrap_or((qualified_resource, ""));
+        let (kind, group) = qualified_resource
+            .split_once('.')
+            .unwrap_or((qualified_resource, ""));
         self.details = Some(json!({"name": name, "group": group, "kind": kind}));
         self
     }
@@ -145,17 +172,33 @@ impl ApiError {
 }
 
 impl FieldCause {
-    pub fn invalid(field: impl Into<String>, value: &Value, detail: impl std::fmt::Display) -> Self {
+    pub fn invalid(
+        field: impl Into<String>,
+        value: &Value,
+        detail: impl std::fmt::Display,
+    ) -> Self {
         let field = field.into();
-        Self { reason: "FieldValueInvalid", message: format!("Invalid value: {value}: {detail}"), field }
+        Self {
+            reason: "FieldValueInvalid",
+            message: format!("Invalid value: {value}: {detail}"),
+            field,
+        }
     }
 
     pub fn required(field: impl Into<String>, detail: impl std::fmt::Display) -> Self {
-        Self { reason: "FieldValueRequired", message: format!("Required value: {detail}"), field: field.into() }
+        Self {
+            reason: "FieldValueRequired",
+            message: format!("Required value: {detail}"),
+            field: field.into(),
+        }
     }
 
     pub fn forbidden(field: impl Into<String>, detail: impl std::fmt::Display) -> Self {
-        Self { reason: "FieldValueForbidden", message: format!("Forbidden: {detail}"), field: field.into() }
+        Self {
+            reason: "FieldValueForbidden",
+            message: format!("Forbidden: {detail}"),
+            field: field.into(),
+        }
     }
 
     pub fn too_many(field: impl Into<String>, actual: usize, max: usize) -> Self {
@@ -170,7 +213,10 @@ impl FieldCause {
         let allowed: Vec<String> = allowed.iter().map(|v| v.to_string()).collect();
         Self {
             reason: "FieldValueNotSupported",
-            message: format!("Unsupported value: {value}: supported values: {}", allowed.join(", ")),
+            message: format!(
+                "Unsupported value: {value}: supported values: {}",
+                allowed.join(", ")
+            ),
             field: field.into(),
         }
     }

@@ -37,7 +37,9 @@ pub struct Shared {
 impl Shared {
     pub fn lock(&self) -> MutexGuard<'_, Store> {
         // A panic while holding the lock is a bug in the emulator; keep serving what is left.
-        self.store.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.store
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -49,8 +51,12 @@ fn full(bytes: impl Into<Bytes>) -> Body {
 
 fn json_response(code: u16, body: &Value) -> Response<Body> {
     let mut response = Response::new(full(body.to_string()));
-    *response.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    response.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
+    *response.status_mut() =
+        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
     response
 }
 
@@ -65,15 +71,13 @@ fn percent_decode(s: &str) -> String {
     while i < bytes.len() {
         match bytes[i] {
             b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => {
-                match u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                    Ok(b) => {
-                        out.push(b);
-                        i += 2;
-                    }
-                    Err(_) => out.push(b'%'),
+            b'%' if i + 2 < bytes.len() => match u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                Ok(b) => {
+                    out.push(b);
+                    i += 2;
                 }
-            }
+                Err(_) => out.push(b'%'),
+            },
             b => out.push(b),
         }
         i += 1;
@@ -98,17 +102,39 @@ fn flag(query: &HashMap<String, String>, key: &str) -> bool {
 }
 
 /// Entry point for one request.
-pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+pub async fn handle(
+    shared: Arc<Shared>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let query = parse_query(req.uri().query());
-    let content_type = req.headers().get(hyper::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
-    let user_agent = req.headers().get(hyper::header::USER_AGENT).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    let content_type = req
+        .headers()
+        .get(hyper::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let user_agent = req
+        .headers()
+        .get(hyper::header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
     let body = match read_body(req.into_body()).await {
         Ok(body) => body,
         Err(err) => return Ok(error_response(&err)),
     };
-    let response = route(&shared, &method, &path, &query, &content_type, &user_agent, body).await;
+    let response = route(
+        &shared,
+        &method,
+        &path,
+        &query,
+        &content_type,
+        &user_agent,
+        body,
+    )
+    .await;
     tracing::debug!(%method, %path, status = response.status().as_u16(), "emulated apiserver request");
     if method != Method::GET {
         shared.gc.notify_one();
@@ -120,19 +146,40 @@ async fn read_body(body: Incoming) -> ApiResult<Bytes> {
     let limited = http_body_util::Limited::new(body, MAX_BODY_BYTES);
     match limited.collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) => Err(ApiError { code: 413, reason: "RequestEntityTooLarge", message: format!("the request body could not be read: {e}"), details: None }),
+        Err(e) => Err(ApiError {
+            code: 413,
+            reason: "RequestEntityTooLarge",
+            message: format!("the request body could not be read: {e}"),
+            details: None,
+        }),
     }
 }
 
-async fn route(shared: &Arc<Shared>, method: &Method, path: &str, query: &HashMap<String, String>, content_type: &str, user_agent: &str, body: Bytes) -> Response<Body> {
-    let segments: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+async fn route(
+    shared: &Arc<Shared>,
+    method: &Method,
+    path: &str,
+    query: &HashMap<String, String>,
+    content_type: &str,
+    user_agent: &str,
+    body: Bytes,
+) -> Response<Body> {
+    let segments: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
     let discovery = match segments.as_slice() {
         ["version"] => {
             let (major, minor) = shared.server_version;
-            Some(Ok(json!({"major": major.to_string(), "minor": minor.to_string(), "gitVersion": format!("v{major}.{minor}.0-fake-dra-emulator"), "platform": "linux/amd64"})))
+            Some(Ok(
+                json!({"major": major.to_string(), "minor": minor.to_string(), "gitVersion": format!("v{major}.{minor}.0-fake-dra-emulator"), "platform": "linux/amd64"}),
+            ))
         }
         ["healthz" | "livez" | "readyz"] => return Response::new(full("ok")),
-        ["api"] => Some(Ok(json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}))),
+        ["api"] => Some(Ok(
+            json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}),
+        )),
         ["apis"] => Some(Ok(group_list(&shared.lock()))),
         ["api", "v1"] => Some(resource_list(&shared.lock(), "", "v1")),
         ["apis", group, version] => Some(resource_list(&shared.lock(), group, version)),
@@ -140,7 +187,9 @@ async fn route(shared: &Arc<Shared>, method: &Method, path: &str, query: &HashMa
     };
     if let Some(result) = discovery {
         if method != Method::GET {
-            return error_response(&ApiError::method_not_allowed(format!("{method} is not allowed on {path}")));
+            return error_response(&ApiError::method_not_allowed(format!(
+                "{method} is not allowed on {path}"
+            )));
         }
         return match result {
             Ok(v) => json_response(200, &v),
@@ -156,7 +205,17 @@ async fn route(shared: &Arc<Shared>, method: &Method, path: &str, query: &HashMa
         Ok(t) => t,
         Err(e) => return error_response(&e),
     };
-    match serve_resource(shared, method, &target, query, content_type, user_agent, body).await {
+    match serve_resource(
+        shared,
+        method,
+        &target,
+        query,
+        content_type,
+        user_agent,
+        body,
+    )
+    .await
+    {
         Ok(response) => response,
         Err(e) => error_response(&e),
     }
@@ -172,7 +231,11 @@ fn resolve_target(store: &Store, group: &str, version: &str, rest: &[&str]) -> A
     // `namespaces/<ns>/<plural>...` names a namespaced resource; `namespaces/<name>[/status]`
     // is the Namespace object itself.
     let (namespace, rest) = match rest {
-        ["namespaces", ns, plural, more @ ..] if !(group.is_empty() && more.is_empty() && matches!(*plural, "status" | "finalize")) => {
+        ["namespaces", ns, plural, more @ ..]
+            if !(group.is_empty()
+                && more.is_empty()
+                && matches!(*plural, "status" | "finalize")) =>
+        {
             (Some(ns.to_string()), {
                 let mut v = vec![*plural];
                 v.extend_from_slice(more);
@@ -189,29 +252,59 @@ fn resolve_target(store: &Store, group: &str, version: &str, rest: &[&str]) -> A
     };
     let rt = lookup(plural)?;
     if namespace.is_some() && !rt.namespaced {
-        return Err(ApiError::no_route(&format!("{} is cluster-scoped and has no namespaced path", rt.qualified())));
+        return Err(ApiError::no_route(&format!(
+            "{} is cluster-scoped and has no namespaced path",
+            rt.qualified()
+        )));
     }
     if namespace.is_none() && rt.namespaced && name.is_some() {
-        return Err(ApiError::no_route(&format!("{} is namespaced: name a namespace in the path", rt.qualified())));
+        return Err(ApiError::no_route(&format!(
+            "{} is namespaced: name a namespace in the path",
+            rt.qualified()
+        )));
     }
     if let Some(sub) = &subresource {
-        let known = (sub == "status" && rt.status_subresource) || (sub == "binding" && rt.group.is_empty() && rt.plural == "pods");
+        let known = (sub == "status" && rt.status_subresource)
+            || (sub == "binding" && rt.group.is_empty() && rt.plural == "pods");
         if !known {
-            return Err(ApiError::not_implemented(format!("the {sub:?} subresource of {}", rt.qualified())));
+            return Err(ApiError::not_implemented(format!(
+                "the {sub:?} subresource of {}",
+                rt.qualified()
+            )));
         }
     }
-    Ok(Target { key: rt.key(), version: version.to_string(), namespace, name, subresource })
+    Ok(Target {
+        key: rt.key(),
+        version: version.to_string(),
+        namespace,
+        name,
+        subresource,
+    })
 }
 
 fn selectors(target: &Target, query: &HashMap<String, String>) -> ApiResult<Selectors> {
     Ok(Selectors {
-        labels: LabelSelector::parse(query.get("labelSelector").map(String::as_str).unwrap_or_default())?,
-        fields: FieldSelector::parse(query.get("fieldSelector").map(String::as_str).unwrap_or_default(), &target.key.group, &target.key.plural)?,
+        labels: LabelSelector::parse(
+            query
+                .get("labelSelector")
+                .map(String::as_str)
+                .unwrap_or_default(),
+        )?,
+        fields: FieldSelector::parse(
+            query
+                .get("fieldSelector")
+                .map(String::as_str)
+                .unwrap_or_default(),
+            &target.key.group,
+            &target.key.plural,
+        )?,
     })
 }
 
 fn decode_json(body: &Bytes) -> ApiResult<Value> {
-    serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("couldn't decode the request body as JSON: {e}")))
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(format!("couldn't decode the request body as JSON: {e}"))
+    })
 }
 
 fn refuse_unimplemented_params(query: &HashMap<String, String>) -> ApiResult<()> {
@@ -219,12 +312,22 @@ fn refuse_unimplemented_params(query: &HashMap<String, String>) -> ApiResult<()>
         return Err(ApiError::not_implemented("dryRun"));
     }
     if query.get("fieldValidation").is_some_and(|v| v == "Strict") {
-        return Err(ApiError::not_implemented("fieldValidation=Strict (unknown fields are pruned, as with Ignore/Warn)"));
+        return Err(ApiError::not_implemented(
+            "fieldValidation=Strict (unknown fields are pruned, as with Ignore/Warn)",
+        ));
     }
     Ok(())
 }
 
-async fn serve_resource(shared: &Arc<Shared>, method: &Method, target: &Target, query: &HashMap<String, String>, content_type: &str, user_agent: &str, body: Bytes) -> ApiResult<Response<Body>> {
+async fn serve_resource(
+    shared: &Arc<Shared>,
+    method: &Method,
+    target: &Target,
+    query: &HashMap<String, String>,
+    content_type: &str,
+    user_agent: &str,
+    body: Bytes,
+) -> ApiResult<Response<Body>> {
     refuse_unimplemented_params(query)?;
     let opts = WriteOptions {
         field_manager: query.get("fieldManager").cloned(),
@@ -238,16 +341,33 @@ async fn serve_resource(shared: &Arc<Shared>, method: &Method, target: &Target, 
             let sel = selectors(target, query)?;
             let mut store = shared.lock();
             check_list_resource_version(&store, query)?;
-            let limit = query.get("limit").map(|l| l.parse::<usize>().map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))).transpose()?;
-            let list = store.list(target, &sel, limit, query.get("continue").map(String::as_str))?;
+            let limit = query
+                .get("limit")
+                .map(|l| {
+                    l.parse::<usize>()
+                        .map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))
+                })
+                .transpose()?;
+            let list = store.list(
+                target,
+                &sel,
+                limit,
+                query.get("continue").map(String::as_str),
+            )?;
             Ok(json_response(200, &list))
         }
         (Method::GET, false) => Ok(json_response(200, &shared.lock().get(target)?)),
-        (Method::POST, true) => Ok(json_response(201, &shared.lock().create(target, decode_json(&body)?, &opts)?)),
-        (Method::POST, false) if target.subresource.as_deref() == Some("binding") => {
-            Ok(json_response(201, &shared.lock().bind_pod(target, &decode_json(&body)?)?))
-        }
-        (Method::PUT, false) => Ok(json_response(200, &shared.lock().update(target, decode_json(&body)?, &opts)?)),
+        (Method::POST, true) => Ok(json_response(
+            201,
+            &shared.lock().create(target, decode_json(&body)?, &opts)?,
+        )),
+        (Method::POST, false) if target.subresource.as_deref() == Some("binding") => Ok(
+            json_response(201, &shared.lock().bind_pod(target, &decode_json(&body)?)?),
+        ),
+        (Method::PUT, false) => Ok(json_response(
+            200,
+            &shared.lock().update(target, decode_json(&body)?, &opts)?,
+        )),
         (Method::PATCH, false) => {
             let patch_type = match content_type.split(';').next().unwrap_or_default().trim() {
                 "application/merge-patch+json" => PatchType::Merge,
@@ -261,21 +381,31 @@ async fn serve_resource(shared: &Arc<Shared>, method: &Method, target: &Target, 
                 }
             };
             if patch_type != PatchType::Apply && query.contains_key("force") {
-                return Err(ApiError::bad_request("force may only be set for apply patches"));
+                return Err(ApiError::bad_request(
+                    "force may only be set for apply patches",
+                ));
             }
-            Ok(json_response(200, &shared.lock().patch(target, patch_type, &body, &opts)?))
+            Ok(json_response(
+                200,
+                &shared.lock().patch(target, patch_type, &body, &opts)?,
+            ))
         }
         (Method::DELETE, collection) => {
             let opts = delete_options(query, &body)?;
             let mut store = shared.lock();
             if collection {
                 let sel = selectors(target, query)?;
-                Ok(json_response(200, &store.delete_collection(target, &sel, &opts)?))
+                Ok(json_response(
+                    200,
+                    &store.delete_collection(target, &sel, &opts)?,
+                ))
             } else {
                 Ok(json_response(200, &store.delete(target, &opts)?))
             }
         }
-        (method, _) => Err(ApiError::method_not_allowed(format!("{method} is not supported here"))),
+        (method, _) => Err(ApiError::method_not_allowed(format!(
+            "{method} is not supported here"
+        ))),
     }
 }
 
@@ -283,31 +413,63 @@ async fn serve_resource(shared: &Arc<Shared>, method: &Method, target: &Target, 
 /// state (always at least as new as asked); an Exact older version would need history the
 /// store does not keep as snapshots, so it is refused.
 fn check_list_resource_version(store: &Store, query: &HashMap<String, String>) -> ApiResult<()> {
-    let Some(rv) = query.get("resourceVersion").filter(|rv| !rv.is_empty() && *rv != "0") else { return Ok(()) };
-    let asked: u64 = rv.parse().map_err(|_| ApiError::bad_request(format!("invalid resource version {rv:?}")))?;
+    let Some(rv) = query
+        .get("resourceVersion")
+        .filter(|rv| !rv.is_empty() && *rv != "0")
+    else {
+        return Ok(());
+    };
+    let asked: u64 = rv
+        .parse()
+        .map_err(|_| ApiError::bad_request(format!("invalid resource version {rv:?}")))?;
     if asked > store.revision() {
-        return Err(ApiError { code: 504, ..ApiError::internal(format!("Too large resource version: {asked}, current: {}", store.revision())) });
+        return Err(ApiError {
+            code: 504,
+            ..ApiError::internal(format!(
+                "Too large resource version: {asked}, current: {}",
+                store.revision()
+            ))
+        });
     }
-    if query.get("resourceVersionMatch").is_some_and(|m| m == "Exact") && asked != store.revision() {
-        return Err(ApiError::not_implemented("resourceVersionMatch=Exact for a past resourceVersion"));
+    if query
+        .get("resourceVersionMatch")
+        .is_some_and(|m| m == "Exact")
+        && asked != store.revision()
+    {
+        return Err(ApiError::not_implemented(
+            "resourceVersionMatch=Exact for a past resourceVersion",
+        ));
     }
     Ok(())
 }
 
 fn delete_options(query: &HashMap<String, String>, body: &Bytes) -> ApiResult<DeleteOptions> {
-    let from_body: Value = if body.is_empty() { Value::Null } else { decode_json(body)? };
+    let from_body: Value = if body.is_empty() {
+        Value::Null
+    } else {
+        decode_json(body)?
+    };
     let grace = query
         .get("gracePeriodSeconds")
-        .map(|g| g.parse::<i64>().map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {g:?}"))))
+        .map(|g| {
+            g.parse::<i64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {g:?}")))
+        })
         .transpose()?
         .or_else(|| from_body.get("gracePeriodSeconds").and_then(Value::as_i64));
-    if from_body.get("dryRun").is_some_and(|d| d.as_array().is_some_and(|a| !a.is_empty())) {
+    if from_body
+        .get("dryRun")
+        .is_some_and(|d| d.as_array().is_some_and(|a| !a.is_empty()))
+    {
         return Err(ApiError::not_implemented("dryRun"));
     }
     let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_string);
     Ok(DeleteOptions {
         grace_period_seconds: grace,
-        propagation_policy: query.get("propagationPolicy").cloned().or_else(|| text(from_body.get("propagationPolicy"))),
+        propagation_policy: query
+            .get("propagationPolicy")
+            .cloned()
+            .or_else(|| text(from_body.get("propagationPolicy"))),
         precondition_uid: text(from_body.pointer("/preconditions/uid")),
         precondition_resource_version: text(from_body.pointer("/preconditions/resourceVersion")),
     })
@@ -330,7 +492,10 @@ fn group_list(store: &Store) -> Value {
     let groups: Vec<Value> = groups
         .into_iter()
         .map(|(name, versions)| {
-            let versions: Vec<Value> = versions.iter().map(|v| json!({"groupVersion": format!("{name}/{v}"), "version": v})).collect();
+            let versions: Vec<Value> = versions
+                .iter()
+                .map(|v| json!({"groupVersion": format!("{name}/{v}"), "version": v}))
+                .collect();
             json!({"name": name, "versions": versions, "preferredVersion": versions.first()})
         })
         .collect();
@@ -338,9 +503,21 @@ fn group_list(store: &Store) -> Value {
 }
 
 fn resource_list(store: &Store, group: &str, version: &str) -> ApiResult<Value> {
-    let verbs = json!(["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]);
+    let verbs = json!([
+        "create",
+        "delete",
+        "deletecollection",
+        "get",
+        "list",
+        "patch",
+        "update",
+        "watch"
+    ]);
     let mut resources = Vec::new();
-    for rt in store.types().filter(|t| t.group == group && t.serves(version)) {
+    for rt in store
+        .types()
+        .filter(|t| t.group == group && t.serves(version))
+    {
         resources.push(json!({"name": rt.plural, "singularName": rt.singular, "namespaced": rt.namespaced, "kind": rt.kind, "verbs": verbs, "shortNames": rt.short_names}));
         if rt.status_subresource {
             resources.push(json!({"name": format!("{}/status", rt.plural), "singularName": "", "namespaced": rt.namespaced, "kind": rt.kind, "verbs": ["get", "patch", "update"]}));
@@ -349,8 +526,14 @@ fn resource_list(store: &Store, group: &str, version: &str) -> ApiResult<Value> 
     if resources.is_empty() {
         return Err(ApiError::no_route(&format!("{group}/{version}")));
     }
-    let group_version = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
-    Ok(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}))
+    let group_version = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    Ok(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}),
+    )
 }
 
 fn event_line(kind: &str, object: &Value) -> Bytes {
@@ -369,20 +552,46 @@ fn bookmark(target: &Target, store: &Store, revision: u64, initial_events_end: b
     if initial_events_end {
         metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
     }
-    event_line("BOOKMARK", &json!({"apiVersion": api_version, "kind": kind, "metadata": metadata}))
+    event_line(
+        "BOOKMARK",
+        &json!({"apiVersion": api_version, "kind": kind, "metadata": metadata}),
+    )
 }
 
 /// A watch: a chunked stream of JSON lines, as `?watch=true` gives.
-fn watch_response(shared: &Arc<Shared>, target: &Target, query: &HashMap<String, String>) -> ApiResult<Response<Body>> {
+fn watch_response(
+    shared: &Arc<Shared>,
+    target: &Target,
+    query: &HashMap<String, String>,
+) -> ApiResult<Response<Body>> {
     let sel = selectors(target, query)?;
     let bookmarks = flag(query, "allowWatchBookmarks");
     let send_initial_events = flag(query, "sendInitialEvents");
-    if send_initial_events && !(bookmarks && query.get("resourceVersionMatch").is_some_and(|m| m == "NotOlderThan")) {
-        let cause = super::error::FieldCause::forbidden("sendInitialEvents", "sendInitialEvents requires allowWatchBookmarks=true and resourceVersionMatch=NotOlderThan");
-        return Err(ApiError::invalid("ListOptions.meta.k8s.io", "", vec![cause]));
+    if send_initial_events
+        && !(bookmarks
+            && query
+                .get("resourceVersionMatch")
+                .is_some_and(|m| m == "NotOlderThan"))
+    {
+        let cause = super::error::FieldCause::forbidden(
+            "sendInitialEvents",
+            "sendInitialEvents requires allowWatchBookmarks=true and resourceVersionMatch=NotOlderThan",
+        );
+        return Err(ApiError::invalid(
+            "ListOptions.meta.k8s.io",
+            "",
+            vec![cause],
+        ));
     }
-    let timeout = query.get("timeoutSeconds").and_then(|t| t.parse::<u64>().ok()).map(Duration::from_secs);
-    let rv = if send_initial_events { None } else { query.get("resourceVersion").map(String::as_str) };
+    let timeout = query
+        .get("timeoutSeconds")
+        .and_then(|t| t.parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let rv = if send_initial_events {
+        None
+    } else {
+        query.get("resourceVersion").map(String::as_str)
+    };
     let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, Infallible>>(256);
     let start = shared.lock().watch(target, &sel, rv);
     let mut epoch = shared.watch_epoch.subscribe();
@@ -456,8 +665,13 @@ fn watch_response(shared: &Arc<Shared>, target: &Target, query: &HashMap<String,
             }
         }
     });
-    let stream = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|frame| (frame, rx)) });
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|frame| (frame, rx))
+    });
     let mut response = Response::new(BodyExt::boxed(StreamBody::new(stream)));
-    response.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
     Ok(response)
 }

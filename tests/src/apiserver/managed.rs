@@ -64,8 +64,14 @@ pub fn get<'a>(obj: &'a Value, path: &[String]) -> Option<&'a Value> {
 
 /// Removes the field at `path`, and parents it leaves empty.
 pub fn remove(obj: &mut Value, path: &[String]) {
-    let Some((last, parents)) = path.split_last() else { return };
-    if let Some(parent) = parents.iter().try_fold(&mut *obj, |v, k| v.get_mut(k)).and_then(Value::as_object_mut) {
+    let Some((last, parents)) = path.split_last() else {
+        return;
+    };
+    if let Some(parent) = parents
+        .iter()
+        .try_fold(&mut *obj, |v, k| v.get_mut(k))
+        .and_then(Value::as_object_mut)
+    {
         parent.remove(last);
         if parent.is_empty() && !parents.is_empty() {
             remove(obj, parents);
@@ -81,7 +87,11 @@ pub fn merge_applied(target: &mut Value, applied: &Value) {
                 if v.is_null() {
                     t.remove(k);
                 } else {
-                    merge_applied(t.entry(k.clone()).or_insert_with(|| Value::Object(Map::new())), v);
+                    merge_applied(
+                        t.entry(k.clone())
+                            .or_insert_with(|| Value::Object(Map::new())),
+                        v,
+                    );
                 }
             }
         }
@@ -110,7 +120,10 @@ impl ManagedFields {
             set.retain(|p| new_leaves.contains(p) && !changed.contains(p));
         }
         if !changed.is_empty() {
-            self.0.entry((manager.to_string(), Operation::Update)).or_default().extend(changed);
+            self.0
+                .entry((manager.to_string(), Operation::Update))
+                .or_default()
+                .extend(changed);
         }
         self.0.retain(|_, set| !set.is_empty());
     }
@@ -124,7 +137,10 @@ impl ManagedFields {
             }
             for ((owner, op), set) in &self.0 {
                 if (owner.as_str(), *op) != (manager, Operation::Apply) && set.contains(&path) {
-                    out.push(Conflict { manager: owner.clone(), path: path.clone() });
+                    out.push(Conflict {
+                        manager: owner.clone(),
+                        path: path.clone(),
+                    });
                 }
             }
         }
@@ -166,12 +182,27 @@ mod tests {
         fields.record_update("a", None, &obj);
         let applied = json!({"spec": {"holder": "b"}});
         let conflicts = fields.conflicts("b", &obj, &applied);
-        assert_eq!(conflicts, vec![Conflict { manager: "a".into(), path: vec!["spec".into(), "holder".into()] }]);
+        assert_eq!(
+            conflicts,
+            vec![Conflict {
+                manager: "a".into(),
+                path: vec!["spec".into(), "holder".into()]
+            }]
+        );
         // Same value: shared ownership, no conflict.
-        assert!(fields.conflicts("b", &obj, &json!({"spec": {"holder": "a"}})).is_empty());
+        assert!(
+            fields
+                .conflicts("b", &obj, &json!({"spec": {"holder": "a"}}))
+                .is_empty()
+        );
         let merged = fields.apply("b", &obj, &applied);
         assert_eq!(merged, json!({"spec": {"holder": "b", "renew": 1}}));
-        assert!(fields.conflicts("a", &merged, &json!({"spec": {"holder": "c"}})).len() == 1);
+        assert!(
+            fields
+                .conflicts("a", &merged, &json!({"spec": {"holder": "c"}}))
+                .len()
+                == 1
+        );
     }
 
     #[test]

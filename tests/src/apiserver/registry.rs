@@ -37,21 +37,36 @@ pub struct ResourceType {
 
 impl ResourceType {
     pub fn key(&self) -> ResourceKey {
-        ResourceKey { group: self.group.clone(), plural: self.plural.clone() }
+        ResourceKey {
+            group: self.group.clone(),
+            plural: self.plural.clone(),
+        }
     }
 
     /// `plural.group` (or `plural` for the core group), as the apiserver names resources in errors.
     pub fn qualified(&self) -> String {
-        if self.group.is_empty() { self.plural.clone() } else { format!("{}.{}", self.plural, self.group) }
+        if self.group.is_empty() {
+            self.plural.clone()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
     }
 
     /// `Kind.group`, as used in `Invalid` error messages.
     pub fn kind_group(&self) -> String {
-        if self.group.is_empty() { self.kind.clone() } else { format!("{}.{}", self.kind, self.group) }
+        if self.group.is_empty() {
+            self.kind.clone()
+        } else {
+            format!("{}.{}", self.kind, self.group)
+        }
     }
 
     pub fn api_version(&self, version: &str) -> String {
-        if self.group.is_empty() { version.to_string() } else { format!("{}/{}", self.group, version) }
+        if self.group.is_empty() {
+            version.to_string()
+        } else {
+            format!("{}/{}", self.group, version)
+        }
     }
 
     pub fn serves(&self, version: &str) -> bool {
@@ -90,17 +105,97 @@ pub fn builtin_types() -> Vec<ResourceType> {
         builtin("", "v1", "pods", "Pod", &["po"], true, true),
         builtin("", "v1", "events", "Event", &["ev"], true, false),
         builtin("", "v1", "configmaps", "ConfigMap", &["cm"], true, false),
-        builtin("", "v1", "serviceaccounts", "ServiceAccount", &["sa"], true, false),
-        builtin("events.k8s.io", "v1", "events", "Event", &["ev"], true, false),
-        builtin("coordination.k8s.io", "v1", "leases", "Lease", &[], true, false),
-        builtin("apps", "v1", "deployments", "Deployment", &["deploy"], true, true),
-        builtin("apps", "v1", "replicasets", "ReplicaSet", &["rs"], true, true),
+        builtin(
+            "",
+            "v1",
+            "serviceaccounts",
+            "ServiceAccount",
+            &["sa"],
+            true,
+            false,
+        ),
+        builtin(
+            "events.k8s.io",
+            "v1",
+            "events",
+            "Event",
+            &["ev"],
+            true,
+            false,
+        ),
+        builtin(
+            "coordination.k8s.io",
+            "v1",
+            "leases",
+            "Lease",
+            &[],
+            true,
+            false,
+        ),
+        builtin(
+            "apps",
+            "v1",
+            "deployments",
+            "Deployment",
+            &["deploy"],
+            true,
+            true,
+        ),
+        builtin(
+            "apps",
+            "v1",
+            "replicasets",
+            "ReplicaSet",
+            &["rs"],
+            true,
+            true,
+        ),
         builtin("apps", "v1", "daemonsets", "DaemonSet", &["ds"], true, true),
-        builtin("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", &["crd", "crds"], false, true),
-        builtin("resource.k8s.io", "v1alpha2", "resourceclasses", "ResourceClass", &[], false, false),
-        builtin("resource.k8s.io", "v1alpha2", "resourceclaims", "ResourceClaim", &[], true, true),
-        builtin("resource.k8s.io", "v1alpha2", "resourceclaimtemplates", "ResourceClaimTemplate", &[], true, false),
-        builtin("resource.k8s.io", "v1alpha2", "podschedulingcontexts", "PodSchedulingContext", &[], true, true),
+        builtin(
+            "apiextensions.k8s.io",
+            "v1",
+            "customresourcedefinitions",
+            "CustomResourceDefinition",
+            &["crd", "crds"],
+            false,
+            true,
+        ),
+        builtin(
+            "resource.k8s.io",
+            "v1alpha2",
+            "resourceclasses",
+            "ResourceClass",
+            &[],
+            false,
+            false,
+        ),
+        builtin(
+            "resource.k8s.io",
+            "v1alpha2",
+            "resourceclaims",
+            "ResourceClaim",
+            &[],
+            true,
+            true,
+        ),
+        builtin(
+            "resource.k8s.io",
+            "v1alpha2",
+            "resourceclaimtemplates",
+            "ResourceClaimTemplate",
+            &[],
+            true,
+            false,
+        ),
+        builtin(
+            "resource.k8s.io",
+            "v1alpha2",
+            "podschedulingcontexts",
+            "PodSchedulingContext",
+            &[],
+            true,
+            true,
+        ),
     ]
 }
 
@@ -109,44 +204,68 @@ pub fn builtin_types() -> Vec<ResourceType> {
 /// Only what this server honours is read; a CRD asking for what it does not implement
 /// (conversion webhooks, scale subresource) is refused rather than half-served.
 pub fn from_crd(crd: &Value) -> ApiResult<ResourceType> {
-    let spec = crd.get("spec").ok_or_else(|| ApiError::bad_request("CustomResourceDefinition has no spec"))?;
+    let spec = crd
+        .get("spec")
+        .ok_or_else(|| ApiError::bad_request("CustomResourceDefinition has no spec"))?;
     let text = |v: Option<&Value>, field: &str| -> ApiResult<String> {
         v.and_then(Value::as_str)
             .filter(|s| !s.is_empty())
             .map(str::to_string)
-            .ok_or_else(|| ApiError::bad_request(format!("CustomResourceDefinition: {field} is required")))
+            .ok_or_else(|| {
+                ApiError::bad_request(format!("CustomResourceDefinition: {field} is required"))
+            })
     };
     let group = text(spec.get("group"), "spec.group")?;
-    let names = spec.get("names").ok_or_else(|| ApiError::bad_request("CustomResourceDefinition: spec.names is required"))?;
+    let names = spec
+        .get("names")
+        .ok_or_else(|| ApiError::bad_request("CustomResourceDefinition: spec.names is required"))?;
     let plural = text(names.get("plural"), "spec.names.plural")?;
     let kind = text(names.get("kind"), "spec.names.kind")?;
-    let singular = names.get("singular").and_then(Value::as_str).map_or_else(|| kind.to_ascii_lowercase(), str::to_string);
+    let singular = names
+        .get("singular")
+        .and_then(Value::as_str)
+        .map_or_else(|| kind.to_ascii_lowercase(), str::to_string);
     let short_names = names
         .get("shortNames")
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
         .unwrap_or_default();
     let namespaced = match spec.get("scope").and_then(Value::as_str) {
         Some("Namespaced") => true,
         Some("Cluster") => false,
-        other => return Err(ApiError::bad_request(format!("CustomResourceDefinition: spec.scope must be Namespaced or Cluster, got {other:?}"))),
+        other => {
+            return Err(ApiError::bad_request(format!(
+                "CustomResourceDefinition: spec.scope must be Namespaced or Cluster, got {other:?}"
+            )));
+        }
     };
     if let Some(strategy) = spec.pointer("/conversion/strategy").and_then(Value::as_str)
         && strategy != "None"
     {
-        return Err(ApiError::not_implemented(format!("CRD conversion strategy {strategy}")));
+        return Err(ApiError::not_implemented(format!(
+            "CRD conversion strategy {strategy}"
+        )));
     }
     let versions = spec
         .get("versions")
         .and_then(Value::as_array)
-        .ok_or_else(|| ApiError::bad_request("CustomResourceDefinition: spec.versions is required"))?;
+        .ok_or_else(|| {
+            ApiError::bad_request("CustomResourceDefinition: spec.versions is required")
+        })?;
     let mut served = Vec::new();
     let mut schemas = BTreeMap::new();
     let mut status_subresource = false;
     for v in versions {
         let name = text(v.get("name"), "spec.versions[].name")?;
         if v.pointer("/subresources/scale").is_some() {
-            return Err(ApiError::not_implemented("the scale subresource of custom resources"));
+            return Err(ApiError::not_implemented(
+                "the scale subresource of custom resources",
+            ));
         }
         status_subresource |= v.pointer("/subresources/status").is_some();
         if let Some(schema) = v.pointer("/schema/openAPIV3Schema") {
@@ -162,7 +281,20 @@ pub fn from_crd(crd: &Value) -> ApiResult<ResourceType> {
         }
     }
     if served.is_empty() {
-        return Err(ApiError::bad_request("CustomResourceDefinition: no version is served"));
+        return Err(ApiError::bad_request(
+            "CustomResourceDefinition: no version is served",
+        ));
     }
-    Ok(ResourceType { group, versions: served, plural, singular, kind, short_names, namespaced, status_subresource, schemas, custom: true })
+    Ok(ResourceType {
+        group,
+        versions: served,
+        plural,
+        singular,
+        kind,
+        short_names,
+        namespaced,
+        status_subresource,
+        schemas,
+        custom: true,
+    })
 }

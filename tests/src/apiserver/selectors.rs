@@ -74,13 +74,24 @@ fn parse_label_term(term: &str) -> ApiResult<LabelRequirement> {
         let k = k.trim();
         let valid = !k.is_empty()
             && k.len() <= 317
-            && k.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'));
-        if valid { Ok(k.to_string()) } else { Err(invalid_selector(term, "invalid label key")) }
+            && k.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'));
+        if valid {
+            Ok(k.to_string())
+        } else {
+            Err(invalid_selector(term, "invalid label key"))
+        }
     };
     let check_value = |v: &str| -> ApiResult<String> {
         let v = v.trim();
-        let valid = v.len() <= 63 && v.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-        if valid { Ok(v.to_string()) } else { Err(invalid_selector(term, "invalid label value")) }
+        let valid = v.len() <= 63
+            && v.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if valid {
+            Ok(v.to_string())
+        } else {
+            Err(invalid_selector(term, "invalid label value"))
+        }
     };
     let set = |rest: &str| -> ApiResult<Vec<String>> {
         let rest = rest.trim();
@@ -119,8 +130,28 @@ pub struct FieldSelector(Vec<(String, bool, String)>);
 /// which every kind supports (pkg/registry/*/strategy.go `ToSelectableFields` upstream).
 fn selectable_fields(group: &str, plural: &str) -> &'static [&'static str] {
     match (group, plural) {
-        ("", "pods") => &["spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName", "status.phase", "status.podIP", "status.nominatedNodeName"],
-        ("", "events") => &["involvedObject.kind", "involvedObject.namespace", "involvedObject.name", "involvedObject.uid", "involvedObject.apiVersion", "involvedObject.resourceVersion", "involvedObject.fieldPath", "reason", "reportingComponent", "source", "type"],
+        ("", "pods") => &[
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ],
+        ("", "events") => &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ],
         ("", "namespaces") => &["status.phase"],
         ("", "nodes") => &["spec.unschedulable"],
         _ => &[],
@@ -136,7 +167,9 @@ impl FieldSelector {
             } else if let Some((f, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
                 (f, true, v)
             } else {
-                return Err(ApiError::bad_request(format!("invalid selector: '{text}'; can't understand '{term}'")));
+                return Err(ApiError::bad_request(format!(
+                    "invalid selector: '{text}'; can't understand '{term}'"
+                )));
             };
             let field = field.trim();
             let extra = selectable_fields(group, plural);

@@ -60,7 +60,10 @@ pub struct Target {
 
 impl Target {
     fn object_key(&self) -> ObjectKey {
-        (self.namespace.clone().unwrap_or_default(), self.name.clone().unwrap_or_default())
+        (
+            self.namespace.clone().unwrap_or_default(),
+            self.name.clone().unwrap_or_default(),
+        )
     }
 }
 
@@ -77,7 +80,11 @@ impl WriteOptions {
     fn manager(&self) -> String {
         self.field_manager.clone().unwrap_or_else(|| {
             let agent = self.user_agent.split('/').next().unwrap_or_default();
-            if agent.is_empty() { "unknown".into() } else { agent.into() }
+            if agent.is_empty() {
+                "unknown".into()
+            } else {
+                agent.into()
+            }
         })
     }
 }
@@ -162,7 +169,9 @@ pub struct Store {
 }
 
 pub fn now_rfc3339() -> String {
-    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
 }
 
 fn meta(obj: &Value) -> Option<&Map<String, Value>> {
@@ -170,7 +179,10 @@ fn meta(obj: &Value) -> Option<&Map<String, Value>> {
 }
 
 fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
-    meta(obj).and_then(|m| m.get(field)).and_then(Value::as_str).filter(|s| !s.is_empty())
+    meta(obj)
+        .and_then(|m| m.get(field))
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
 }
 
 fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
@@ -195,7 +207,12 @@ fn finalizers(obj: &Value) -> Vec<String> {
     meta(obj)
         .and_then(|m| m.get("finalizers"))
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -217,7 +234,10 @@ fn spec_part(obj: &Value) -> Value {
 /// `generateName` suffix: five characters of the apiserver's alphabet (no vowels, no 0/1/3).
 fn name_suffix() -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    uuid::Uuid::new_v4().as_bytes()[..5].iter().map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char).collect()
+    uuid::Uuid::new_v4().as_bytes()[..5]
+        .iter()
+        .map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char)
+        .collect()
 }
 
 impl Default for Store {
@@ -245,15 +265,38 @@ impl Store {
         // The namespaces every cluster starts with.
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let target = store.target("", "namespaces", None, None);
-            let _ = store.create(&target, json!({"metadata": {"name": ns}}), &WriteOptions::default());
+            let _ = store.create(
+                &target,
+                json!({"metadata": {"name": ns}}),
+                &WriteOptions::default(),
+            );
         }
         store
     }
 
-    fn target(&self, group: &str, plural: &str, namespace: Option<&str>, name: Option<&str>) -> Target {
-        let key = ResourceKey { group: group.into(), plural: plural.into() };
-        let version = self.types.get(&key).and_then(|t| t.versions.first().cloned()).unwrap_or_default();
-        Target { key, version, namespace: namespace.map(str::to_string), name: name.map(str::to_string), subresource: None }
+    fn target(
+        &self,
+        group: &str,
+        plural: &str,
+        namespace: Option<&str>,
+        name: Option<&str>,
+    ) -> Target {
+        let key = ResourceKey {
+            group: group.into(),
+            plural: plural.into(),
+        };
+        let version = self
+            .types
+            .get(&key)
+            .and_then(|t| t.versions.first().cloned())
+            .unwrap_or_default();
+        Target {
+            key,
+            version,
+            namespace: namespace.map(str::to_string),
+            name: name.map(str::to_string),
+            subresource: None,
+        }
     }
 
     pub fn register(&mut self, rt: ResourceType) {
@@ -267,7 +310,9 @@ impl Store {
 
     /// The type serving `group/version` under `plural` (or its short or singular name).
     pub fn resolve(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceType> {
-        self.types.values().find(|t| t.group == group && t.serves(version) && t.plural == plural)
+        self.types
+            .values()
+            .find(|t| t.group == group && t.serves(version) && t.plural == plural)
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<WatchEvent>> {
@@ -291,13 +336,20 @@ impl Store {
     }
 
     fn rt(&self, key: &ResourceKey) -> ApiResult<&ResourceType> {
-        self.types.get(key).ok_or_else(|| ApiError::no_route(&format!("{}/{}", key.group, key.plural)))
+        self.types
+            .get(key)
+            .ok_or_else(|| ApiError::no_route(&format!("{}/{}", key.group, key.plural)))
     }
 
     fn take_fault(&mut self, verb: FaultVerb, target: &Target) -> ApiResult<()> {
         let hit = self.faults.iter().position(|f| {
-            let verb_matches = f.verb == verb || (f.verb == FaultVerb::Modify && matches!(verb, FaultVerb::Update | FaultVerb::Patch));
-            verb_matches && f.plural == target.key.plural && f.subresource == target.subresource && f.times > 0
+            let verb_matches = f.verb == verb
+                || (f.verb == FaultVerb::Modify
+                    && matches!(verb, FaultVerb::Update | FaultVerb::Patch));
+            verb_matches
+                && f.plural == target.key.plural
+                && f.subresource == target.subresource
+                && f.times > 0
         });
         let Some(i) = hit else { return Ok(()) };
         self.faults[i].times -= 1;
@@ -308,7 +360,10 @@ impl Store {
         Err(match code {
             409 => ApiError::stale_resource_version(&qualified, &name),
             404 => ApiError::not_found(&qualified, &name),
-            code => ApiError { code, ..ApiError::internal(format!("injected fault: {code} for {qualified} \"{name}\"")) },
+            code => ApiError {
+                code,
+                ..ApiError::internal(format!("injected fault: {code} for {qualified} \"{name}\""))
+            },
         })
     }
 
@@ -322,17 +377,42 @@ impl Store {
         out
     }
 
-    fn commit(&mut self, key: &ResourceKey, okey: ObjectKey, mut stored: Stored, kind: EventKind, previous: Option<Value>) -> Value {
+    fn commit(
+        &mut self,
+        key: &ResourceKey,
+        okey: ObjectKey,
+        mut stored: Stored,
+        kind: EventKind,
+        previous: Option<Value>,
+    ) -> Value {
         self.revision += 1;
-        meta_mut(&mut stored.object).insert("resourceVersion".into(), Value::String(self.revision.to_string()));
+        meta_mut(&mut stored.object).insert(
+            "resourceVersion".into(),
+            Value::String(self.revision.to_string()),
+        );
         let object = stored.object.clone();
-        self.objects.entry(key.clone()).or_default().insert(okey, stored);
+        self.objects
+            .entry(key.clone())
+            .or_default()
+            .insert(okey, stored);
         self.publish(key, kind, object.clone(), previous);
         object
     }
 
-    fn publish(&mut self, key: &ResourceKey, kind: EventKind, object: Value, previous: Option<Value>) {
-        let event = Arc::new(WatchEvent { revision: self.revision, resource: key.clone(), kind, object, previous });
+    fn publish(
+        &mut self,
+        key: &ResourceKey,
+        kind: EventKind,
+        object: Value,
+        previous: Option<Value>,
+    ) {
+        let event = Arc::new(WatchEvent {
+            revision: self.revision,
+            resource: key.clone(),
+            kind,
+            object,
+            previous,
+        });
         self.history.push_back(event.clone());
         while self.history.len() > HISTORY_LIMIT {
             if let Some(old) = self.history.pop_front() {
@@ -348,7 +428,10 @@ impl Store {
         let stored = self.objects.get_mut(key)?.remove(okey)?;
         self.revision += 1;
         let mut object = stored.object;
-        meta_mut(&mut object).insert("resourceVersion".into(), Value::String(self.revision.to_string()));
+        meta_mut(&mut object).insert(
+            "resourceVersion".into(),
+            Value::String(self.revision.to_string()),
+        );
         self.publish(key, EventKind::Deleted, object.clone(), None);
         if key.group == "apiextensions.k8s.io" && key.plural == "customresourcedefinitions" {
             self.unregister_crd(&object);
@@ -361,7 +444,9 @@ impl Store {
         self.objects
             .get(&target.key)
             .and_then(|m| m.get(&target.object_key()))
-            .ok_or_else(|| ApiError::not_found(&rt.qualified(), target.name.as_deref().unwrap_or_default()))
+            .ok_or_else(|| {
+                ApiError::not_found(&rt.qualified(), target.name.as_deref().unwrap_or_default())
+            })
     }
 
     pub fn get(&self, target: &Target) -> ApiResult<Value> {
@@ -381,14 +466,23 @@ impl Store {
             .collect()
     }
 
-    pub fn list(&mut self, target: &Target, selectors: &Selectors, limit: Option<usize>, continue_token: Option<&str>) -> ApiResult<Value> {
+    pub fn list(
+        &mut self,
+        target: &Target,
+        selectors: &Selectors,
+        limit: Option<usize>,
+        continue_token: Option<&str>,
+    ) -> ApiResult<Value> {
         let rt = self.rt(&target.key)?.clone();
         let (revision, mut items) = match continue_token.filter(|t| !t.is_empty()) {
             Some(token) => {
                 let i = self.snapshots.iter().position(|s| s.token == token).ok_or_else(|| {
                     ApiError::gone("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.")
                 })?;
-                let snapshot = self.snapshots.remove(i).ok_or_else(|| ApiError::internal("snapshot vanished"))?;
+                let snapshot = self
+                    .snapshots
+                    .remove(i)
+                    .ok_or_else(|| ApiError::internal("snapshot vanished"))?;
                 (snapshot.revision, snapshot.rest)
             }
             None => {
@@ -407,7 +501,11 @@ impl Store {
             let token = format!("{revision}-{}", uuid::Uuid::new_v4().simple());
             list_meta["continue"] = Value::String(token.clone());
             list_meta["remainingItemCount"] = Value::from(rest.len());
-            self.snapshots.push_back(ListSnapshot { token, revision, rest });
+            self.snapshots.push_back(ListSnapshot {
+                token,
+                revision,
+                rest,
+            });
             while self.snapshots.len() > SNAPSHOTS_KEPT {
                 self.snapshots.pop_front();
             }
@@ -423,7 +521,12 @@ impl Store {
     /// Starts a watch. `resource_version` follows the apiserver: unset or "0" sends the
     /// current objects as ADDED first; a number replays what happened after it, or fails
     /// with 410 when that is no longer in the history.
-    pub fn watch(&self, target: &Target, selectors: &Selectors, resource_version: Option<&str>) -> ApiResult<WatchStart> {
+    pub fn watch(
+        &self,
+        target: &Target,
+        selectors: &Selectors,
+        resource_version: Option<&str>,
+    ) -> ApiResult<WatchStart> {
         let rt = self.rt(&target.key)?;
         let live = self.events.subscribe();
         let initial = match resource_version.filter(|rv| !rv.is_empty() && *rv != "0") {
@@ -434,31 +537,57 @@ impl Store {
                 .map(|o| (EventKind::Added, Self::render(rt, &target.version, &o)))
                 .collect(),
             Some(rv) => {
-                let from: u64 = rv.parse().map_err(|_| ApiError::bad_request(format!("invalid resource version {rv:?}")))?;
+                let from: u64 = rv.parse().map_err(|_| {
+                    ApiError::bad_request(format!("invalid resource version {rv:?}"))
+                })?;
                 if from < self.oldest_watchable {
-                    return Err(ApiError::gone(format!("too old resource version: {from} ({})", self.oldest_watchable)));
+                    return Err(ApiError::gone(format!(
+                        "too old resource version: {from} ({})",
+                        self.oldest_watchable
+                    )));
                 }
                 if from > self.revision {
-                    return Err(ApiError { code: 504, ..ApiError::internal(format!("Too large resource version: {from}, current: {}", self.revision)) });
+                    return Err(ApiError {
+                        code: 504,
+                        ..ApiError::internal(format!(
+                            "Too large resource version: {from}, current: {}",
+                            self.revision
+                        ))
+                    });
                 }
                 self.history
                     .iter()
                     .filter(|e| e.revision > from)
-                    .filter_map(|e| filter_event(e, target, selectors).map(|(k, o)| (k, Self::render(rt, &target.version, &o))))
+                    .filter_map(|e| {
+                        filter_event(e, target, selectors)
+                            .map(|(k, o)| (k, Self::render(rt, &target.version, &o)))
+                    })
                     .collect()
             }
         };
-        Ok(WatchStart { initial, live, revision: self.revision })
+        Ok(WatchStart {
+            initial,
+            live,
+            revision: self.revision,
+        })
     }
 
-    pub fn render_event(&self, event: &WatchEvent, target: &Target, selectors: &Selectors) -> Option<(EventKind, Value)> {
+    pub fn render_event(
+        &self,
+        event: &WatchEvent,
+        target: &Target,
+        selectors: &Selectors,
+    ) -> Option<(EventKind, Value)> {
         let rt = self.types.get(&target.key)?;
-        filter_event(event, target, selectors).map(|(k, o)| (k, Self::render(rt, &target.version, &o)))
+        filter_event(event, target, selectors)
+            .map(|(k, o)| (k, Self::render(rt, &target.version, &o)))
     }
 
     fn check_body_identity(rt: &ResourceType, target: &Target, body: &Value) -> ApiResult<()> {
         if !body.is_object() {
-            return Err(ApiError::bad_request("the request body is not a JSON object"));
+            return Err(ApiError::bad_request(
+                "the request body is not a JSON object",
+            ));
         }
         if let Some(api_version) = body.get("apiVersion").and_then(Value::as_str)
             && api_version != rt.api_version(&target.version)
@@ -471,18 +600,26 @@ impl Store {
         if let Some(kind) = body.get("kind").and_then(Value::as_str)
             && kind != rt.kind
         {
-            return Err(ApiError::bad_request(format!("the kind in the data ({kind}) does not match the expected kind ({})", rt.kind)));
+            return Err(ApiError::bad_request(format!(
+                "the kind in the data ({kind}) does not match the expected kind ({})",
+                rt.kind
+            )));
         }
         if rt.namespaced
-            && let (Some(body_ns), Some(path_ns)) = (meta_str(body, "namespace"), target.namespace.as_deref())
+            && let (Some(body_ns), Some(path_ns)) =
+                (meta_str(body, "namespace"), target.namespace.as_deref())
             && body_ns != path_ns
         {
-            return Err(ApiError::bad_request("the namespace of the provided object does not match the namespace sent on the request"));
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
         }
         if let (Some(body_name), Some(path_name)) = (meta_str(body, "name"), target.name.as_deref())
             && body_name != path_name
         {
-            return Err(ApiError::bad_request(format!("the name of the object ({body_name}) does not match the name on the URL ({path_name})")));
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({path_name})"
+            )));
         }
         Ok(())
     }
@@ -490,8 +627,15 @@ impl Store {
     /// NamespaceLifecycle admission: content goes only into namespaces that exist and are
     /// not terminating.
     fn check_namespace(&self, namespace: &str) -> ApiResult<()> {
-        let key = ResourceKey { group: String::new(), plural: "namespaces".into() };
-        match self.objects.get(&key).and_then(|m| m.get(&(String::new(), namespace.to_string()))) {
+        let key = ResourceKey {
+            group: String::new(),
+            plural: "namespaces".into(),
+        };
+        match self
+            .objects
+            .get(&key)
+            .and_then(|m| m.get(&(String::new(), namespace.to_string())))
+        {
             None => Err(ApiError::not_found("namespaces", namespace)),
             Some(ns) if is_deleting(&ns.object) => Err(ApiError::forbidden(format!(
                 "unable to create new content in namespace {namespace} because it is being terminated"
@@ -500,18 +644,33 @@ impl Store {
         }
     }
 
-    pub fn create(&mut self, target: &Target, mut body: Value, opts: &WriteOptions) -> ApiResult<Value> {
+    pub fn create(
+        &mut self,
+        target: &Target,
+        mut body: Value,
+        opts: &WriteOptions,
+    ) -> ApiResult<Value> {
         self.take_fault(FaultVerb::Create, target)?;
         let rt = self.rt(&target.key)?.clone();
         Self::check_body_identity(&rt, target, &body)?;
         if target.subresource.is_some() {
-            return Err(ApiError::method_not_allowed(format!("create is not supported on {}/{:?}", rt.plural, target.subresource)));
+            return Err(ApiError::method_not_allowed(format!(
+                "create is not supported on {}/{:?}",
+                rt.plural, target.subresource
+            )));
         }
         if meta_str(&body, "resourceVersion").is_some() {
-            return Err(ApiError::internal("resourceVersion should not be set on objects to be created"));
+            return Err(ApiError::internal(
+                "resourceVersion should not be set on objects to be created",
+            ));
         }
         let namespace = if rt.namespaced {
-            let ns = target.namespace.clone().ok_or_else(|| ApiError::method_not_allowed(format!("{} is namespaced: create it in a namespace", rt.qualified())))?;
+            let ns = target.namespace.clone().ok_or_else(|| {
+                ApiError::method_not_allowed(format!(
+                    "{} is namespaced: create it in a namespace",
+                    rt.qualified()
+                ))
+            })?;
             self.check_namespace(&ns)?;
             ns
         } else {
@@ -524,7 +683,11 @@ impl Store {
                     let mut name = format!("{prefix}{}", name_suffix());
                     // A collision is unlikely; try a few suffixes before answering AlreadyExists.
                     for _ in 0..8 {
-                        if !self.objects.get(&target.key).is_some_and(|m| m.contains_key(&(namespace.clone(), name.clone()))) {
+                        if !self
+                            .objects
+                            .get(&target.key)
+                            .is_some_and(|m| m.contains_key(&(namespace.clone(), name.clone())))
+                        {
                             break;
                         }
                         name = format!("{prefix}{}", name_suffix());
@@ -532,13 +695,18 @@ impl Store {
                     name
                 }
                 None => {
-                    let cause = FieldCause::required("metadata.name", "name or generateName is required");
+                    let cause =
+                        FieldCause::required("metadata.name", "name or generateName is required");
                     return Err(ApiError::invalid(&rt.kind_group(), "", vec![cause]));
                 }
             },
         };
         validation::validate_name(&rt, &name)?;
-        if self.objects.get(&target.key).is_some_and(|m| m.contains_key(&(namespace.clone(), name.clone()))) {
+        if self
+            .objects
+            .get(&target.key)
+            .is_some_and(|m| m.contains_key(&(namespace.clone(), name.clone())))
+        {
             return Err(ApiError::already_exists(&rt.qualified(), &name));
         }
         {
@@ -549,15 +717,26 @@ impl Store {
             } else {
                 m.remove("namespace");
             }
-            m.insert("uid".into(), Value::String(uuid::Uuid::new_v4().to_string()));
+            m.insert(
+                "uid".into(),
+                Value::String(uuid::Uuid::new_v4().to_string()),
+            );
             m.insert("creationTimestamp".into(), Value::String(now_rfc3339()));
             m.insert("generation".into(), Value::from(1));
-            for system in ["deletionTimestamp", "deletionGracePeriodSeconds", "managedFields", "selfLink"] {
+            for system in [
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "managedFields",
+                "selfLink",
+            ] {
                 m.remove(system);
             }
         }
         if let Some(map) = body.as_object_mut() {
-            map.insert("apiVersion".into(), Value::String(rt.api_version(&target.version)));
+            map.insert(
+                "apiVersion".into(),
+                Value::String(rt.api_version(&target.version)),
+            );
             map.insert("kind".into(), Value::String(rt.kind.clone()));
             if rt.status_subresource {
                 // Every status-subresource strategy resets status on create (PrepareForCreate).
@@ -576,24 +755,47 @@ impl Store {
         }
         let mut managed = ManagedFields::default();
         managed.record_update(&opts.manager(), None, &body);
-        let stored = Stored { object: body, managed };
-        let object = self.commit(&target.key, (namespace, name), stored, EventKind::Added, None);
+        let stored = Stored {
+            object: body,
+            managed,
+        };
+        let object = self.commit(
+            &target.key,
+            (namespace, name),
+            stored,
+            EventKind::Added,
+            None,
+        );
         Ok(Self::render(&rt, &target.version, &object))
     }
 
     fn register_crd(&mut self, crd: &mut Value) -> ApiResult<()> {
         let new_type = registry::from_crd(crd)?;
         for (version, schema) in &new_type.schemas {
-            schema::check_supported(schema, &format!("spec.versions[{version}].schema.openAPIV3Schema"))?;
+            schema::check_supported(
+                schema,
+                &format!("spec.versions[{version}].schema.openAPIV3Schema"),
+            )?;
         }
         let name = meta_str(crd, "name").unwrap_or_default();
         let expected = format!("{}.{}", new_type.plural, new_type.group);
         if name != expected {
-            let cause = FieldCause::invalid("metadata.name", &Value::String(name.into()), format!("must be spec.names.plural+\".\"+spec.group ({expected})"));
-            return Err(ApiError::invalid("CustomResourceDefinition.apiextensions.k8s.io", name, vec![cause]));
+            let cause = FieldCause::invalid(
+                "metadata.name",
+                &Value::String(name.into()),
+                format!("must be spec.names.plural+\".\"+spec.group ({expected})"),
+            );
+            return Err(ApiError::invalid(
+                "CustomResourceDefinition.apiextensions.k8s.io",
+                name,
+                vec![cause],
+            ));
         }
         if self.types.contains_key(&new_type.key()) {
-            return Err(ApiError::already_exists("customresourcedefinitions.apiextensions.k8s.io", name));
+            return Err(ApiError::already_exists(
+                "customresourcedefinitions.apiextensions.k8s.io",
+                name,
+            ));
         }
         if let Some(map) = crd.as_object_mut() {
             map.insert("status".into(), json!({
@@ -611,9 +813,15 @@ impl Store {
 
     /// Deleting a CRD deletes its custom objects with it (the apiextensions finalizer's job).
     fn unregister_crd(&mut self, crd: &Value) {
-        let Ok(rt) = registry::from_crd(crd) else { return };
+        let Ok(rt) = registry::from_crd(crd) else {
+            return;
+        };
         let key = rt.key();
-        let names: Vec<ObjectKey> = self.objects.get(&key).map(|m| m.keys().cloned().collect()).unwrap_or_default();
+        let names: Vec<ObjectKey> = self
+            .objects
+            .get(&key)
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
         for okey in names {
             self.remove(&key, &okey);
         }
@@ -621,7 +829,12 @@ impl Store {
         self.objects.remove(&key);
     }
 
-    pub fn update(&mut self, target: &Target, body: Value, opts: &WriteOptions) -> ApiResult<Value> {
+    pub fn update(
+        &mut self,
+        target: &Target,
+        body: Value,
+        opts: &WriteOptions,
+    ) -> ApiResult<Value> {
         self.take_fault(FaultVerb::Update, target)?;
         let rt = self.rt(&target.key)?.clone();
         Self::check_body_identity(&rt, target, &body)?;
@@ -629,7 +842,10 @@ impl Store {
         if let Some(rv) = meta_str(&body, "resourceVersion")
             && Some(rv) != meta_str(&old.object, "resourceVersion")
         {
-            return Err(ApiError::stale_resource_version(&rt.qualified(), target.name.as_deref().unwrap_or_default()));
+            return Err(ApiError::stale_resource_version(
+                &rt.qualified(),
+                target.name.as_deref().unwrap_or_default(),
+            ));
         }
         let new = Self::merge_into_old(&rt, target, &old.object, body)?;
         let mut managed = old.managed.clone();
@@ -640,7 +856,12 @@ impl Store {
     /// Builds the stored object of an update: the main endpoint keeps the old status (when
     /// status is a subresource), `/status` keeps everything but status, and system metadata
     /// always comes from the stored object.
-    fn merge_into_old(rt: &ResourceType, target: &Target, old: &Value, body: Value) -> ApiResult<Value> {
+    fn merge_into_old(
+        rt: &ResourceType,
+        target: &Target,
+        old: &Value,
+        body: Value,
+    ) -> ApiResult<Value> {
         let mut new = match target.subresource.as_deref() {
             Some("status") if rt.status_subresource => {
                 let mut new = old.clone();
@@ -668,7 +889,16 @@ impl Store {
         };
         let old_meta = meta(old).cloned().unwrap_or_default();
         let m = meta_mut(&mut new);
-        for system in ["name", "namespace", "uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation", "resourceVersion"] {
+        for system in [
+            "name",
+            "namespace",
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+            "resourceVersion",
+        ] {
             match old_meta.get(system) {
                 Some(v) => m.insert(system.into(), v.clone()),
                 None => m.remove(system),
@@ -676,13 +906,23 @@ impl Store {
         }
         m.remove("managedFields");
         if let Some(map) = new.as_object_mut() {
-            map.insert("apiVersion".into(), Value::String(rt.api_version(&target.version)));
+            map.insert(
+                "apiVersion".into(),
+                Value::String(rt.api_version(&target.version)),
+            );
             map.insert("kind".into(), Value::String(rt.kind.clone()));
         }
         Ok(new)
     }
 
-    fn finish_update(&mut self, rt: &ResourceType, target: &Target, old: Stored, mut new: Value, managed: ManagedFields) -> ApiResult<Value> {
+    fn finish_update(
+        &mut self,
+        rt: &ResourceType,
+        target: &Target,
+        old: Stored,
+        mut new: Value,
+        managed: ManagedFields,
+    ) -> ApiResult<Value> {
         let name = target.name.clone().unwrap_or_default();
         if rt.custom
             && let Some(schema) = rt.schemas.get(&target.version)
@@ -692,12 +932,18 @@ impl Store {
         if is_deleting(&old.object) {
             let before = finalizers(&old.object);
             if finalizers(&new).iter().any(|f| !before.contains(f)) {
-                let cause = FieldCause::forbidden("metadata.finalizers", "no new finalizers can be added if the object is being deleted");
+                let cause = FieldCause::forbidden(
+                    "metadata.finalizers",
+                    "no new finalizers can be added if the object is being deleted",
+                );
                 return Err(ApiError::invalid(&rt.kind_group(), &name, vec![cause]));
             }
         }
         if spec_part(&new) != spec_part(&old.object) {
-            let generation = meta(&old.object).and_then(|m| m.get("generation")).and_then(Value::as_i64).unwrap_or(0);
+            let generation = meta(&old.object)
+                .and_then(|m| m.get("generation"))
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
             meta_mut(&mut new).insert("generation".into(), Value::from(generation + 1));
         }
         validation::validate_write(rt, Some(&old.object), &new)?;
@@ -707,23 +953,42 @@ impl Store {
             return Ok(Self::render(rt, &target.version, &old.object));
         }
         let okey = target.object_key();
-        let grace = meta(&new).and_then(|m| m.get("deletionGracePeriodSeconds")).and_then(Value::as_i64).unwrap_or(0);
+        let grace = meta(&new)
+            .and_then(|m| m.get("deletionGracePeriodSeconds"))
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
         if is_deleting(&new) && finalizers(&new).is_empty() && grace == 0 {
             let gone = self.remove(&target.key, &okey).unwrap_or(new);
             return Ok(Self::render(rt, &target.version, &gone));
         }
         let previous = Some(old.object);
-        let object = self.commit(&target.key, okey, Stored { object: new, managed }, EventKind::Modified, previous);
+        let object = self.commit(
+            &target.key,
+            okey,
+            Stored {
+                object: new,
+                managed,
+            },
+            EventKind::Modified,
+            previous,
+        );
         Ok(Self::render(rt, &target.version, &object))
     }
 
-    pub fn patch(&mut self, target: &Target, patch_type: PatchType, body: &[u8], opts: &WriteOptions) -> ApiResult<Value> {
+    pub fn patch(
+        &mut self,
+        target: &Target,
+        patch_type: PatchType,
+        body: &[u8],
+        opts: &WriteOptions,
+    ) -> ApiResult<Value> {
         self.take_fault(FaultVerb::Patch, target)?;
         let rt = self.rt(&target.key)?.clone();
         if patch_type == PatchType::Apply {
             return self.apply(&rt, target, body, opts);
         }
-        let patch: Value = serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+        let patch: Value = serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
         let old = self.lookup(target)?.clone();
         let mut patched = Self::render(&rt, &target.version, &old.object);
         match patch_type {
@@ -736,22 +1001,37 @@ impl Store {
                     ));
                 }
                 if uses_strategic_features(&patch) {
-                    return Err(ApiError::not_implemented("strategic merge patch with lists or $-directives (use a merge or JSON patch)"));
+                    return Err(ApiError::not_implemented(
+                        "strategic merge patch with lists or $-directives (use a merge or JSON patch)",
+                    ));
                 }
                 // Without lists or directives a strategic merge patch means what a merge patch means.
                 json_patch::merge(&mut patched, &patch);
             }
             PatchType::Json => {
-                let ops: json_patch::Patch = serde_json::from_value(patch).map_err(|e| ApiError::bad_request(format!("error decoding JSON patch: {e}")))?;
+                let ops: json_patch::Patch = serde_json::from_value(patch).map_err(|e| {
+                    ApiError::bad_request(format!("error decoding JSON patch: {e}"))
+                })?;
                 json_patch::patch(&mut patched, &ops).map_err(|e| {
                     // A failed `test` is the JSON-patch way of a precondition: the apiserver says 422.
-                    ApiError::invalid(&rt.kind_group(), target.name.as_deref().unwrap_or_default(), vec![FieldCause::invalid("", &Value::Null, format!("the JSON patch could not be applied: {e}"))])
+                    ApiError::invalid(
+                        &rt.kind_group(),
+                        target.name.as_deref().unwrap_or_default(),
+                        vec![FieldCause::invalid(
+                            "",
+                            &Value::Null,
+                            format!("the JSON patch could not be applied: {e}"),
+                        )],
+                    )
                 })?;
             }
             PatchType::Apply => unreachable_patch(),
         }
         if meta_str(&patched, "resourceVersion") != meta_str(&old.object, "resourceVersion") {
-            return Err(ApiError::stale_resource_version(&rt.qualified(), target.name.as_deref().unwrap_or_default()));
+            return Err(ApiError::stale_resource_version(
+                &rt.qualified(),
+                target.name.as_deref().unwrap_or_default(),
+            ));
         }
         Self::check_body_identity(&rt, target, &patched)?;
         let new = Self::merge_into_old(&rt, target, &old.object, patched)?;
@@ -761,15 +1041,30 @@ impl Store {
     }
 
     /// Server-side apply (`application/apply-patch+yaml`).
-    fn apply(&mut self, rt: &ResourceType, target: &Target, body: &[u8], opts: &WriteOptions) -> ApiResult<Value> {
+    fn apply(
+        &mut self,
+        rt: &ResourceType,
+        target: &Target,
+        body: &[u8],
+        opts: &WriteOptions,
+    ) -> ApiResult<Value> {
         let name = target.name.clone().unwrap_or_default();
         let Some(manager) = opts.field_manager.clone().filter(|m| !m.is_empty()) else {
             let cause = FieldCause::required("fieldManager", "is required for apply patch");
-            return Err(ApiError::invalid("PatchOptions.meta.k8s.io", "", vec![cause]));
+            return Err(ApiError::invalid(
+                "PatchOptions.meta.k8s.io",
+                "",
+                vec![cause],
+            ));
         };
-        let config: Value = serde_yaml_ng::from_slice(body).map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
-        if config.get("apiVersion").and_then(Value::as_str).is_none() || config.get("kind").and_then(Value::as_str).is_none() {
-            return Err(ApiError::bad_request("apply patches must name apiVersion and kind"));
+        let config: Value = serde_yaml_ng::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+        if config.get("apiVersion").and_then(Value::as_str).is_none()
+            || config.get("kind").and_then(Value::as_str).is_none()
+        {
+            return Err(ApiError::bad_request(
+                "apply patches must name apiVersion and kind",
+            ));
         }
         Self::check_body_identity(rt, target, &config)?;
         let Ok(old) = self.lookup(target).cloned() else {
@@ -779,9 +1074,15 @@ impl Store {
             let mut body = config.clone();
             meta_mut(&mut body).insert("name".into(), Value::String(name.clone()));
             let created = self.create(&create_target, body, opts)?;
-            if let Some(stored) = self.objects.get_mut(&target.key).and_then(|m| m.get_mut(&target.object_key())) {
+            if let Some(stored) = self
+                .objects
+                .get_mut(&target.key)
+                .and_then(|m| m.get_mut(&target.object_key()))
+            {
                 stored.managed = ManagedFields::default();
-                stored.managed.apply(&manager, &Value::Object(Map::new()), &config);
+                stored
+                    .managed
+                    .apply(&manager, &Value::Object(Map::new()), &config);
             }
             return Ok(created);
         };
@@ -793,9 +1094,17 @@ impl Store {
         let mut managed = old.managed.clone();
         let conflicts = managed.conflicts(&manager, &old.object, &config);
         if !conflicts.is_empty() && !opts.force {
-            let list: Vec<String> = conflicts.iter().map(|c| format!("conflict with \"{}\": .{}", c.manager, c.path.join("."))).collect();
+            let list: Vec<String> = conflicts
+                .iter()
+                .map(|c| format!("conflict with \"{}\": .{}", c.manager, c.path.join(".")))
+                .collect();
             let mut err = ApiError::conflict(&rt.qualified(), &name, "");
-            err.message = format!("Apply failed with {} conflict{}: {}", list.len(), if list.len() == 1 { "" } else { "s" }, list.join("\n"));
+            err.message = format!(
+                "Apply failed with {} conflict{}: {}",
+                list.len(),
+                if list.len() == 1 { "" } else { "s" },
+                list.join("\n")
+            );
             return Err(err);
         }
         let merged = managed.apply(&manager, &old.object, &config);
@@ -813,17 +1122,35 @@ impl Store {
         if let Some(uid) = &opts.precondition_uid
             && Some(uid.as_str()) != meta_str(&old.object, "uid")
         {
-            return Err(ApiError::conflict(&rt.qualified(), &name, &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", meta_str(&old.object, "uid").unwrap_or_default())));
+            return Err(ApiError::conflict(
+                &rt.qualified(),
+                &name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    meta_str(&old.object, "uid").unwrap_or_default()
+                ),
+            ));
         }
         if let Some(rv) = &opts.precondition_resource_version
             && Some(rv.as_str()) != meta_str(&old.object, "resourceVersion")
         {
-            return Err(ApiError::conflict(&rt.qualified(), &name, &format!("Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}", meta_str(&old.object, "resourceVersion").unwrap_or_default())));
+            return Err(ApiError::conflict(
+                &rt.qualified(),
+                &name,
+                &format!(
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                    meta_str(&old.object, "resourceVersion").unwrap_or_default()
+                ),
+            ));
         }
         match opts.propagation_policy.as_deref() {
             None | Some("Background") => {}
             Some("Orphan") => self.orphan_dependents(&old.object),
-            Some(other) => return Err(ApiError::not_implemented(format!("propagationPolicy {other}"))),
+            Some(other) => {
+                return Err(ApiError::not_implemented(format!(
+                    "propagationPolicy {other}"
+                )));
+            }
         }
         let okey = target.object_key();
         let grace = self.grace_period(&rt, &old.object, opts);
@@ -836,7 +1163,10 @@ impl Store {
             let old_grace = m.get("deletionGracePeriodSeconds").and_then(Value::as_i64);
             // A second delete may only shorten the grace period.
             if !already || old_grace.is_some_and(|g| grace < g) {
-                m.insert("deletionTimestamp".into(), Value::String(deadline.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()));
+                m.insert(
+                    "deletionTimestamp".into(),
+                    Value::String(deadline.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()),
+                );
                 m.insert("deletionGracePeriodSeconds".into(), Value::from(grace));
             }
             if is_namespace {
@@ -846,7 +1176,16 @@ impl Store {
                 if new == old.object {
                     return Ok(Self::render(&rt, &target.version, &old.object));
                 }
-                let object = self.commit(&target.key, okey, Stored { object: new, managed: old.managed }, EventKind::Modified, Some(old.object));
+                let object = self.commit(
+                    &target.key,
+                    okey,
+                    Stored {
+                        object: new,
+                        managed: old.managed,
+                    },
+                    EventKind::Modified,
+                    Some(old.object),
+                );
                 return Ok(Self::render(&rt, &target.version, &object));
             }
         }
@@ -864,54 +1203,88 @@ impl Store {
         if !(rt.group.is_empty() && rt.plural == "pods") {
             return 0;
         }
-        let scheduled = obj.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
-        let finished = matches!(obj.pointer("/status/phase").and_then(Value::as_str), Some("Succeeded" | "Failed"));
+        let scheduled = obj
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .is_some_and(|n| !n.is_empty());
+        let finished = matches!(
+            obj.pointer("/status/phase").and_then(Value::as_str),
+            Some("Succeeded" | "Failed")
+        );
         if !scheduled || finished {
             return 0;
         }
         opts.grace_period_seconds
-            .or_else(|| obj.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64))
+            .or_else(|| {
+                obj.pointer("/spec/terminationGracePeriodSeconds")
+                    .and_then(Value::as_i64)
+            })
             .unwrap_or(30)
             .max(0)
     }
 
     /// `propagationPolicy: Orphan`: dependents lose their reference to the owner instead of being collected.
     fn orphan_dependents(&mut self, owner: &Value) {
-        let Some(uid) = meta_str(owner, "uid").map(str::to_string) else { return };
+        let Some(uid) = meta_str(owner, "uid").map(str::to_string) else {
+            return;
+        };
         let mut changes = Vec::new();
         for (key, objects) in &self.objects {
             for (okey, stored) in objects {
-                let refs = stored.object.pointer("/metadata/ownerReferences").and_then(Value::as_array);
-                if refs.is_some_and(|r| r.iter().any(|o| o.get("uid").and_then(Value::as_str) == Some(&uid))) {
+                let refs = stored
+                    .object
+                    .pointer("/metadata/ownerReferences")
+                    .and_then(Value::as_array);
+                if refs.is_some_and(|r| {
+                    r.iter()
+                        .any(|o| o.get("uid").and_then(Value::as_str) == Some(&uid))
+                }) {
                     changes.push((key.clone(), okey.clone(), stored.clone()));
                 }
             }
         }
         for (key, okey, mut stored) in changes {
             let previous = stored.object.clone();
-            if let Some(Value::Array(refs)) = stored.object.pointer_mut("/metadata/ownerReferences") {
+            if let Some(Value::Array(refs)) = stored.object.pointer_mut("/metadata/ownerReferences")
+            {
                 refs.retain(|o| o.get("uid").and_then(Value::as_str) != Some(&uid));
             }
             self.commit(&key, okey, stored, EventKind::Modified, Some(previous));
         }
     }
 
-    pub fn delete_collection(&mut self, target: &Target, selectors: &Selectors, opts: &DeleteOptions) -> ApiResult<Value> {
+    pub fn delete_collection(
+        &mut self,
+        target: &Target,
+        selectors: &Selectors,
+        opts: &DeleteOptions,
+    ) -> ApiResult<Value> {
         let rt = self.rt(&target.key)?.clone();
         let names: Vec<(String, String)> = self
             .objects_in(&target.key, target.namespace.as_deref())
             .iter()
             .filter(|o| selectors.matches(o))
-            .map(|o| (meta_str(o, "namespace").unwrap_or_default().to_string(), meta_str(o, "name").unwrap_or_default().to_string()))
+            .map(|o| {
+                (
+                    meta_str(o, "namespace").unwrap_or_default().to_string(),
+                    meta_str(o, "name").unwrap_or_default().to_string(),
+                )
+            })
             .collect();
         let mut items = Vec::new();
         for (ns, name) in names {
-            let one = Target { name: Some(name), namespace: (!ns.is_empty()).then_some(ns), ..target.clone() };
+            let one = Target {
+                name: Some(name),
+                namespace: (!ns.is_empty()).then_some(ns),
+                ..target.clone()
+            };
             let before = self.get(&one)?;
             self.delete(&one, opts)?;
             items.push(before);
         }
-        Ok(json!({"apiVersion": rt.api_version(&target.version), "kind": format!("{}List", rt.kind), "metadata": {"resourceVersion": self.revision.to_string()}, "items": items}))
+        Ok(
+            json!({"apiVersion": rt.api_version(&target.version), "kind": format!("{}List", rt.kind), "metadata": {"resourceVersion": self.revision.to_string()}, "items": items}),
+        )
     }
 
     /// `POST pods/<name>/binding`: what the scheduler does to place a pod.
@@ -920,22 +1293,55 @@ impl Store {
             .pointer("/target/name")
             .and_then(Value::as_str)
             .filter(|n| !n.is_empty())
-            .ok_or_else(|| ApiError::invalid("Binding", target.name.as_deref().unwrap_or_default(), vec![FieldCause::required("target.name", "")]))?
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "Binding",
+                    target.name.as_deref().unwrap_or_default(),
+                    vec![FieldCause::required("target.name", "")],
+                )
+            })?
             .to_string();
-        let pod_target = Target { subresource: None, ..target.clone() };
+        let pod_target = Target {
+            subresource: None,
+            ..target.clone()
+        };
         let old = self.lookup(&pod_target)?.clone();
         let name = target.name.clone().unwrap_or_default();
-        if let Some(current) = old.object.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty()) {
-            return Err(ApiError::conflict("pods", &name, &format!("pod {name} is already assigned to node \"{current}\"")));
+        if let Some(current) = old
+            .object
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+        {
+            return Err(ApiError::conflict(
+                "pods",
+                &name,
+                &format!("pod {name} is already assigned to node \"{current}\""),
+            ));
         }
         if is_deleting(&old.object) {
-            return Err(ApiError::conflict("pods", &name, "pod is being deleted, cannot be assigned to a host"));
+            return Err(ApiError::conflict(
+                "pods",
+                &name,
+                "pod is being deleted, cannot be assigned to a host",
+            ));
         }
         let mut new = old.object.clone();
         new["spec"]["nodeName"] = Value::String(node);
         let okey = pod_target.object_key();
-        self.commit(&pod_target.key, okey, Stored { object: new, managed: old.managed }, EventKind::Modified, Some(old.object));
-        Ok(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}))
+        self.commit(
+            &pod_target.key,
+            okey,
+            Stored {
+                object: new,
+                managed: old.managed,
+            },
+            EventKind::Modified,
+            Some(old.object),
+        );
+        Ok(
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+        )
     }
 
     /// One pass of the garbage collector and the namespace controller: objects whose owners
@@ -948,7 +1354,10 @@ impl Store {
             .flat_map(|m| m.values())
             .filter_map(|s| meta_str(&s.object, "uid").map(str::to_string))
             .collect();
-        let ns_key = ResourceKey { group: String::new(), plural: "namespaces".into() };
+        let ns_key = ResourceKey {
+            group: String::new(),
+            plural: "namespaces".into(),
+        };
         let terminating: Vec<String> = self
             .objects
             .get(&ns_key)
@@ -968,11 +1377,24 @@ impl Store {
                     deletions.push((key.clone(), ns.clone(), name.clone()));
                     continue;
                 }
-                let refs: Vec<&Value> = stored.object.pointer("/metadata/ownerReferences").and_then(Value::as_array).into_iter().flatten().collect();
+                let refs: Vec<&Value> = stored
+                    .object
+                    .pointer("/metadata/ownerReferences")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .collect();
                 if refs.is_empty() {
                     continue;
                 }
-                let alive = refs.iter().filter(|r| r.get("uid").and_then(Value::as_str).is_some_and(|u| live.contains(u))).count();
+                let alive = refs
+                    .iter()
+                    .filter(|r| {
+                        r.get("uid")
+                            .and_then(Value::as_str)
+                            .is_some_and(|u| live.contains(u))
+                    })
+                    .count();
                 if alive == 0 {
                     deletions.push((key.clone(), ns.clone(), name.clone()));
                 } else if alive < refs.len() {
@@ -981,22 +1403,43 @@ impl Store {
             }
         }
         for (key, ns, name) in deletions {
-            let version = self.types.get(&key).and_then(|t| t.versions.first().cloned()).unwrap_or_default();
-            let target = Target { key, version, namespace: (!ns.is_empty()).then_some(ns), name: Some(name), subresource: None };
+            let version = self
+                .types
+                .get(&key)
+                .and_then(|t| t.versions.first().cloned())
+                .unwrap_or_default();
+            let target = Target {
+                key,
+                version,
+                namespace: (!ns.is_empty()).then_some(ns),
+                name: Some(name),
+                subresource: None,
+            };
             if let Err(e) = self.delete(&target, &DeleteOptions::default()) {
                 tracing::warn!(error = %e, "garbage collector could not delete a dependent");
             }
         }
         for (key, okey) in trims {
-            let Some(mut stored) = self.objects.get(&key).and_then(|m| m.get(&okey)).cloned() else { continue };
+            let Some(mut stored) = self.objects.get(&key).and_then(|m| m.get(&okey)).cloned()
+            else {
+                continue;
+            };
             let previous = stored.object.clone();
-            if let Some(Value::Array(refs)) = stored.object.pointer_mut("/metadata/ownerReferences") {
-                refs.retain(|r| r.get("uid").and_then(Value::as_str).is_some_and(|u| live.contains(u)));
+            if let Some(Value::Array(refs)) = stored.object.pointer_mut("/metadata/ownerReferences")
+            {
+                refs.retain(|r| {
+                    r.get("uid")
+                        .and_then(Value::as_str)
+                        .is_some_and(|u| live.contains(u))
+                });
             }
             self.commit(&key, okey, stored, EventKind::Modified, Some(previous));
         }
         for ns in terminating {
-            let empty = self.objects.iter().all(|(key, m)| key == &ns_key || !m.keys().any(|(n, _)| n == &ns));
+            let empty = self
+                .objects
+                .iter()
+                .all(|(key, m)| key == &ns_key || !m.keys().any(|(n, _)| n == &ns));
             if empty {
                 self.remove(&ns_key, &(String::new(), ns));
             }
@@ -1019,7 +1462,11 @@ fn apply_create_defaults(rt: &ResourceType, obj: &mut Value) {
         ("", "pods") => {
             let spec = &mut obj["spec"];
             if spec.is_object() {
-                for (field, default) in [("restartPolicy", json!("Always")), ("schedulerName", json!("default-scheduler")), ("terminationGracePeriodSeconds", json!(30))] {
+                for (field, default) in [
+                    ("restartPolicy", json!("Always")),
+                    ("schedulerName", json!("default-scheduler")),
+                    ("terminationGracePeriodSeconds", json!(30)),
+                ] {
                     if spec.get(field).is_none() {
                         spec[field] = default;
                     }
@@ -1035,12 +1482,18 @@ fn apply_create_defaults(rt: &ResourceType, obj: &mut Value) {
 fn uses_strategic_features(patch: &Value) -> bool {
     match patch {
         Value::Array(_) => true,
-        Value::Object(map) => map.iter().any(|(k, v)| k.starts_with('$') || uses_strategic_features(v)),
+        Value::Object(map) => map
+            .iter()
+            .any(|(k, v)| k.starts_with('$') || uses_strategic_features(v)),
         _ => false,
     }
 }
 
-fn filter_event(event: &WatchEvent, target: &Target, selectors: &Selectors) -> Option<(EventKind, Value)> {
+fn filter_event(
+    event: &WatchEvent,
+    target: &Target,
+    selectors: &Selectors,
+) -> Option<(EventKind, Value)> {
     if event.resource != target.key {
         return None;
     }
@@ -1052,7 +1505,9 @@ fn filter_event(event: &WatchEvent, target: &Target, selectors: &Selectors) -> O
     let now = selectors.matches(&event.object);
     let before = event.previous.as_ref().map(|p| selectors.matches(p));
     let kind = match (event.kind, before, now) {
-        (EventKind::Modified, Some(true), true) | (EventKind::Modified, None, true) => EventKind::Modified,
+        (EventKind::Modified, Some(true), true) | (EventKind::Modified, None, true) => {
+            EventKind::Modified
+        }
         (EventKind::Modified, Some(false), true) => EventKind::Added,
         (EventKind::Modified, Some(true), false) => EventKind::Deleted,
         (EventKind::Modified, _, false) => return None,

@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 
-use super::error::{ApiResult, ApiError, FieldCause};
+use super::error::{ApiError, ApiResult, FieldCause};
 use super::registry::ResourceType;
 
 /// `ResourceClaimReservedForMaxSize`.
@@ -22,13 +22,19 @@ pub const SCHEDULING_NODE_LIST_MAX: usize = 128;
 /// An RFC 1123 subdomain (most object names) or, when `label`, an RFC 1123 label (namespaces).
 fn name_problem(name: &str, label: bool) -> Option<String> {
     let max = if label { 63 } else { 253 };
-    let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || (!label && c == '.');
+    let allowed =
+        |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || (!label && c == '.');
     let edge_ok = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
     if name.len() > max {
         return Some(format!("must be no more than {max} characters"));
     }
-    if !name.chars().all(allowed) || !edge_ok(name.chars().next()) || !edge_ok(name.chars().last()) {
-        let what = if label { "a lowercase RFC 1123 label" } else { "a lowercase RFC 1123 subdomain" };
+    if !name.chars().all(allowed) || !edge_ok(name.chars().next()) || !edge_ok(name.chars().last())
+    {
+        let what = if label {
+            "a lowercase RFC 1123 label"
+        } else {
+            "a lowercase RFC 1123 subdomain"
+        };
         return Some(format!(
             "{what} must consist of lower case alphanumeric characters, '-'{}, and must start and end with an alphanumeric character",
             if label { "" } else { " or '.'" }
@@ -46,7 +52,9 @@ pub fn validate_name(rt: &ResourceType, name: &str) -> ApiResult<()> {
 }
 
 fn len_at(obj: &Value, pointer: &str) -> usize {
-    obj.pointer(pointer).and_then(Value::as_array).map_or(0, Vec::len)
+    obj.pointer(pointer)
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len)
 }
 
 /// Checks a write of `new` (replacing `old`, if any) against the kind's rules.
@@ -57,12 +65,26 @@ pub fn validate_write(rt: &ResourceType, old: Option<&Value>, new: &Value) -> Ap
         ("resource.k8s.io", "podschedulingcontexts") => {
             let potential = len_at(new, "/spec/potentialNodes");
             if potential > SCHEDULING_NODE_LIST_MAX {
-                causes.push(FieldCause::too_many("spec.potentialNodes", potential, SCHEDULING_NODE_LIST_MAX));
+                causes.push(FieldCause::too_many(
+                    "spec.potentialNodes",
+                    potential,
+                    SCHEDULING_NODE_LIST_MAX,
+                ));
             }
-            for (i, claim) in new.pointer("/status/resourceClaims").and_then(Value::as_array).into_iter().flatten().enumerate() {
+            for (i, claim) in new
+                .pointer("/status/resourceClaims")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
                 let unsuitable = len_at(claim, "/unsuitableNodes");
                 if unsuitable > SCHEDULING_NODE_LIST_MAX {
-                    causes.push(FieldCause::too_many(format!("status.resourceClaims[{i}].unsuitableNodes"), unsuitable, SCHEDULING_NODE_LIST_MAX));
+                    causes.push(FieldCause::too_many(
+                        format!("status.resourceClaims[{i}].unsuitableNodes"),
+                        unsuitable,
+                        SCHEDULING_NODE_LIST_MAX,
+                    ));
                 }
             }
         }
@@ -71,7 +93,10 @@ pub fn validate_write(rt: &ResourceType, old: Option<&Value>, new: &Value) -> Ap
     if causes.is_empty() {
         Ok(())
     } else {
-        let name = new.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+        let name = new
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         Err(ApiError::invalid(&rt.kind_group(), name, causes))
     }
 }
@@ -80,22 +105,39 @@ fn resource_claim(old: Option<&Value>, new: &Value, causes: &mut Vec<FieldCause>
     if let Some(old) = old
         && old.get("spec") != new.get("spec")
     {
-        causes.push(FieldCause::invalid("spec", new.get("spec").unwrap_or(&Value::Null), "field is immutable"));
+        causes.push(FieldCause::invalid(
+            "spec",
+            new.get("spec").unwrap_or(&Value::Null),
+            "field is immutable",
+        ));
     }
     let status = new.get("status");
-    let allocation = status.and_then(|s| s.get("allocation")).filter(|a| !a.is_null());
-    let handles = allocation.and_then(|a| a.get("resourceHandles")).and_then(Value::as_array);
+    let allocation = status
+        .and_then(|s| s.get("allocation"))
+        .filter(|a| !a.is_null());
+    let handles = allocation
+        .and_then(|a| a.get("resourceHandles"))
+        .and_then(Value::as_array);
     if let Some(handles) = handles {
         if handles.len() > RESOURCE_HANDLES_MAX {
-            causes.push(FieldCause::too_many("status.allocation.resourceHandles", handles.len(), RESOURCE_HANDLES_MAX));
+            causes.push(FieldCause::too_many(
+                "status.allocation.resourceHandles",
+                handles.len(),
+                RESOURCE_HANDLES_MAX,
+            ));
         }
         for (i, handle) in handles.iter().enumerate() {
-            let data = handle.get("data").and_then(Value::as_str).unwrap_or_default();
+            let data = handle
+                .get("data")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
             if data.len() > RESOURCE_HANDLE_DATA_MAX {
                 causes.push(FieldCause {
                     reason: "FieldValueTooLong",
                     field: format!("status.allocation.resourceHandles[{i}].data"),
-                    message: format!("Too long: must have at most {RESOURCE_HANDLE_DATA_MAX} bytes"),
+                    message: format!(
+                        "Too long: must have at most {RESOURCE_HANDLE_DATA_MAX} bytes"
+                    ),
                 });
             }
         }
@@ -108,27 +150,50 @@ fn resource_claim(old: Option<&Value>, new: &Value, causes: &mut Vec<FieldCause>
         .map(|r| r.get("uid").and_then(Value::as_str).unwrap_or_default())
         .collect();
     if reserved.len() > RESERVED_FOR_MAX {
-        causes.push(FieldCause::too_many("status.reservedFor", reserved.len(), RESERVED_FOR_MAX));
+        causes.push(FieldCause::too_many(
+            "status.reservedFor",
+            reserved.len(),
+            RESERVED_FOR_MAX,
+        ));
     }
     for (i, uid) in reserved.iter().enumerate() {
         if reserved[..i].contains(uid) {
-            causes.push(FieldCause { reason: "FieldValueDuplicate", field: format!("status.reservedFor[{i}].uid"), message: format!("Duplicate value: {uid:?}") });
+            causes.push(FieldCause {
+                reason: "FieldValueDuplicate",
+                field: format!("status.reservedFor[{i}].uid"),
+                message: format!("Duplicate value: {uid:?}"),
+            });
         }
     }
     if !reserved.is_empty() && allocation.is_none() {
-        causes.push(FieldCause::forbidden("status.reservedFor", "may not be specified when `allocated` is not set"));
+        causes.push(FieldCause::forbidden(
+            "status.reservedFor",
+            "may not be specified when `allocated` is not set",
+        ));
     }
-    let deallocation_requested = status.and_then(|s| s.get("deallocationRequested")).and_then(Value::as_bool).unwrap_or(false);
+    let deallocation_requested = status
+        .and_then(|s| s.get("deallocationRequested"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     if deallocation_requested && allocation.is_none() {
-        causes.push(FieldCause::forbidden("status.deallocationRequested", "deallocation can only be requested for an allocated claim"));
+        causes.push(FieldCause::forbidden(
+            "status.deallocationRequested",
+            "deallocation can only be requested for an allocated claim",
+        ));
     }
     let Some(old) = old else { return };
     let old_status = old.get("status");
-    let old_allocation = old_status.and_then(|s| s.get("allocation")).filter(|a| !a.is_null());
+    let old_allocation = old_status
+        .and_then(|s| s.get("allocation"))
+        .filter(|a| !a.is_null());
     if let (Some(before), Some(after)) = (old_allocation, allocation)
         && before != after
     {
-        causes.push(FieldCause::invalid("status.allocation", after, "field is immutable"));
+        causes.push(FieldCause::invalid(
+            "status.allocation",
+            after,
+            "field is immutable",
+        ));
     }
     // "While DeallocationRequested is set, no new consumers may be added to ReservedFor",
     // and neither while the claim is being deleted.
@@ -140,8 +205,13 @@ fn resource_claim(old: Option<&Value>, new: &Value, causes: &mut Vec<FieldCause>
         .filter_map(|r| r.get("uid").and_then(Value::as_str))
         .collect();
     let adds = reserved.iter().any(|uid| !old_reserved.contains(uid));
-    let deleting = old.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null());
-    let old_dealloc = old_status.and_then(|s| s.get("deallocationRequested")).and_then(Value::as_bool).unwrap_or(false);
+    let deleting = old
+        .pointer("/metadata/deletionTimestamp")
+        .is_some_and(|t| !t.is_null());
+    let old_dealloc = old_status
+        .and_then(|s| s.get("deallocationRequested"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     if adds && (old_dealloc || deleting) {
         causes.push(FieldCause::forbidden("status.reservedFor", "new entries may not be added while `deallocationRequested` or `deletionTimestamp` are set"));
     }
