@@ -1,1 +1,37 @@
-//! The kubelet's gRPC APIs (plugin registration, DRA node services). Filled in by the kubelet-plugin issue.
+//! The kubelet's gRPC APIs, generated from our own .proto files under `proto/`.
+//!
+//! Wire compatibility rests on the proto package, service and rpc names and the field
+//! numbers; those are taken from the Kubernetes releases listed per module. The
+//! structured-DRA services (`k8s.io.kubelet.pkg.apis.dra.v1beta1` / `.v1`) get their own
+//! modules next to these when they are added.
+
+/// `pluginregistration` (all kubelets): how a plugin announces itself.
+pub mod pluginregistration {
+    #![allow(missing_docs, missing_debug_implementations, clippy::all)]
+    tonic::include_proto!("pluginregistration");
+}
+
+/// `v1alpha2.Node` (kubelet 1.27; the fallback of 1.28–1.30): one claim per call.
+pub mod v1alpha2 {
+    #![allow(missing_docs, missing_debug_implementations, clippy::all)]
+    tonic::include_proto!("v1alpha2");
+}
+
+/// `v1alpha3.Node` (kubelets 1.28–1.30): batched calls, per-claim errors.
+pub mod v1alpha3 {
+    #![allow(missing_docs, missing_debug_implementations, clippy::all)]
+    tonic::include_proto!("v1alpha3");
+}
+
+/// The `type` a DRA plugin reports in `PluginInfo`.
+pub const DRA_PLUGIN_TYPE: &str = "DRAPlugin";
+
+/// The gRPC service names, as the kubelet addresses them.
+pub mod services {
+    /// The registration service.
+    pub const REGISTRATION: &str = "pluginregistration.Registration";
+    /// The classic single-claim node service.
+    pub const V1ALPHA2_NODE: &str = "v1alpha2.Node";
+    /// The classic batched node service.
+    pub const V1ALPHA3_NODE: &str = "v1alpha3.Node";
+}
