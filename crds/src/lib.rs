@@ -16,6 +16,7 @@
 pub mod crdgen;
 pub mod handle;
 pub mod nas;
+pub mod node_selector;
 pub mod params;
 pub mod pod;
 pub mod v1alpha2;
