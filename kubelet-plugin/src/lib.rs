@@ -1,1 +1,263 @@
-//! The per-node kubelet plugin: registration, DRA gRPC, CDI specs, checkpoint. Filled in by the kubelet-plugin issue.
+//! The per-node kubelet plugin for classic DRA (kubelets 1.27–1.30).
+//!
+//! - pure: [`devices`] (inventory, split), [`cdi`] (spec building), [`claims`] (what a
+//!   prepare means), [`checkpoint`] (the document);
+//! - adapters: [`driver`] (files: CDI specs, checkpoint), [`grpc`] (registration and
+//!   DRA services on unix sockets), [`publish`] (the NodeAllocationState), [`http`]
+//!   (health and metrics);
+//! - [`run`] wires them; `main.rs` only parses flags.
+
+pub mod cdi;
+pub mod checkpoint;
+pub mod claims;
+pub mod devices;
+pub mod driver;
+pub mod fsutil;
+pub mod grpc;
+pub mod http;
+pub mod metrics;
+pub mod publish;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use fake_dra_crds::nas::NodePhase;
+use fake_dra_proto::{pluginregistration, v1alpha2, v1alpha3};
+use tokio_stream::wrappers::UnixListenerStream;
+use tracing::{error, info, warn};
+
+use crate::cdi::CdiKind;
+use crate::devices::Inventory;
+use crate::driver::{CrashPoint, Driver, DriverConfig};
+
+/// The Kubernetes API access the plugin needs: (API group, resource, verbs). The RBAC
+/// manifests grant exactly this; a test compares them.
+pub const API_ACCESS: &[(&str, &str, &[&str])] = &[
+    (
+        fake_dra_crds::NAS_GROUP,
+        "nodeallocationstates",
+        &["get", "create", "update"],
+    ),
+    (
+        fake_dra_crds::NAS_GROUP,
+        "nodeallocationstates/status",
+        &["get", "update"],
+    ),
+    ("", "nodes", &["get"]),
+];
+
+/// Name of the DRA socket in the plugin dir.
+pub const DRA_SOCKET: &str = "plugin.sock";
+
+/// Everything the plugin is configured with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// This node.
+    pub node_name: String,
+    /// The DRA driver name.
+    pub driver_name: String,
+    /// Namespace of the NodeAllocationState.
+    pub namespace: String,
+    /// Parent devices.
+    pub num_devices: usize,
+    /// Models to pick the node's from.
+    pub models: Vec<String>,
+    /// CDI spec dir.
+    pub cdi_root: PathBuf,
+    /// Plugin dir: DRA socket and checkpoint.
+    pub plugin_dir: PathBuf,
+    /// The kubelet's plugin registry dir.
+    pub registry_dir: PathBuf,
+    /// Kubeconfig file; in-cluster or `$KUBECONFIG` when absent.
+    pub kubeconfig: Option<PathBuf>,
+    /// Where to serve /healthz, /readyz, /metrics, if anywhere.
+    pub http_address: Option<SocketAddr>,
+    /// Test-only crash point.
+    pub crash_point: Option<CrashPoint>,
+}
+
+/// Why the plugin stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Bad flags.
+    #[error(transparent)]
+    Inventory(#[from] devices::InventoryError),
+    /// Bad driver name.
+    #[error(transparent)]
+    Vendor(#[from] cdi::BadVendor),
+    /// Checkpoint or CDI dir trouble at start.
+    #[error(transparent)]
+    Start(#[from] driver::StartError),
+    /// A socket could not be bound.
+    #[error("binding {path}: {source}")]
+    Bind {
+        /// The socket path.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// No Kubernetes client.
+    #[error("kubernetes client: {0}")]
+    Kube(String),
+    /// A gRPC server failed.
+    #[error("grpc server: {0}")]
+    Serve(#[from] tonic::transport::Error),
+    /// A background task failed.
+    #[error("task failed: {0}")]
+    Task(String),
+}
+
+async fn kube_client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, Error> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| Error::Kube(format!("{}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                .await
+                .map_err(|e| Error::Kube(format!("{}: {e}", path.display())))?
+        }
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| Error::Kube(e.to_string()))?,
+    };
+    kube::Client::try_from(config).map_err(|e| Error::Kube(e.to_string()))
+}
+
+/// Runs the plugin until `shutdown` completes, then removes the sockets and marks the
+/// node NotReady.
+pub async fn run(
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    let inventory = Inventory::new(&config.node_name, config.num_devices, &config.models)?;
+    let kind = CdiKind::for_driver(&config.driver_name)?;
+    info!(node = %inventory.node_name, model = %inventory.model, devices = inventory.devices.len(), "inventory");
+    let driver_config = DriverConfig {
+        inventory: inventory.clone(),
+        driver_name: config.driver_name.clone(),
+        kind,
+        cdi_root: config.cdi_root.clone(),
+        plugin_dir: config.plugin_dir.clone(),
+        crash_point: config.crash_point,
+    };
+    let driver = Arc::new(
+        tokio::task::spawn_blocking(move || Driver::start(driver_config))
+            .await
+            .map_err(|e| Error::Task(e.to_string()))??,
+    );
+    let client = kube_client(config.kubeconfig.as_ref()).await?;
+    let metrics = Arc::new(metrics::Metrics::new());
+    let ready = Arc::new(AtomicBool::new(false));
+
+    let publisher = publish::Publisher::new(
+        client,
+        &config.namespace,
+        &inventory.node_name,
+        inventory.to_nas_spec(),
+    );
+    let publish_task = tokio::spawn(publisher.clone().run(driver.clone(), ready.clone()));
+
+    let http_task = match config.http_address {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| Error::Bind {
+                    path: PathBuf::from(addr.to_string()),
+                    source,
+                })?;
+            Some(tokio::spawn(http::serve(
+                listener,
+                metrics.clone(),
+                ready.clone(),
+            )))
+        }
+        None => None,
+    };
+
+    let dra_path = config.plugin_dir.join(DRA_SOCKET);
+    let reg_path = config
+        .registry_dir
+        .join(format!("{}.sock", config.driver_name));
+    let bind = |path: &PathBuf| {
+        grpc::bind(path).map_err(|source| Error::Bind {
+            path: path.clone(),
+            source,
+        })
+    };
+
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    let node = grpc::NodeService {
+        driver: driver.clone(),
+        metrics: metrics.clone(),
+    };
+    health_reporter
+        .set_serving::<v1alpha3::node_server::NodeServer<grpc::NodeService>>()
+        .await;
+    health_reporter
+        .set_serving::<v1alpha2::node_server::NodeServer<grpc::NodeService>>()
+        .await;
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+
+    let dra_listener = bind(&dra_path)?;
+    let dra_server = tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(v1alpha3::node_server::NodeServer::new(node.clone()))
+        .add_service(v1alpha2::node_server::NodeServer::new(node))
+        .serve_with_incoming_shutdown(
+            UnixListenerStream::new(dra_listener),
+            stopped(stop_rx.clone()),
+        );
+    let dra_task = tokio::spawn(dra_server);
+
+    // Registration last: once the kubelet sees this socket it dials the DRA socket.
+    let reg_listener = bind(&reg_path)?;
+    let registration = grpc::Registration {
+        driver_name: config.driver_name.clone(),
+        endpoint: dra_path.clone(),
+        registered: Arc::new(AtomicBool::new(false)),
+    };
+    let reg_server = tonic::transport::Server::builder()
+        .add_service(pluginregistration::registration_server::RegistrationServer::new(registration))
+        .serve_with_incoming_shutdown(UnixListenerStream::new(reg_listener), stopped(stop_rx));
+    let reg_task = tokio::spawn(reg_server);
+    info!(registration = %reg_path.display(), dra = %dra_path.display(), "serving");
+
+    shutdown.await;
+    info!("shutting down");
+    // Deregister first: deleting the registration socket tells the kubelet we are gone.
+    for path in [&reg_path, &dra_path] {
+        if let Err(e) = fsutil::remove_if_exists(path) {
+            warn!(path = %path.display(), error = %e, "removing socket");
+        }
+    }
+    let _ = stop_tx.send(true);
+    for task in [reg_task, dra_task] {
+        match task.await {
+            Ok(Err(e)) => error!(error = %e, "grpc server"),
+            Err(e) => error!(error = %e, "grpc server task"),
+            Ok(Ok(())) => {}
+        }
+    }
+    publish_task.abort();
+    if let Some(task) = http_task {
+        task.abort();
+    }
+    let not_ready = publisher.set_status(
+        NodePhase::NotReady,
+        Some("kubelet plugin shut down".into()),
+        driver.prepared_claims(),
+    );
+    match tokio::time::timeout(std::time::Duration::from_secs(10), not_ready).await {
+        Ok(Ok(())) => info!("NodeAllocationState NotReady"),
+        Ok(Err(e)) => warn!(error = %e, "marking NodeAllocationState NotReady"),
+        Err(_) => warn!("marking NodeAllocationState NotReady timed out"),
+    }
+    Ok(())
+}

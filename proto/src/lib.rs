@@ -35,3 +35,20 @@ pub mod services {
     /// The classic batched node service.
     pub const V1ALPHA3_NODE: &str = "v1alpha3.Node";
 }
+
+/// Dials a gRPC server on a unix socket, as the kubelet does. The URI is a placeholder:
+/// every connection goes to `path`.
+pub async fn connect_unix(
+    path: impl AsRef<std::path::Path>,
+) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    let path = path.as_ref().to_owned();
+    tonic::transport::Endpoint::from_static("http://localhost")
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let path = path.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(path).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+            }
+        }))
+        .await
+}

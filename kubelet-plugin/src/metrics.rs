@@ -1,0 +1,86 @@
+//! Prometheus metrics: prepare/unprepare counts by result and their latency.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Labels of the per-claim counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClaimLabels {
+    /// `prepare` or `unprepare`.
+    pub operation: &'static str,
+    /// `success` or `error`.
+    pub result: &'static str,
+}
+
+/// Labels of the latency histograms.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallLabels {
+    /// The rpc name, e.g. `NodePrepareResources`.
+    pub method: &'static str,
+}
+
+/// The plugin's metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    claims: Family<ClaimLabels, Counter>,
+    latency: Family<CallLabels, Histogram>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("fake_dra_kubelet_plugin");
+        let claims = Family::<ClaimLabels, Counter>::default();
+        registry.register(
+            "claims",
+            "Claims prepared or unprepared, by result",
+            claims.clone(),
+        );
+        let latency = Family::<CallLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.0001, 2.0, 16))
+        });
+        registry.register(
+            "call_duration_seconds",
+            "Duration of the kubelet's DRA calls",
+            latency.clone(),
+        );
+        Self {
+            registry,
+            claims,
+            latency,
+        }
+    }
+
+    /// Counts one claim's outcome.
+    pub fn claim(&self, operation: &'static str, ok: bool) {
+        let result = if ok { "success" } else { "error" };
+        self.claims
+            .get_or_create(&ClaimLabels { operation, result })
+            .inc();
+    }
+
+    /// Records a call's duration.
+    pub fn observe(&self, method: &'static str, seconds: f64) {
+        self.latency
+            .get_or_create(&CallLabels { method })
+            .observe(seconds);
+    }
+
+    /// The text exposition format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}

@@ -1,0 +1,205 @@
+//! Publishes the node's `NodeAllocationState`: the inventory in `spec`, readiness and the
+//! prepared claims in `status`. Every write is a read-modify-write with the object's
+//! resourceVersion, retried on 409 Conflict.
+
+use std::time::Duration;
+
+use fake_dra_crds::nas::{
+    NodeAllocationState, NodeAllocationStateSpec, NodeAllocationStateStatus, NodePhase,
+    PreparedClaim,
+};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, Client};
+use tracing::{debug, warn};
+
+/// Attempts per write before giving up on conflicts.
+const MAX_CONFLICT_RETRIES: usize = 10;
+
+/// Where and what to publish.
+#[derive(Clone)]
+pub struct Publisher {
+    client: Client,
+    namespace: String,
+    node_name: String,
+    spec: NodeAllocationStateSpec,
+}
+
+fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher")
+            .field("namespace", &self.namespace)
+            .field("node_name", &self.node_name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Publisher {
+    /// A publisher for `node_name`'s object in `namespace`.
+    pub fn new(
+        client: Client,
+        namespace: &str,
+        node_name: &str,
+        spec: NodeAllocationStateSpec,
+    ) -> Self {
+        Self {
+            client,
+            namespace: namespace.to_owned(),
+            node_name: node_name.to_owned(),
+            spec,
+        }
+    }
+
+    fn api(&self) -> Api<NodeAllocationState> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// The owner reference to our Node, if the Node exists, so the object goes away with
+    /// the Node.
+    async fn node_owner(&self) -> Result<Option<OwnerReference>, kube::Error> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        Ok(nodes.get_opt(&self.node_name).await?.and_then(|node| {
+            node.metadata.uid.map(|uid| OwnerReference {
+                api_version: "v1".into(),
+                kind: "Node".into(),
+                name: self.node_name.clone(),
+                uid,
+                ..Default::default()
+            })
+        }))
+    }
+
+    /// Creates the object or brings its spec and owner up to date.
+    pub async fn ensure_spec(&self) -> Result<NodeAllocationState, kube::Error> {
+        let api = self.api();
+        let owner = match self.node_owner().await {
+            Ok(owner) => owner,
+            Err(e) => {
+                warn!(error = %e, "cannot read our Node; publishing without an owner reference");
+                None
+            }
+        };
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let result = match api.get_opt(&self.node_name).await? {
+                None => {
+                    let nas = NodeAllocationState {
+                        metadata: ObjectMeta {
+                            name: Some(self.node_name.clone()),
+                            namespace: Some(self.namespace.clone()),
+                            owner_references: owner.clone().map(|o| vec![o]),
+                            ..Default::default()
+                        },
+                        spec: self.spec.clone(),
+                        status: None,
+                    };
+                    api.create(&PostParams::default(), &nas).await
+                }
+                Some(mut nas) => {
+                    let mut changed = nas.spec != self.spec;
+                    nas.spec = self.spec.clone();
+                    if let Some(owner) = &owner {
+                        let refs = nas.metadata.owner_references.get_or_insert_with(Vec::new);
+                        if !refs.iter().any(|r| r.uid == owner.uid) {
+                            refs.push(owner.clone());
+                            changed = true;
+                        }
+                    }
+                    if !changed {
+                        return Ok(nas);
+                    }
+                    api.replace(&self.node_name, &PostParams::default(), &nas)
+                        .await
+                }
+            };
+            match result {
+                Err(e) if is_conflict(&e) && attempt < MAX_CONFLICT_RETRIES => {
+                    debug!(attempt, "conflict writing NodeAllocationState; retrying");
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Writes the status.
+    pub async fn set_status(
+        &self,
+        phase: NodePhase,
+        message: Option<String>,
+        prepared: Vec<PreparedClaim>,
+    ) -> Result<(), kube::Error> {
+        let api = self.api();
+        let status = NodeAllocationStateStatus::new(phase, message, &self.spec, prepared);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut nas = match api.get_opt(&self.node_name).await? {
+                Some(nas) => nas,
+                // Deleted under us (or never created): recreate, then write the status.
+                None => self.ensure_spec().await?,
+            };
+            if nas.status.as_ref() == Some(&status) {
+                return Ok(());
+            }
+            nas.status = Some(status.clone());
+            match api
+                .replace_status(&self.node_name, &PostParams::default(), &nas)
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(e) if is_conflict(&e) && attempt < MAX_CONFLICT_RETRIES => {
+                    debug!(
+                        attempt,
+                        "conflict writing NodeAllocationState status; retrying"
+                    );
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Publishes spec and Ready status, retrying with backoff until it works; then keeps
+    /// the prepared-claims list current whenever `changed` ticks. Never returns on its own.
+    pub async fn run(
+        self,
+        driver: std::sync::Arc<crate::driver::Driver>,
+        ready: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) {
+        let mut changed = driver.subscribe();
+        let mut backoff = Duration::from_millis(200);
+        loop {
+            let result = async {
+                self.ensure_spec().await?;
+                self.set_status(NodePhase::Ready, None, driver.prepared_claims())
+                    .await
+            }
+            .await;
+            match result {
+                Ok(()) => break,
+                Err(e) => {
+                    warn!(error = %e, "publishing NodeAllocationState failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(30));
+                }
+            }
+        }
+        ready.store(true, std::sync::atomic::Ordering::SeqCst);
+        tracing::info!(node = %self.node_name, "NodeAllocationState published, Ready");
+        changed.mark_unchanged();
+        while changed.changed().await.is_ok() {
+            changed.mark_unchanged();
+            if let Err(e) = self
+                .set_status(NodePhase::Ready, None, driver.prepared_claims())
+                .await
+            {
+                warn!(error = %e, "updating NodeAllocationState status failed; next change retries");
+            }
+        }
+    }
+}
