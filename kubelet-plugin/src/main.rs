@@ -99,6 +99,8 @@ async fn shutdown_signal() {
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
+    // One TLS crypto provider for the kube client, whatever else is linked in.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     init_logging(args.log_format);
     let plugin_dir = args
         .plugin_dir

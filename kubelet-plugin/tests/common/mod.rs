@@ -1,0 +1,316 @@
+//! The test kubelet: starts the real plugin binary against the emulated apiserver and
+//! talks to it over its unix sockets with the generated clients.
+#![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use fake_dra_crds::handle::AllocationHandle;
+use fake_dra_kubelet_plugin::cdi::CdiKind;
+use fake_dra_kubelet_plugin::devices::{DEFAULT_MODELS, Inventory};
+use fake_dra_proto::{pluginregistration as reg, v1alpha2, v1alpha3};
+use tonic::transport::Channel;
+
+pub const DRIVER: &str = fake_dra_crds::DEFAULT_DRIVER_NAME;
+pub const NAMESPACE: &str = "fake-dra";
+
+/// Guards against a hang, not a speed check: a plugin that is not up by then is broken.
+const STARTUP_LIMIT: Duration = Duration::from_secs(60);
+
+/// Where one plugin instance keeps its files; survives restarts of the process.
+#[derive(Debug)]
+pub struct Dirs {
+    pub root: tempfile::TempDir,
+    pub cdi_root: PathBuf,
+}
+
+impl Dirs {
+    pub fn new() -> Self {
+        let root = tempfile::tempdir().unwrap();
+        let cdi_root = root.path().join("cdi");
+        Self { root, cdi_root }
+    }
+    /// With CDI specs in `cdi_root` (e.g. /var/run/cdi for podman).
+    pub fn with_cdi_root(cdi_root: PathBuf) -> Self {
+        Self {
+            root: tempfile::tempdir().unwrap(),
+            cdi_root,
+        }
+    }
+    pub fn plugin_dir(&self) -> PathBuf {
+        self.root.path().join("plugins").join(DRIVER)
+    }
+    pub fn registry_dir(&self) -> PathBuf {
+        self.root.path().join("plugins_registry")
+    }
+    pub fn reg_socket(&self) -> PathBuf {
+        self.registry_dir().join(format!("{DRIVER}.sock"))
+    }
+    pub fn dra_socket(&self) -> PathBuf {
+        self.plugin_dir().join("plugin.sock")
+    }
+    pub fn checkpoint(&self) -> PathBuf {
+        self.plugin_dir().join("checkpoint.json")
+    }
+    pub fn spec_path(&self, id: &str) -> PathBuf {
+        self.cdi_root.join(kind().spec_file_name(id))
+    }
+    /// Our spec files, sorted.
+    pub fn spec_files(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(&self.cdi_root)
+            .map(|rd| {
+                rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with(&kind().spec_file_prefix()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+}
+
+pub fn kind() -> CdiKind {
+    CdiKind::for_driver(DRIVER).unwrap()
+}
+
+pub fn inventory(node: &str) -> Inventory {
+    let models: Vec<String> = DEFAULT_MODELS.iter().map(|m| m.to_string()).collect();
+    Inventory::new(node, 8, &models).unwrap()
+}
+
+/// A handle for devices `idx` of `node`'s inventory.
+pub fn handle(node: &str, idx: &[usize], split: u32) -> String {
+    let inv = inventory(node);
+    AllocationHandle {
+        node_name: node.into(),
+        model: inv.model.clone(),
+        split,
+        devices: idx.iter().map(|&i| inv.devices[i].clone()).collect(),
+    }
+    .to_json()
+}
+
+pub fn claim(uid: &str, handle: &str) -> v1alpha3::Claim {
+    v1alpha3::Claim {
+        namespace: "default".into(),
+        uid: uid.into(),
+        name: format!("claim-{uid}"),
+        resource_handle: handle.into(),
+    }
+}
+
+/// A running plugin process.
+#[derive(Debug)]
+pub struct Plugin {
+    pub child: Child,
+    pub node: String,
+}
+
+pub struct Options<'a> {
+    pub node: &'a str,
+    pub kubeconfig: &'a Path,
+    pub env: Vec<(&'a str, &'a str)>,
+    pub extra_args: Vec<String>,
+}
+
+impl Plugin {
+    pub fn command(dirs: &Dirs, opts: &Options<'_>) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fake-dra-kubelet-plugin"));
+        cmd.arg("--node-name")
+            .arg(opts.node)
+            .arg("--namespace")
+            .arg(NAMESPACE)
+            .arg("--kubeconfig")
+            .arg(opts.kubeconfig)
+            .arg("--cdi-root")
+            .arg(&dirs.cdi_root)
+            .arg("--plugin-dir")
+            .arg(dirs.plugin_dir())
+            .arg("--registry-dir")
+            .arg(dirs.registry_dir())
+            .args(&opts.extra_args)
+            .env_remove("FAKE_DRA_TEST_CRASH_POINT")
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null());
+        for (k, v) in &opts.env {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+
+    /// Starts the plugin and waits until both sockets answer.
+    pub async fn start(dirs: &Dirs, opts: Options<'_>) -> Self {
+        let child = Self::command(dirs, &opts).spawn().unwrap();
+        let mut plugin = Self {
+            child,
+            node: opts.node.to_owned(),
+        };
+        plugin.wait_ready(dirs).await;
+        plugin
+    }
+
+    async fn wait_ready(&mut self, dirs: &Dirs) {
+        let deadline = Instant::now() + STARTUP_LIMIT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("plugin exited during startup: {status}");
+            }
+            if dirs.reg_socket().exists() {
+                if let Ok(mut c) = registration(dirs).await {
+                    if c.get_info(reg::InfoRequest {}).await.is_ok() {
+                        return;
+                    }
+                }
+            }
+            assert!(Instant::now() < deadline, "plugin did not come up");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn kill9(mut self) -> ExitStatus {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap()
+    }
+
+    pub fn sigterm(mut self) -> ExitStatus {
+        let pid = self.child.id().to_string();
+        let ok = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(ok.success());
+        self.child.wait().unwrap()
+    }
+
+    /// Waits for the process to end by itself (e.g. at a crash point).
+    pub fn wait(mut self) -> ExitStatus {
+        self.child.wait().unwrap()
+    }
+}
+
+impl Drop for Plugin {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub async fn registration(
+    dirs: &Dirs,
+) -> Result<reg::registration_client::RegistrationClient<Channel>, tonic::transport::Error> {
+    Ok(reg::registration_client::RegistrationClient::new(
+        fake_dra_proto::connect_unix(dirs.reg_socket()).await?,
+    ))
+}
+
+pub async fn v1alpha3(dirs: &Dirs) -> v1alpha3::node_client::NodeClient<Channel> {
+    v1alpha3::node_client::NodeClient::new(
+        fake_dra_proto::connect_unix(dirs.dra_socket())
+            .await
+            .unwrap(),
+    )
+}
+
+pub async fn v1alpha2(dirs: &Dirs) -> v1alpha2::node_client::NodeClient<Channel> {
+    v1alpha2::node_client::NodeClient::new(
+        fake_dra_proto::connect_unix(dirs.dra_socket())
+            .await
+            .unwrap(),
+    )
+}
+
+/// Prepares claims over v1alpha3; returns the per-claim responses.
+pub async fn prepare(
+    dirs: &Dirs,
+    claims: Vec<v1alpha3::Claim>,
+) -> std::collections::HashMap<String, v1alpha3::NodePrepareResourceResponse> {
+    v1alpha3(dirs)
+        .await
+        .node_prepare_resources(v1alpha3::NodePrepareResourcesRequest { claims })
+        .await
+        .unwrap()
+        .into_inner()
+        .claims
+}
+
+pub async fn unprepare(
+    dirs: &Dirs,
+    claims: Vec<v1alpha3::Claim>,
+) -> std::collections::HashMap<String, v1alpha3::NodeUnprepareResourceResponse> {
+    v1alpha3(dirs)
+        .await
+        .node_unprepare_resources(v1alpha3::NodeUnprepareResourcesRequest { claims })
+        .await
+        .unwrap()
+        .into_inner()
+        .claims
+}
+
+/// Checks a spec file against the CDI JSON schema in ../shared/cdi-schema.
+pub fn validate_schema(path: &Path) {
+    let schema_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/cdi-schema");
+    let schema: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(schema_dir.join("schema.json")).unwrap()).unwrap();
+    let defs: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(schema_dir.join("defs.json")).unwrap()).unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let mut schema = schema;
+    schema["$id"] = serde_json::Value::String("file:///cdi-schema/schema.json".into());
+    let validator = jsonschema::options()
+        .with_retriever(Defs(defs))
+        .build(&schema)
+        .unwrap();
+    let errors: Vec<String> = validator.iter_errors(&doc).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{}: {errors:?}", path.display());
+}
+
+/// Answers the schema's `defs.json` references from the local file.
+struct Defs(serde_json::Value);
+
+impl jsonschema::Retrieve for Defs {
+    fn retrieve(
+        &self,
+        uri: &jsonschema::Uri<String>,
+    ) -> Result<serde_json::Value, Box<dyn std::error::Error + Send + Sync>> {
+        if uri.as_str().ends_with("defs.json") {
+            Ok(self.0.clone())
+        } else {
+            Err(format!("no such schema {}", uri.as_str()).into())
+        }
+    }
+}
+
+/// Resolves `ids` with the container-device-interface crate from `cdi_root` and injects
+/// them into an empty OCI spec; returns the container's env.
+pub fn inject(cdi_root: &Path, ids: &[String]) -> Vec<String> {
+    use container_device_interface::cache::Cache;
+    let mut cache = Cache::new(
+        vec![cdi_root.to_string_lossy().into_owned()],
+        Default::default(),
+        Default::default(),
+    );
+    cache.refresh().unwrap();
+    let errors = cache.get_errors();
+    assert!(errors.is_empty(), "CDI cache errors: {errors:?}");
+    let mut spec = oci_spec::runtime::Spec::default();
+    if let Some(p) = spec.process_mut() {
+        p.set_env(Some(vec![]));
+    }
+    cache.inject_devices(Some(&mut spec), ids.to_vec()).unwrap();
+    spec.process()
+        .as_ref()
+        .and_then(|p| p.env().clone())
+        .unwrap_or_default()
+}
+
+/// The emulated apiserver with the driver's namespace, as the deploy manifests create it.
+pub async fn start_api() -> fake_dra_e2e::apiserver::ApiServer {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let api = fake_dra_e2e::apiserver::ApiServer::start().await.unwrap();
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+        kube::Api::all(api.client().unwrap());
+    let ns = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}
+    }))
+    .unwrap();
+    namespaces.create(&Default::default(), &ns).await.unwrap();
+    api
+}
