@@ -44,7 +44,7 @@ fn expect_seed_env(env: &[String], uid: &str) {
 const UID_A: &str = "0b7c1c6e-2f55-4a53-9a1e-0a6a4c3e7c11";
 const UID_B: &str = "a4d0a3f2-9d41-4f4e-8d0e-6c4d7b1e2f22";
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registration_answers_like_a_dra_plugin() {
     let api = start_api().await;
     let dirs = Dirs::new();
@@ -95,7 +95,7 @@ async fn registration_answers_like_a_dra_plugin() {
     assert_eq!(err.code(), tonic::Code::Unimplemented);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v1alpha3_prepares_the_seed_example_idempotently() {
     let api = start_api().await;
     let dirs = Dirs::new();
@@ -136,7 +136,7 @@ async fn v1alpha3_prepares_the_seed_example_idempotently() {
     assert_eq!(dirs.spec_files(), vec![kind().spec_file_name("common")]);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn v1alpha2_prepares_and_unprepares_one_claim() {
     let api = start_api().await;
     let dirs = Dirs::new();
@@ -184,7 +184,7 @@ async fn v1alpha2_prepares_and_unprepares_one_claim() {
     assert!(!dirs.spec_path(UID_A).exists());
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_claims_get_their_own_error_and_lose_nothing() {
     let api = start_api().await;
     let dirs = Dirs::new();
@@ -280,7 +280,7 @@ async fn bad_claims_get_their_own_error_and_lose_nothing() {
     assert!(cp.contains(UID_A) && cp.contains(UID_B));
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unwritable_spec_path_fails_only_that_claim() {
     let api = start_api().await;
     let dirs = Dirs::new();
@@ -310,7 +310,7 @@ async fn an_unwritable_spec_path_fails_only_that_claim() {
     assert_eq!(resp[UID_B].error, "");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_claims_in_one_container_see_every_device() {
     let api = start_api().await;
     let dirs = Dirs::new();
@@ -354,7 +354,7 @@ async fn two_claims_in_one_container_see_every_device() {
     assert!(env.contains(&format!("FAKE_CLAIM_{key_b}_DEVICE_COUNT=3")));
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill9_restart_and_reboot_keep_prepared_claims() {
     let api = start_api().await;
     let dirs = Dirs::new();
@@ -392,7 +392,7 @@ async fn kill9_restart_and_reboot_keep_prepared_claims() {
     assert!(!dirs.spec_path(UID_A).exists());
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_checkpoint_is_a_startup_error_naming_the_file() {
     let api = start_api().await;
     let dirs = Dirs::new();
@@ -485,22 +485,22 @@ async fn crash_and_converge(point: &str, prepared_before: bool, act_prepare: boo
     assert!(!dirs.spec_files().iter().any(|f| f.starts_with('.')));
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_after_spec_before_checkpoint_on_prepare() {
     crash_and_converge("prepare-after-spec", false, true).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_after_checkpoint_before_answer_on_prepare() {
     crash_and_converge("prepare-after-checkpoint", false, true).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_after_spec_removal_before_checkpoint_on_unprepare() {
     crash_and_converge("unprepare-after-spec", true, false).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_after_checkpoint_before_answer_on_unprepare() {
     crash_and_converge("unprepare-after-checkpoint", true, false).await;
 }
@@ -522,7 +522,7 @@ async fn wait_for_nas(
     panic!("NodeAllocationState never reached the expected state");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publishes_nas_ready_then_not_ready_on_sigterm() {
     let api = start_api().await;
     let client = api.client().unwrap();
@@ -575,7 +575,7 @@ async fn publishes_nas_ready_then_not_ready_on_sigterm() {
     wait_for_nas(&api, |n| n.is_ready()).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_claims_in_one_call_each_get_an_answer() {
     let api = start_api().await;
     let dirs = Dirs::new();

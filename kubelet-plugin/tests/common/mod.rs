@@ -131,7 +131,10 @@ impl Plugin {
             .arg(dirs.registry_dir())
             .args(&opts.extra_args)
             .env_remove("FAKE_DRA_TEST_CRASH_POINT")
-            .env("RUST_LOG", "warn")
+            .env(
+                "RUST_LOG",
+                std::env::var("PLUGIN_LOG").unwrap_or_else(|_| "warn".into()),
+            )
             .stdin(Stdio::null());
         for (k, v) in &opts.env {
             cmd.env(k, v);
