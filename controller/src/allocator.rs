@@ -1,0 +1,795 @@
+//! The allocation core: which free devices a claim gets, and which nodes cannot take a
+//! Pod's claims. No I/O.
+//!
+//! An [`Allocator`] is a view built from two inputs, both read from the API:
+//! the nodes' inventories (NodeAllocationState `spec`) and the claims' allocation
+//! handles. It is a cache: dropping it and building it again from the same inputs gives
+//! the same answers, which is what makes a restart of the controller safe.
+//!
+//! Decisions are deterministic: nodes are ordered by name, devices by id, and every tie
+//! is broken by that order. Immediate claims go to the node that fits them most tightly
+//! (best fit), which keeps large holes for large claims.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use fake_dra_crds::handle::AllocationHandle;
+use fake_dra_crds::node_selector::{self, NodeView};
+use fake_dra_crds::params::ClaimRequest;
+use k8s_openapi::api::core::v1::NodeSelector;
+
+/// One node as the allocator sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeInput {
+    /// The node's name (and its NodeAllocationState's).
+    pub name: String,
+    /// Whether the node's plugin is Ready; NotReady nodes get no new allocations.
+    pub ready: bool,
+    /// The Node object's labels, for `suitableNodes`; empty when the Node is unknown.
+    pub labels: BTreeMap<String, String>,
+    /// `(id, model)` of every device of the node.
+    pub devices: Vec<(String, String)>,
+}
+
+/// What one claim asks for, with its class's node restriction.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimAsk<'a> {
+    /// The validated parameters.
+    pub request: &'a ClaimRequest,
+    /// The class's `suitableNodes`; `None` means every node.
+    pub suitable_nodes: Option<&'a NodeSelector>,
+}
+
+/// Why the recorded allocations are inconsistent. Never expected; reported, not fatal.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    /// Two claims' handles name the same device.
+    #[error("device {device} is in the allocations of both claim {first} and claim {second}")]
+    Conflict {
+        /// The device.
+        device: String,
+        /// The claim recorded first.
+        first: String,
+        /// The claim being recorded.
+        second: String,
+    },
+}
+
+/// Why a claim can never be allocated with the current inventory, whatever is freed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unsatisfiable {
+    /// No node has a device of the requested model.
+    #[error("no node has devices of model {model:?}; known models: {known}")]
+    UnknownModel {
+        /// The requested model.
+        model: String,
+        /// The models the nodes have, comma-separated.
+        known: String,
+    },
+    /// No node has that many devices (of the model).
+    #[error("spec.count is {count}, but the largest node inventory{of_model} has {max} devices")]
+    CountAboveInventory {
+        /// The requested count.
+        count: usize,
+        /// ` of model "x"`, or empty.
+        of_model: String,
+        /// The largest per-node number of (matching) devices.
+        max: usize,
+    },
+    /// No NodeAllocationState exists at all.
+    #[error("no node publishes fake devices (no NodeAllocationState in the driver namespace)")]
+    NoNodes,
+}
+
+/// Why a node cannot take a set of claims right now.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NodeUnsuitable {
+    /// No NodeAllocationState for the node.
+    #[error("node {0} has no NodeAllocationState")]
+    Unknown(String),
+    /// The node's plugin is not Ready.
+    #[error("node {0} is not Ready")]
+    NotReady(String),
+    /// The class's `suitableNodes` does not match the node.
+    #[error("node {0} does not match the class's suitableNodes")]
+    NotSelected(String),
+    /// Not enough free devices of the needed model(s).
+    #[error("node {0} has not enough free devices")]
+    NoCapacity(String),
+}
+
+#[derive(Debug, Clone)]
+struct Slot {
+    id: String,
+    model: u32,
+    owner: Option<u32>,
+}
+
+#[derive(Debug, Clone)]
+struct Node {
+    name: String,
+    ready: bool,
+    labels: BTreeMap<String, String>,
+    /// Sorted by id.
+    devices: Vec<Slot>,
+    /// Free devices per model index.
+    free: BTreeMap<u32, usize>,
+}
+
+impl Node {
+    fn max_free(&self) -> usize {
+        self.free.values().copied().max().unwrap_or(0)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Owned {
+    uid: String,
+    node: u32,
+    devices: Vec<u32>,
+}
+
+/// The devices of all nodes and who holds them; see the module docs.
+#[derive(Debug, Clone, Default)]
+pub struct Allocator {
+    nodes: Vec<Node>,
+    node_index: HashMap<String, u32>,
+    device_index: HashMap<String, (u32, u32)>,
+    models: Vec<String>,
+    model_index: HashMap<String, u32>,
+    /// Largest per-node inventory per model, for [`Allocator::check_satisfiable`].
+    max_inventory: Vec<usize>,
+    owners: Vec<Option<Owned>>,
+    owner_index: HashMap<String, u32>,
+    free_owner_slots: Vec<u32>,
+    /// Ready nodes by (most free devices of one model, node index): the best-fit index.
+    by_free: BTreeSet<(usize, u32)>,
+    /// Ready nodes by (free devices of the model, node index), per model index.
+    by_model_free: Vec<BTreeSet<(usize, u32)>>,
+}
+
+impl Allocator {
+    /// A view of these nodes with nothing allocated. Nodes are ordered by name; a node
+    /// listed twice keeps its last entry; a device id listed twice counts once.
+    pub fn new(nodes: impl IntoIterator<Item = NodeInput>) -> Self {
+        let mut by_name: BTreeMap<String, NodeInput> = BTreeMap::new();
+        for node in nodes {
+            by_name.insert(node.name.clone(), node);
+        }
+        let mut this = Self::default();
+        for (idx, input) in by_name.into_values().enumerate() {
+            let idx = idx as u32;
+            let mut devices: Vec<(String, String)> = input.devices;
+            devices.sort();
+            devices.dedup_by(|a, b| a.0 == b.0);
+            let mut slots = Vec::with_capacity(devices.len());
+            let mut free = BTreeMap::new();
+            for (id, model) in devices {
+                if this.device_index.contains_key(&id) {
+                    // The same id on two nodes: the first node (by name) keeps it.
+                    continue;
+                }
+                let m = this.intern_model(&model);
+                *free.entry(m).or_insert(0) += 1;
+                this.device_index
+                    .insert(id.clone(), (idx, slots.len() as u32));
+                slots.push(Slot {
+                    id,
+                    model: m,
+                    owner: None,
+                });
+            }
+            for (&m, &n) in &free {
+                let max = &mut this.max_inventory[m as usize];
+                *max = (*max).max(n);
+            }
+            this.node_index.insert(input.name.clone(), idx);
+            this.nodes.push(Node {
+                name: input.name,
+                ready: input.ready,
+                labels: input.labels,
+                devices: slots,
+                free,
+            });
+        }
+        for idx in 0..this.nodes.len() as u32 {
+            this.index_insert(idx);
+        }
+        this
+    }
+
+    fn intern_model(&mut self, model: &str) -> u32 {
+        if let Some(&m) = self.model_index.get(model) {
+            return m;
+        }
+        let m = self.models.len() as u32;
+        self.models.push(model.to_owned());
+        self.model_index.insert(model.to_owned(), m);
+        self.max_inventory.push(0);
+        self.by_model_free.push(BTreeSet::new());
+        m
+    }
+
+    fn index_insert(&mut self, idx: u32) {
+        let node = &self.nodes[idx as usize];
+        if !node.ready {
+            return;
+        }
+        self.by_free.insert((node.max_free(), idx));
+        for (&m, &n) in &node.free {
+            self.by_model_free[m as usize].insert((n, idx));
+        }
+    }
+
+    fn index_remove(&mut self, idx: u32) {
+        let node = &self.nodes[idx as usize];
+        if !node.ready {
+            return;
+        }
+        self.by_free.remove(&(node.max_free(), idx));
+        for (&m, &n) in &node.free {
+            self.by_model_free[m as usize].remove(&(n, idx));
+        }
+    }
+
+    /// Marks the devices of an existing allocation as taken. Devices the inventory does
+    /// not know (a node that went away) are ignored: they cannot be handed out anyway.
+    /// Recording the same claim again replaces its earlier record.
+    pub fn record(&mut self, uid: &str, handle: &AllocationHandle) -> Result<(), RecordError> {
+        self.release(uid);
+        let mut taken = Vec::new();
+        let mut node_of = None;
+        for id in &handle.devices {
+            let Some(&(n, d)) = self.device_index.get(id) else {
+                continue;
+            };
+            if let Some(other) = self.nodes[n as usize].devices[d as usize].owner {
+                let first = self.owners[other as usize]
+                    .as_ref()
+                    .map(|o| o.uid.clone())
+                    .unwrap_or_default();
+                return Err(RecordError::Conflict {
+                    device: id.clone(),
+                    first,
+                    second: uid.to_owned(),
+                });
+            }
+            if node_of.is_some_and(|node| node != n) {
+                // A handle spanning nodes cannot come from us; record only the first node's.
+                continue;
+            }
+            node_of = Some(n);
+            taken.push(d);
+        }
+        if let Some(node) = node_of {
+            self.take(uid, node, taken);
+        }
+        Ok(())
+    }
+
+    fn take(&mut self, uid: &str, node: u32, devices: Vec<u32>) {
+        let slot = match self.free_owner_slots.pop() {
+            Some(slot) => slot,
+            None => {
+                self.owners.push(None);
+                (self.owners.len() - 1) as u32
+            }
+        };
+        self.index_remove(node);
+        let n = &mut self.nodes[node as usize];
+        for &d in &devices {
+            let dev = &mut n.devices[d as usize];
+            dev.owner = Some(slot);
+            if let Some(free) = n.free.get_mut(&dev.model) {
+                *free -= 1;
+            }
+        }
+        self.index_insert(node);
+        self.owners[slot as usize] = Some(Owned {
+            uid: uid.to_owned(),
+            node,
+            devices,
+        });
+        self.owner_index.insert(uid.to_owned(), slot);
+    }
+
+    /// Frees the devices held by claim `uid`; a claim holding nothing is fine.
+    pub fn release(&mut self, uid: &str) {
+        let Some(slot) = self.owner_index.remove(uid) else {
+            return;
+        };
+        let Some(owned) = self.owners[slot as usize].take() else {
+            return;
+        };
+        self.free_owner_slots.push(slot);
+        self.index_remove(owned.node);
+        let n = &mut self.nodes[owned.node as usize];
+        for d in owned.devices {
+            let dev = &mut n.devices[d as usize];
+            dev.owner = None;
+            *n.free.entry(dev.model).or_insert(0) += 1;
+        }
+        self.index_insert(owned.node);
+    }
+
+    /// The device ids claim `uid` holds, in id order.
+    pub fn devices_of(&self, uid: &str) -> Option<(&str, Vec<&str>)> {
+        let owned = self.owners[*self.owner_index.get(uid)? as usize].as_ref()?;
+        let node = &self.nodes[owned.node as usize];
+        Some((
+            node.name.as_str(),
+            owned
+                .devices
+                .iter()
+                .map(|&d| node.devices[d as usize].id.as_str())
+                .collect(),
+        ))
+    }
+
+    /// Number of free devices, on all nodes (ready or not).
+    pub fn free_devices(&self) -> usize {
+        self.nodes
+            .iter()
+            .map(|n| n.free.values().sum::<usize>())
+            .sum()
+    }
+
+    /// The node names, in order.
+    pub fn node_names(&self) -> impl Iterator<Item = &str> {
+        self.nodes.iter().map(|n| n.name.as_str())
+    }
+
+    /// Whether the request could ever be met by the inventory as it is, ignoring what is
+    /// allocated and which nodes are Ready. A failure here is the user's to fix.
+    pub fn check_satisfiable(&self, request: &ClaimRequest) -> Result<(), Unsatisfiable> {
+        if self.nodes.is_empty() {
+            return Err(Unsatisfiable::NoNodes);
+        }
+        let (max, of_model) = match &request.model {
+            Some(model) => match self.model_index.get(model) {
+                Some(&m) => (
+                    self.max_inventory[m as usize],
+                    format!(" of model {model:?}"),
+                ),
+                None => {
+                    let mut known: Vec<&str> = self.models.iter().map(String::as_str).collect();
+                    known.sort_unstable();
+                    return Err(Unsatisfiable::UnknownModel {
+                        model: model.clone(),
+                        known: if known.is_empty() {
+                            "none".into()
+                        } else {
+                            known.join(", ")
+                        },
+                    });
+                }
+            },
+            None => (
+                self.max_inventory.iter().copied().max().unwrap_or(0),
+                String::new(),
+            ),
+        };
+        if request.count > max {
+            return Err(Unsatisfiable::CountAboveInventory {
+                count: request.count,
+                of_model,
+                max,
+            });
+        }
+        Ok(())
+    }
+
+    fn selected(node: &Node, ask: &ClaimAsk<'_>) -> bool {
+        ask.suitable_nodes.is_none_or(|sel| {
+            node_selector::matches(
+                sel,
+                NodeView {
+                    name: &node.name,
+                    labels: &node.labels,
+                },
+            )
+        })
+    }
+
+    /// Chooses the device ids for `asks` on one node, all or none. `scratch` holds free
+    /// counts per model while earlier asks consume them.
+    fn fit(&self, idx: u32, asks: &[ClaimAsk<'_>]) -> Result<Vec<(u32, usize)>, NodeUnsuitable> {
+        let node = &self.nodes[idx as usize];
+        if !node.ready {
+            return Err(NodeUnsuitable::NotReady(node.name.clone()));
+        }
+        let mut free: Vec<(u32, usize)> = node.free.iter().map(|(&m, &n)| (m, n)).collect();
+        let mut picks = Vec::with_capacity(asks.len());
+        for ask in asks {
+            if !Self::selected(node, ask) {
+                return Err(NodeUnsuitable::NotSelected(node.name.clone()));
+            }
+            let count = ask.request.count;
+            let choice = match &ask.request.model {
+                Some(model) => {
+                    let m = self.model_index.get(model).copied();
+                    free.iter_mut()
+                        .find(|(fm, n)| Some(*fm) == m && *n >= count)
+                }
+                // Best fit among the node's models; ties go to the lower model index,
+                // which is stable for a given inventory.
+                None => free
+                    .iter_mut()
+                    .filter(|(_, n)| *n >= count)
+                    .min_by_key(|(m, n)| (*n, *m)),
+            };
+            let Some((m, n)) = choice else {
+                return Err(NodeUnsuitable::NoCapacity(node.name.clone()));
+            };
+            *n -= count;
+            picks.push((*m, count));
+        }
+        Ok(picks)
+    }
+
+    /// Whether `node` can take all of `asks` now.
+    pub fn check_node(&self, node: &str, asks: &[ClaimAsk<'_>]) -> Result<(), NodeUnsuitable> {
+        let &idx = self
+            .node_index
+            .get(node)
+            .ok_or_else(|| NodeUnsuitable::Unknown(node.to_owned()))?;
+        self.fit(idx, asks).map(|_| ())
+    }
+
+    /// The nodes of `potential` that cannot take all of `asks`, in the order given. A
+    /// node that fails one ask fails them all (a Pod needs every claim on its node), so
+    /// the one list applies to each of the Pod's claims.
+    pub fn unsuitable_nodes<'n>(
+        &self,
+        potential: &'n [String],
+        asks: &[ClaimAsk<'_>],
+    ) -> Vec<&'n str> {
+        potential
+            .iter()
+            .filter(|node| self.check_node(node, asks).is_err())
+            .map(String::as_str)
+            .collect()
+    }
+
+    /// Allocates all of `asks` on `node`, or nothing. Returns one handle per ask, in order;
+    /// `uids[i]` becomes the owner of handle `i`.
+    pub fn allocate_on(
+        &mut self,
+        node: &str,
+        uids: &[&str],
+        asks: &[ClaimAsk<'_>],
+    ) -> Result<Vec<AllocationHandle>, NodeUnsuitable> {
+        let &idx = self
+            .node_index
+            .get(node)
+            .ok_or_else(|| NodeUnsuitable::Unknown(node.to_owned()))?;
+        let picks = self.fit(idx, asks)?;
+        let mut handles = Vec::with_capacity(asks.len());
+        for ((uid, ask), (model, count)) in uids.iter().zip(asks).zip(picks) {
+            let n = &self.nodes[idx as usize];
+            let chosen: Vec<u32> = n
+                .devices
+                .iter()
+                .enumerate()
+                .filter(|(_, d)| d.owner.is_none() && d.model == model)
+                .take(count)
+                .map(|(i, _)| i as u32)
+                .collect();
+            let handle = AllocationHandle {
+                node_name: n.name.clone(),
+                model: self.models[model as usize].clone(),
+                split: ask.request.split as u32,
+                devices: chosen
+                    .iter()
+                    .map(|&d| n.devices[d as usize].id.clone())
+                    .collect(),
+            };
+            self.take(uid, idx, chosen);
+            handles.push(handle);
+        }
+        Ok(handles)
+    }
+
+    /// The node an Immediate claim goes to: among Ready nodes the class allows, the one
+    /// with the fewest free devices that still fit (best fit), ties by name.
+    pub fn pick_node(&self, ask: &ClaimAsk<'_>) -> Option<&str> {
+        let count = ask.request.count;
+        let index = match &ask.request.model {
+            Some(model) => &self.by_model_free[*self.model_index.get(model)? as usize],
+            None => &self.by_free,
+        };
+        index
+            .range((count, 0)..)
+            .map(|&(_, idx)| &self.nodes[idx as usize])
+            .find(|node| Self::selected(node, ask))
+            .map(|node| node.name.as_str())
+    }
+
+    /// Allocates an Immediate claim on the node [`pick_node`](Self::pick_node) chooses.
+    pub fn allocate(&mut self, uid: &str, ask: &ClaimAsk<'_>) -> Option<AllocationHandle> {
+        let node = self.pick_node(ask)?.to_owned();
+        self.allocate_on(&node, &[uid], std::slice::from_ref(ask))
+            .ok()?
+            .pop()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm};
+    use proptest::prelude::*;
+    use std::collections::HashSet;
+
+    fn dev(node: usize, i: usize) -> String {
+        format!("FAKE-00000000-0000-0000-{node:04x}-{i:012x}")
+    }
+
+    fn nodes(n: usize, per: usize, model: impl Fn(usize, usize) -> String) -> Vec<NodeInput> {
+        (0..n)
+            .map(|k| NodeInput {
+                name: format!("node-{k:03}"),
+                ready: true,
+                labels: BTreeMap::from([("zone".into(), format!("z{}", k % 2))]),
+                devices: (0..per).map(|i| (dev(k, i), model(k, i))).collect(),
+            })
+            .collect()
+    }
+
+    fn req(count: usize, model: Option<&str>) -> ClaimRequest {
+        ClaimRequest {
+            count,
+            split: 1,
+            model: model.map(str::to_owned),
+        }
+    }
+
+    fn ask(r: &ClaimRequest) -> ClaimAsk<'_> {
+        ClaimAsk {
+            request: r,
+            suitable_nodes: None,
+        }
+    }
+
+    fn zone(z: &str) -> NodeSelector {
+        NodeSelector {
+            node_selector_terms: vec![NodeSelectorTerm {
+                match_expressions: Some(vec![NodeSelectorRequirement {
+                    key: "zone".into(),
+                    operator: "In".into(),
+                    values: Some(vec![z.into()]),
+                }]),
+                match_fields: None,
+            }],
+        }
+    }
+
+    #[test]
+    fn best_fit_and_exact_counts() {
+        let mut a = Allocator::new(nodes(3, 8, |_, _| "m".into()));
+        let r6 = req(6, None);
+        let h = a.allocate("a", &ask(&r6)).unwrap();
+        assert_eq!(h.node_name, "node-000");
+        assert_eq!(h.devices, (0..6).map(|i| dev(0, i)).collect::<Vec<_>>());
+        // 2 left on node-000: a claim of 2 fits there best.
+        let r2 = req(2, None);
+        assert_eq!(a.allocate("b", &ask(&r2)).unwrap().node_name, "node-000");
+        assert_eq!(a.allocate("c", &ask(&r2)).unwrap().node_name, "node-001");
+        a.release("a");
+        assert_eq!(a.free_devices(), 24 - 4);
+        assert_eq!(a.allocate("d", &ask(&r6)).unwrap().node_name, "node-000");
+    }
+
+    #[test]
+    fn models_selectors_and_readiness() {
+        let mut input = nodes(4, 4, |k, _| if k < 2 { "a".into() } else { "b".into() });
+        input[2].ready = false;
+        let a = Allocator::new(input);
+        let rb = req(1, Some("b"));
+        assert_eq!(
+            a.pick_node(&ask(&rb)),
+            Some("node-003"),
+            "node-002 is NotReady"
+        );
+        let sel = zone("z1");
+        let ra = req(1, Some("a"));
+        let only_z1 = ClaimAsk {
+            request: &ra,
+            suitable_nodes: Some(&sel),
+        };
+        assert_eq!(a.pick_node(&only_z1), Some("node-001"));
+        assert_eq!(
+            a.check_satisfiable(&req(1, Some("c")))
+                .unwrap_err()
+                .to_string(),
+            "no node has devices of model \"c\"; known models: a, b"
+        );
+        assert_eq!(
+            a.check_satisfiable(&req(5, Some("a")))
+                .unwrap_err()
+                .to_string(),
+            "spec.count is 5, but the largest node inventory of model \"a\" has 4 devices"
+        );
+        a.check_satisfiable(&req(4, None)).unwrap();
+    }
+
+    #[test]
+    fn pod_claims_are_all_or_nothing() {
+        let mut a = Allocator::new(nodes(2, 4, |_, _| "m".into()));
+        let r3 = req(3, None);
+        let r2 = req(2, None);
+        let asks = [ask(&r3), ask(&r2)];
+        let potential = vec!["node-000".to_string(), "node-001".into(), "node-009".into()];
+        assert_eq!(
+            a.unsuitable_nodes(&potential, &asks),
+            ["node-000", "node-001", "node-009"]
+        );
+        let r1 = req(1, None);
+        let fits = [ask(&r3), ask(&r1)];
+        assert_eq!(a.unsuitable_nodes(&potential, &fits), ["node-009"]);
+        assert!(a.allocate_on("node-000", &["x", "y"], &asks).is_err());
+        assert_eq!(a.free_devices(), 8, "a failed pod allocation takes nothing");
+        let hs = a.allocate_on("node-001", &["x", "y"], &fits).unwrap();
+        let all: HashSet<_> = hs.iter().flat_map(|h| h.devices.clone()).collect();
+        assert_eq!(all.len(), 4);
+    }
+
+    #[test]
+    fn conflicting_records_are_reported() {
+        let mut a = Allocator::new(nodes(1, 2, |_, _| "m".into()));
+        let h = AllocationHandle {
+            node_name: "node-000".into(),
+            model: "m".into(),
+            split: 1,
+            devices: vec![dev(0, 0)],
+        };
+        a.record("a", &h).unwrap();
+        a.record("a", &h).unwrap();
+        assert!(matches!(
+            a.record("b", &h),
+            Err(RecordError::Conflict { .. })
+        ));
+        assert_eq!(a.free_devices(), 1);
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Allocate {
+            count: usize,
+            model: Option<u8>,
+            zone: Option<u8>,
+        },
+        AllocateOn {
+            node: usize,
+            counts: Vec<usize>,
+        },
+        Release(usize),
+        Rebuild,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (1..=8usize, proptest::option::of(0..3u8), proptest::option::of(0..2u8))
+                .prop_map(|(count, model, zone)| Op::Allocate { count, model, zone }),
+            2 => (0..20usize, proptest::collection::vec(1..=4usize, 1..=3))
+                .prop_map(|(node, counts)| Op::AllocateOn { node, counts }),
+            3 => (0..64usize).prop_map(Op::Release),
+            1 => Just(Op::Rebuild),
+        ]
+    }
+
+    fn inventory(n: usize) -> Vec<NodeInput> {
+        let mut input = nodes(n, 8, |k, i| format!("m{}", (k + i / 4) % 3));
+        for (k, node) in input.iter_mut().enumerate() {
+            node.ready = k % 7 != 3;
+        }
+        input
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// The invariants of §4.4 over random histories: no device in two allocations,
+        /// exact counts, selectors respected, and a rebuild from the handles (a restart)
+        /// gives the same view.
+        #[test]
+        fn never_double_allocates(n in 1..20usize, ops in proptest::collection::vec(op(), 1..120)) {
+            let input = inventory(n);
+            let mut a = Allocator::new(input.clone());
+            // The API's record: claim uid -> handle.
+            let mut claims: BTreeMap<String, AllocationHandle> = BTreeMap::new();
+            let mut next = 0usize;
+            let selectors = [zone("z0"), zone("z1")];
+            for op in ops {
+                match op {
+                    Op::Allocate { count, model, zone } => {
+                        let r = req(count, model.map(|m| format!("m{m}")).as_deref());
+                        let ask = ClaimAsk { request: &r, suitable_nodes: zone.map(|z| &selectors[z as usize]) };
+                        let uid = format!("c{next}"); next += 1;
+                        let picked = a.pick_node(&ask).map(str::to_owned);
+                        match a.allocate(&uid, &ask) {
+                            Some(h) => {
+                                prop_assert_eq!(Some(&h.node_name), picked.as_ref());
+                                prop_assert_eq!(h.devices.len(), count);
+                                let node = input.iter().find(|x| x.name == h.node_name).unwrap();
+                                prop_assert!(node.ready);
+                                for d in &h.devices {
+                                    let m = &node.devices.iter().find(|x| &x.0 == d).unwrap().1;
+                                    prop_assert_eq!(m, &h.model);
+                                }
+                                if let Some(m) = &r.model { prop_assert_eq!(&h.model, m); }
+                                if let Some(z) = zone { prop_assert_eq!(&node.labels["zone"], &format!("z{z}")); }
+                                claims.insert(uid, h);
+                            }
+                            None => {
+                                prop_assert!(picked.is_none());
+                                // Nothing fits: no Ready, selected node has `count` free of one model.
+                                for node in input.iter().filter(|x| x.ready) {
+                                    if let Some(z) = zone { if node.labels["zone"] != format!("z{z}") { continue; } }
+                                    let used: HashSet<&String> = claims.values().flat_map(|h| &h.devices).collect();
+                                    let mut free: BTreeMap<&String, usize> = BTreeMap::new();
+                                    for (id, m) in &node.devices { if !used.contains(id) { *free.entry(m).or_default() += 1; } }
+                                    let ok = free.iter().any(|(m, &c)| c >= count && r.model.as_ref().is_none_or(|want| want == *m));
+                                    prop_assert!(!ok, "{} could take the claim", node.name);
+                                }
+                            }
+                        }
+                    }
+                    Op::AllocateOn { node, counts } => {
+                        let reqs: Vec<ClaimRequest> = counts.iter().map(|&c| req(c, None)).collect();
+                        let asks: Vec<ClaimAsk<'_>> = reqs.iter().map(ask).collect();
+                        let name = format!("node-{node:03}");
+                        let uids: Vec<String> = (0..asks.len()).map(|i| format!("c{}", next + i)).collect();
+                        next += asks.len();
+                        let uid_refs: Vec<&str> = uids.iter().map(String::as_str).collect();
+                        let potential = vec![name.clone()];
+                        let unsuitable = !a.unsuitable_nodes(&potential, &asks).is_empty();
+                        let before = a.free_devices();
+                        match a.allocate_on(&name, &uid_refs, &asks) {
+                            Ok(hs) => {
+                                prop_assert!(!unsuitable);
+                                prop_assert_eq!(before - a.free_devices(), counts.iter().sum::<usize>());
+                                for (uid, h) in uids.into_iter().zip(hs) { claims.insert(uid, h); }
+                            }
+                            Err(_) => {
+                                prop_assert!(unsuitable);
+                                prop_assert_eq!(before, a.free_devices());
+                            }
+                        }
+                    }
+                    Op::Release(k) => {
+                        if let Some(uid) = claims.keys().nth(k % claims.len().max(1)).cloned() {
+                            claims.remove(&uid);
+                            a.release(&uid);
+                        }
+                    }
+                    Op::Rebuild => {
+                        let mut b = Allocator::new(input.clone());
+                        for (uid, h) in &claims { b.record(uid, h).unwrap(); }
+                        prop_assert_eq!(b.free_devices(), a.free_devices());
+                        a = b;
+                    }
+                }
+                let mut seen = HashSet::new();
+                for h in claims.values() {
+                    for d in &h.devices { prop_assert!(seen.insert(d.clone()), "{} twice", d); }
+                }
+                let total: usize = input.iter().map(|x| x.devices.len()).sum();
+                prop_assert_eq!(a.free_devices(), total - seen.len());
+            }
+        }
+
+        /// Determinism: the same inputs give the same handles.
+        #[test]
+        fn deterministic(n in 1..10usize, counts in proptest::collection::vec(1..=8usize, 1..30)) {
+            let run = || {
+                let mut a = Allocator::new(inventory(n));
+                counts.iter().enumerate().map(|(i, &c)| {
+                    let r = req(c, None);
+                    a.allocate(&format!("c{i}"), &ask(&r))
+                }).collect::<Vec<_>>()
+            };
+            prop_assert_eq!(run(), run());
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! `fake-dra-controller`: parses flags and wires the library together.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::{Parser, ValueEnum};
+use fake_dra_controller::http::{self, Health};
+use fake_dra_controller::metrics::Metrics;
+use fake_dra_controller::{Config, run};
+use futures::FutureExt;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The classic-DRA controller of fake-dra: allocates ResourceClaims of classes naming the
+/// driver from the devices the kubelet plugins publish in NodeAllocationStates.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Flags {
+    /// Driver name: ResourceClasses with this driverName are handled.
+    #[arg(long, env = "FAKE_DRA_DRIVER_NAME", default_value = fake_dra_crds::DEFAULT_DRIVER_NAME)]
+    driver_name: String,
+    /// Namespace of the NodeAllocationStates (the driver's namespace).
+    #[arg(long, env = "FAKE_DRA_NAMESPACE", default_value = "fake-dra")]
+    namespace: String,
+    /// Kubeconfig file; without it, in-cluster config or ~/.kube/config.
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Reconciles run at once, per controller.
+    #[arg(long, env = "FAKE_DRA_WORKERS", default_value_t = 4)]
+    workers: u16,
+    /// Run only while holding a coordination.k8s.io Lease (for more than one replica).
+    #[arg(long, env = "FAKE_DRA_LEADER_ELECT", default_value_t = false)]
+    leader_elect: bool,
+    /// Name of the leader-election Lease.
+    #[arg(
+        long,
+        env = "FAKE_DRA_LEASE_NAME",
+        default_value = "fake-dra-controller"
+    )]
+    lease_name: String,
+    /// Namespace of the Lease; defaults to --namespace.
+    #[arg(long, env = "FAKE_DRA_LEASE_NAMESPACE")]
+    lease_namespace: Option<String>,
+    /// This instance's identity in the Lease and in Events (e.g. the Pod name).
+    #[arg(long, env = "FAKE_DRA_INSTANCE")]
+    instance: Option<String>,
+    /// Address serving /metrics, /healthz and /readyz.
+    #[arg(long, env = "FAKE_DRA_HTTP_ADDRESS", default_value = "0.0.0.0:8080")]
+    http_address: SocketAddr,
+    /// Log format.
+    #[arg(long, env = "FAKE_DRA_LOG_FORMAT", value_enum, default_value = "text")]
+    log_format: LogFormat,
+}
+
+async fn client(flags: &Flags) -> Result<kube::Client, Box<dyn std::error::Error>> {
+    let config = match &flags.kubeconfig {
+        Some(path) => {
+            kube::Config::from_custom_kubeconfig(
+                Kubeconfig::read_from(path)?,
+                &KubeConfigOptions::default(),
+            )
+            .await?
+        }
+        None => kube::Config::infer().await?,
+    };
+    Ok(kube::Client::try_from(config)?)
+}
+
+async fn terminated() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => futures::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = term => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::info!("shutting down");
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let flags = Flags::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match flags.log_format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+
+    let client = client(&flags).await?;
+    let instance = flags
+        .instance
+        .clone()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| format!("fake-dra-controller-{}", std::process::id()));
+    let metrics = Arc::new(Metrics::default());
+    let health = Arc::new(Health::default());
+    let (addr, serve) = http::bind(flags.http_address, metrics.clone(), health.clone()).await?;
+    tracing::info!(%addr, "serving /metrics, /healthz, /readyz");
+    tokio::spawn(serve);
+
+    let shutdown = terminated().boxed().shared();
+    let config = Config {
+        driver_name: flags.driver_name.clone(),
+        namespace: flags.namespace.clone(),
+        workers: flags.workers,
+        instance: instance.clone(),
+    };
+
+    if !flags.leader_elect {
+        run(client, config, metrics, health, shutdown).await;
+        return Ok(());
+    }
+
+    let lease_ns = flags
+        .lease_namespace
+        .clone()
+        .unwrap_or(flags.namespace.clone());
+    let manager = kube_lease_manager::LeaseManagerBuilder::new(client.clone(), &flags.lease_name)
+        .with_namespace(&lease_ns)
+        .with_identity(&instance)
+        .build()
+        .await?;
+    let (mut leading, lease_task) = manager.watch().await;
+    tracing::info!(lease = %flags.lease_name, namespace = %lease_ns, "waiting for leadership");
+    tokio::select! {
+        r = leading.wait_for(|l| *l) => { r?; }
+        _ = shutdown.clone() => { return Ok(()); }
+    }
+    tracing::info!("became leader");
+    let mut lost_rx = leading.clone();
+    let lost = async move {
+        let _ = lost_rx.wait_for(|l| !*l).await;
+    };
+    let stop = {
+        let shutdown = shutdown.clone();
+        async move {
+            tokio::select! {
+                _ = shutdown => {}
+                _ = lost => { tracing::error!("lost leadership"); }
+            }
+        }
+        .boxed()
+        .shared()
+    };
+    run(client, config, metrics, health, stop).await;
+    let lost_lead = !*leading.borrow();
+    drop(leading);
+    if let Ok(Ok(manager)) = lease_task.await {
+        let _ = manager.release().await;
+    }
+    if lost_lead {
+        return Err("lost leadership".into());
+    }
+    Ok(())
+}
