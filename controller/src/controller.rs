@@ -472,9 +472,8 @@ impl Context {
                 tracing::info!(claim = %ObjectRef::from_obj(claim), "deallocated");
             }
         }
-        if claim.is_being_deleted() || !claim.is_allocated() {
-            self.remove_finalizer(&current).await?;
-        }
+        // Nothing is allocated any more: the finalizer has done its job.
+        self.remove_finalizer(&current).await?;
         Ok(Action::await_change())
     }
 
