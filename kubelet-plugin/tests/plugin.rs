@@ -512,10 +512,10 @@ async fn wait_for_nas(
     let nas: Api<NodeAllocationState> = Api::namespaced(api.client().unwrap(), NAMESPACE);
     // A hang guard, not a speed check.
     for _ in 0..600 {
-        if let Some(obj) = nas.get_opt(NODE).await.unwrap() {
-            if pred(&obj) {
-                return obj;
-            }
+        if let Some(obj) = nas.get_opt(NODE).await.unwrap()
+            && pred(&obj)
+        {
+            return obj;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }

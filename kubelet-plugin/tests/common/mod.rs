@@ -159,12 +159,11 @@ impl Plugin {
             if let Some(status) = self.child.try_wait().unwrap() {
                 panic!("plugin exited during startup: {status}");
             }
-            if dirs.reg_socket().exists() {
-                if let Ok(mut c) = registration(dirs).await {
-                    if c.get_info(reg::InfoRequest {}).await.is_ok() {
-                        return;
-                    }
-                }
+            if dirs.reg_socket().exists()
+                && let Ok(mut c) = registration(dirs).await
+                && c.get_info(reg::InfoRequest {}).await.is_ok()
+            {
+                return;
             }
             assert!(Instant::now() < deadline, "plugin did not come up");
             tokio::time::sleep(Duration::from_millis(50)).await;
