@@ -725,7 +725,7 @@ mod tests {
                                 prop_assert!(picked.is_none());
                                 // Nothing fits: no Ready, selected node has `count` free of one model.
                                 for node in input.iter().filter(|x| x.ready) {
-                                    if let Some(z) = zone { if node.labels["zone"] != format!("z{z}") { continue; } }
+                                    if let Some(z) = zone && node.labels["zone"] != format!("z{z}") { continue; }
                                     let used: HashSet<&String> = claims.values().flat_map(|h| &h.devices).collect();
                                     let mut free: BTreeMap<&String, usize> = BTreeMap::new();
                                     for (id, m) in &node.devices { if !used.contains(id) { *free.entry(m).or_default() += 1; } }

@@ -847,20 +847,25 @@ pub async fn run(
         .run(reconcile_psc, error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));
 
-    let ready = async {
+    // The controllers start once the side caches are complete: an empty NAS cache would
+    // read as "no nodes" and a missing class as "not our claim". (The claim cache itself
+    // is awaited by each Controller before its first reconcile.)
+    let controllers = async {
         let _ = classes.wait_until_ready().await;
         let _ = nas.wait_until_ready().await;
         let _ = nodes.wait_until_ready().await;
-        let _ = claims.wait_until_ready().await;
-        health.ready.store(true, Ordering::Relaxed);
-        tracing::info!("caches synced");
-        futures::future::pending::<()>().await
+        let ready = async {
+            let _ = claims.wait_until_ready().await;
+            health.ready.store(true, Ordering::Relaxed);
+            tracing::info!("caches synced");
+        };
+        tokio::join!(claim_run, psc_run, ready);
     };
     let background = async {
-        tokio::join!(classes_task, nas_task, nodes_task, ready);
+        tokio::join!(classes_task, nas_task, nodes_task);
     };
     tokio::select! {
-        _ = async { tokio::join!(claim_run, psc_run) } => {}
+        _ = controllers => {}
         _ = background => {}
     }
 }

@@ -263,6 +263,29 @@ async fn immediate_claim_is_allocated_and_released_on_deletion() {
     let env = Env::new().await;
     env.node("node-a", 1, 4, "fake-x", true).await;
     env.params("two", json!({"count": 2, "split": 3})).await;
+    // A class of another driver: its claims are not ours to touch.
+    let classes: Api<ResourceClass> = Api::all(env.client.clone());
+    classes
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "other"}, "driverName": "gpu.example.com"
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    env.claims()
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "foreign"},
+                "spec": {"resourceClassName": "other", "allocationMode": "Immediate"}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
     env.claim("c1", "Immediate", Some(params_ref("two"))).await;
 
     let (claim, handle) = env.allocated("c1").await;
@@ -278,6 +301,8 @@ async fn immediate_claim_is_allocated_and_released_on_deletion() {
         ]
     );
     env.event_reason("c1", "Allocated").await;
+    let foreign = env.claims().get("foreign").await.unwrap();
+    assert!(foreign.status.is_none() && foreign.metadata.finalizers.is_none());
 
     // Deletion: the claim stays until the controller has cleared the allocation and
     // dropped its finalizer, then it is gone.
