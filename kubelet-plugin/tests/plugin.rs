@@ -594,3 +594,59 @@ async fn many_claims_in_one_call_each_get_an_answer() {
             .all(|r| r.error.contains("already prepared for claim"))
     );
 }
+
+async fn http_get(addr: &str, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut out = String::new();
+    stream.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_health_readiness_and_metrics() {
+    let api = start_api().await;
+    let dirs = Dirs::new();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut o = opts(&api);
+    o.env.push(("HTTP_ADDRESS", &addr));
+    let _plugin = Plugin::start(&dirs, o).await;
+    assert!(
+        http_get(&addr, "/healthz")
+            .await
+            .starts_with("HTTP/1.1 200")
+    );
+    wait_for_nas(&api, |n| n.is_ready()).await;
+    assert!(http_get(&addr, "/readyz").await.starts_with("HTTP/1.1 200"));
+    let r = prepare(
+        &dirs,
+        vec![claim(UID_A, &handle(NODE, &[0], 1)), claim("bad", "{")],
+    )
+    .await;
+    assert_eq!(r[UID_A].error, "");
+    let metrics = http_get(&addr, "/metrics").await;
+    assert!(
+        metrics.contains(
+            "fake_dra_kubelet_plugin_claims_total{operation=\"prepare\",result=\"success\"} 1"
+        ),
+        "{metrics}"
+    );
+    assert!(metrics.contains(
+        "fake_dra_kubelet_plugin_claims_total{operation=\"prepare\",result=\"error\"} 1"
+    ));
+    assert!(metrics.contains(
+        "fake_dra_kubelet_plugin_call_duration_seconds_count{method=\"NodePrepareResources\"} 1"
+    ));
+    assert!(http_get(&addr, "/nope").await.starts_with("HTTP/1.1 404"));
+}
