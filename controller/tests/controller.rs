@@ -655,3 +655,86 @@ async fn killed_between_reserving_and_writing_converges_without_double_allocatio
         env.event_reason(name, "NoCapacity").await;
     }
 }
+
+async fn http_get(port: u16, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .ok()?;
+    let mut out = String::new();
+    stream.read_to_string(&mut out).await.ok()?;
+    Some(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_election_health_and_graceful_shutdown() {
+    let mut env = Env::new().await;
+    env.kill_controller();
+    env.node("node-a", 1, 2, "fake-x", true).await;
+    let start = |port: u16, id: &str| {
+        Command::new(env!("CARGO_BIN_EXE_fake-dra-controller"))
+            .arg("--kubeconfig")
+            .arg(env.server.kubeconfig())
+            .args(["--namespace", DRIVER_NS, "--leader-elect", "--instance", id])
+            .args(["--http-address", &format!("127.0.0.1:{port}")])
+            .args(["--log-format", "json"])
+            .env("RUST_LOG", "info,kube=warn")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start fake-dra-controller")
+    };
+    let (port_a, port_b) = (free_port(), free_port());
+    let mut a = start(port_a, "ctl-a");
+    eventually("ctl-a holds the lease", || async {
+        let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+            Api::namespaced(env.client.clone(), DRIVER_NS);
+        let lease = leases.get_opt("fake-dra-controller").await.ok()??;
+        (lease.spec?.holder_identity?.as_str() == "ctl-a").then_some(())
+    })
+    .await;
+    let mut b = start(port_b, "ctl-b");
+    env.claim("c1", "Immediate", None).await;
+    env.allocated("c1").await;
+    let health = eventually("healthz", || http_get(port_a, "/healthz")).await;
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    let ready = eventually("readyz 200", || async {
+        let r = http_get(port_a, "/readyz").await?;
+        r.starts_with("HTTP/1.1 200").then_some(r)
+    })
+    .await;
+    assert!(ready.ends_with("ok\n"));
+    let standby = eventually("standby serves healthz", || http_get(port_b, "/healthz")).await;
+    assert!(standby.starts_with("HTTP/1.1 200"));
+    let metrics = eventually("metrics", || http_get(port_a, "/metrics")).await;
+    assert!(
+        metrics.contains("fake_dra_controller_allocations_total 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"fake_dra_controller_claims{state="allocated"} 1"#),
+        "{metrics}"
+    );
+
+    // SIGTERM: both exit cleanly.
+    for child in [&mut a, &mut b] {
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let code_a = tokio::task::spawn_blocking(move || a.wait().unwrap())
+        .await
+        .unwrap();
+    let code_b = tokio::task::spawn_blocking(move || b.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(code_a.success(), "leader exit: {code_a}");
+    assert!(code_b.success(), "standby exit: {code_b}");
+}
