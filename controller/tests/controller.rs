@@ -738,3 +738,115 @@ async fn leader_election_health_and_graceful_shutdown() {
     assert!(code_a.success(), "leader exit: {code_a}");
     assert!(code_b.success(), "standby exit: {code_b}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_allocation_state_that_disappears_keeps_its_claims_allocated() {
+    let env = Env::new().await;
+    env.node("node-a", 1, 2, "fake-x", true).await;
+    env.params("two", json!({"count": 2})).await;
+    env.claim("c1", "Immediate", Some(params_ref("two"))).await;
+    let (before, h1) = env.allocated("c1").await;
+    assert_eq!(h1.node_name, "node-a");
+
+    let nas: Api<NodeAllocationState> = Api::namespaced(env.client.clone(), DRIVER_NS);
+    nas.delete("node-a", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.node("node-b", 2, 2, "fake-x", true).await;
+    env.claim("c2", "Immediate", Some(params_ref("two"))).await;
+    let (_, h2) = env.allocated("c2").await;
+    assert_eq!(h2.node_name, "node-b", "node-a has no inventory any more");
+    let after = env.claims().get("c1").await.unwrap();
+    assert_eq!(
+        after.status, before.status,
+        "the allocation of record is the claim's, not the NAS's"
+    );
+
+    // The node comes back with the same devices: they are still c1's.
+    env.node("node-a", 1, 2, "fake-x", true).await;
+    env.params("one", json!({"count": 1})).await;
+    env.claim("c3", "Immediate", Some(params_ref("one"))).await;
+    env.event_reason("c3", "NoCapacity").await;
+    assert!(!env.claims().get("c3").await.unwrap().is_allocated());
+    // Freeing c1 lets c3 in.
+    env.claims()
+        .delete("c1", &DeleteParams::default())
+        .await
+        .unwrap();
+    let (_, h3) = env.allocated("c3").await;
+    assert_eq!(h3.node_name, "node-a");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_pods_racing_for_the_last_device_get_it_once() {
+    let env = Env::new().await;
+    env.node("node-a", 1, 1, "fake-x", true).await;
+    let pscs: Api<PodSchedulingContext> = Api::namespaced(env.client.clone(), NS);
+    for p in ["p1", "p2"] {
+        env.claim(&format!("{p}-claim"), "WaitForFirstConsumer", None)
+            .await;
+        pod_with_claim(&env, p, &format!("{p}-claim")).await;
+    }
+    for p in ["p1", "p2"] {
+        pscs.create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": p},
+                "spec": {"potentialNodes": ["node-a"], "selectedNode": "node-a"}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    }
+    let claims = env.claims();
+    let (winner, loser) = eventually("one claim allocated", || async {
+        let a = claims.get("p1-claim").await.ok()?.is_allocated();
+        let b = claims.get("p2-claim").await.ok()?.is_allocated();
+        match (a, b) {
+            (true, false) => Some(("p1", "p2")),
+            (false, true) => Some(("p2", "p1")),
+            (true, true) => panic!("one device allocated to two claims"),
+            _ => None,
+        }
+    })
+    .await;
+    // The loser is told node-a cannot take its claim.
+    let unsuitable = eventually("loser's unsuitableNodes", || async {
+        let psc = pscs.get(loser).await.ok()?;
+        let e = psc
+            .status?
+            .resource_claims?
+            .into_iter()
+            .find(|e| e.name == "dev")?;
+        e.unsuitable_nodes.filter(|u| !u.is_empty())
+    })
+    .await;
+    assert_eq!(unsuitable, ["node-a"]);
+    assert!(
+        claims
+            .get(&format!("{winner}-claim"))
+            .await
+            .unwrap()
+            .is_allocated()
+    );
+    assert!(
+        !claims
+            .get(&format!("{loser}-claim"))
+            .await
+            .unwrap()
+            .is_allocated()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relists_after_the_watch_history_is_compacted() {
+    let env = Env::new().await;
+    env.node("node-a", 1, 2, "fake-x", true).await;
+    env.claim("c1", "Immediate", None).await;
+    let (_, h1) = env.allocated("c1").await;
+    env.server.compact();
+    env.claim("c2", "Immediate", None).await;
+    let (_, h2) = env.allocated("c2").await;
+    assert_ne!(h1.devices, h2.devices, "the rebuilt view knows c1's device");
+}
