@@ -59,21 +59,18 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// role must grant, no more. Kept next to the code so a test can compare it with the
 /// deploy manifests.
 pub const API_ACCESS: &[(&str, &str, &[&str])] = &[
+    // patch: adding and removing the finalizer.
     (
         "resource.k8s.io",
         "resourceclaims",
-        &["get", "list", "watch", "patch"],
+        &["list", "watch", "patch"],
     ),
     ("resource.k8s.io", "resourceclaims/status", &["update"]),
-    (
-        "resource.k8s.io",
-        "resourceclasses",
-        &["get", "list", "watch"],
-    ),
+    ("resource.k8s.io", "resourceclasses", &["list", "watch"]),
     (
         "resource.k8s.io",
         "podschedulingcontexts",
-        &["get", "list", "watch"],
+        &["list", "watch"],
     ),
     (
         "resource.k8s.io",
@@ -81,7 +78,7 @@ pub const API_ACCESS: &[(&str, &str, &[&str])] = &[
         &["update"],
     ),
     ("", "pods", &["get"]),
-    ("", "nodes", &["get", "list", "watch"]),
+    ("", "nodes", &["list", "watch"]),
     ("fake.resource.3-shake.com", "fakeclaimparameters", &["get"]),
     (
         "fake.resource.3-shake.com",
@@ -91,8 +88,10 @@ pub const API_ACCESS: &[(&str, &str, &[&str])] = &[
     (
         "nas.fake.resource.3-shake.com",
         "nodeallocationstates",
-        &["get", "list", "watch"],
+        &["list", "watch"],
     ),
+    // patch: kube's Recorder updates a repeated event's series.
     ("events.k8s.io", "events", &["create", "patch"]),
+    // Only with --leader-elect (kube-lease-manager).
     ("coordination.k8s.io", "leases", &["get", "create", "patch"]),
 ];

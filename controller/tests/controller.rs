@@ -850,3 +850,38 @@ async fn relists_after_the_watch_history_is_compacted() {
     let (_, h2) = env.allocated("c2").await;
     assert_ne!(h1.devices, h2.devices, "the rebuilt view knows c1's device");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_deleted_while_its_allocation_is_in_flight_is_cleaned_up() {
+    let env = Env::new().await;
+    env.node("node-a", 1, 1, "fake-x", true).await;
+    // The status writes fail for a while, so the claim is deleted with the allocation
+    // pending (and its finalizer already on).
+    env.server.inject_fault(Fault {
+        verb: FaultVerb::Update,
+        plural: "resourceclaims".into(),
+        subresource: Some("status".into()),
+        code: 500,
+        times: 3,
+    });
+    env.claim("c1", "Immediate", None).await;
+    let claims = env.claims();
+    eventually("finalizer added", || async {
+        claims
+            .get("c1")
+            .await
+            .ok()?
+            .has_finalizer(FINALIZER)
+            .then_some(())
+    })
+    .await;
+    claims.delete("c1", &DeleteParams::default()).await.unwrap();
+    eventually("claim c1 gone", || async {
+        claims.get_opt("c1").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    // Its device was not leaked.
+    env.claim("c2", "Immediate", None).await;
+    let (_, h) = env.allocated("c2").await;
+    assert_eq!(h.devices, ["FAKE-00000000-0000-0000-0001-000000000000"]);
+}
