@@ -14,6 +14,9 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 use tracing::{debug, warn};
 
+/// How long the status publisher waits after a change before writing, to batch changes.
+const STATUS_COALESCE: Duration = Duration::from_millis(250);
+
 /// Attempts per write before giving up on conflicts.
 const MAX_CONFLICT_RETRIES: usize = 10;
 
@@ -193,6 +196,9 @@ impl Publisher {
         tracing::info!(node = %self.node_name, "NodeAllocationState published, Ready");
         changed.mark_unchanged();
         while changed.changed().await.is_ok() {
+            // The list is informational: coalesce bursts of prepares into one write, so a
+            // busy node does not spend its time (and the apiserver's) on status updates.
+            tokio::time::sleep(STATUS_COALESCE).await;
             changed.mark_unchanged();
             if let Err(e) = self
                 .set_status(NodePhase::Ready, None, driver.prepared_claims())
