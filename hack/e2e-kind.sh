@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Runs the classic seed scenarios of deploy/examples against a real kind cluster and checks
+# what the containers see. Needs docker or podman, kind and kubectl.
+# Usage: hack/e2e-kind.sh [--no-setup]   (--no-setup: use the current cluster as it is)
+# Without --no-setup: kind-up, build-image, kind-load and deploy classic first.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+setup=true
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    -h|--help) usage; exit 0 ;;
+    --no-setup) setup=false; shift ;;
+    *) die "unknown argument: $1 (try --help)" ;;
+  esac
+done
+need kubectl "kubectl (https://kubernetes.io/docs/tasks/tools/)"
+H="$ROOT/hack"
+if $setup; then
+  "$H/kind-up.sh"; "$H/build-image.sh"; "$H/kind-load.sh"; "$H/deploy.sh" classic
+fi
+EX="$ROOT/deploy/examples"
+failures=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+
+# devices NS POD [CONTAINER]: the FAKE_DEVICE_<i> ids, one a line
+devices() {
+  kubectl -n "$1" logs "$2" ${3:+-c "$3"} | sed -nE "s/^export FAKE_DEVICE_[0-9]+='?([^']*)'?$/\1/p"
+}
+envvar() { kubectl -n "$1" logs "$2" ${4:+-c "$4"} | sed -nE "s/^export $3='?([^']*)'?$/\1/p"; }
+ready() { kubectl -n "$1" wait --for=condition=Ready "pod/$2" --timeout=120s >/dev/null; }
+expect_count() { # NS POD N [CONTAINER]
+  local n; n="$(devices "$1" "$2" "${4:-}" | sort -u | wc -l)"
+  [[ "$n" == "$3" ]] || fail "$1/$2${4:+/$4}: $n distinct FAKE_DEVICE ids, want $3"
+  [[ "$(envvar "$1" "$2" DRA_RESOURCE_DRIVER_NAME "${4:-}")" == fake.resource.3-shake.com ]] \
+    || fail "$1/$2: DRA_RESOURCE_DRIVER_NAME missing"
+  [[ -n "$(envvar "$1" "$2" FAKE_NODE_NAME "${4:-}")" ]] || fail "$1/$2: FAKE_NODE_NAME missing"
+}
+run() { echo "== $1"; kubectl apply -f "$EX/$1" >/dev/null; }
+cleanup() { kubectl delete -f "$EX/$1" --wait=false >/dev/null; }
+
+run 1-two-pods-own-claims.yaml
+{ ready test1 pod0 && ready test1 pod1; } || fail "test1 pods not Ready"
+expect_count test1 pod0 1; expect_count test1 pod1 1
+[[ "$(devices test1 pod0)" != "$(devices test1 pod1)" ]] || fail "test1: both pods got the same device"
+cleanup 1-two-pods-own-claims.yaml
+
+run 2-two-containers-share.yaml
+ready test2 pod0 || fail "test2 pod not Ready"
+expect_count test2 pod0 1 ctr0; expect_count test2 pod0 1 ctr1
+[[ "$(devices test2 pod0 ctr0)" == "$(devices test2 pod0 ctr1)" ]] || fail "test2: containers see different devices"
+cleanup 2-two-containers-share.yaml
+
+run 3-global-claim-shared.yaml
+{ ready test3 pod0 && ready test3 pod1; } || fail "test3 pods not Ready"
+[[ "$(devices test3 pod0)" == "$(devices test3 pod1)" ]] || fail "test3: pods see different devices"
+[[ "$(envvar test3 pod0 FAKE_NODE_NAME)" == "$(envvar test3 pod1 FAKE_NODE_NAME)" ]] || fail "test3: pods on different nodes"
+cleanup 3-global-claim-shared.yaml
+
+run 4-count-4.yaml
+ready test4 pod0 || fail "test4 pod not Ready"; expect_count test4 pod0 4
+cleanup 4-count-4.yaml
+
+run 5-count-4-split-2.yaml
+ready test5 pod0 || fail "test5 pod not Ready"; expect_count test5 pod0 8
+cleanup 5-count-4-split-2.yaml
+
+run 6-deployment-count-4-split-5.yaml
+kubectl -n test6 rollout status deployment/dep0 --timeout=120s >/dev/null || fail "test6 not rolled out"
+mapfile -t pods < <(kubectl -n test6 get pods -l app=test6 -o name | sed 's|^pod/||')
+all=""
+for p in "${pods[@]}"; do expect_count test6 "$p" 20; all+="$(devices test6 "$p")"$'\n'; done
+[[ "$(grep -c . <<<"$all")" == "$(sort -u <<<"$all" | grep -c .)" ]] || fail "test6: a device id is shared between replicas"
+cleanup 6-deployment-count-4-split-5.yaml
+
+run 7-selector-model.yaml
+if ready test7 pod0; then
+  expect_count test7 pod0 8
+  [[ "$(envvar test7 pod0 FAKE_DEVICE_MODEL)" == ULTRA_100 ]] || fail "test7: FAKE_DEVICE_MODEL is not ULTRA_100"
+else
+  kubectl get nas -n fake-dra -o yaml | grep -q ULTRA_100 && fail "test7: a node has ULTRA_100 but the pod is not Ready"
+  echo "test7: no node has model ULTRA_100; the pod is Pending as expected"
+fi
+cleanup 7-selector-model.yaml
+
+run 8-more-than-a-node-has.yaml
+if kubectl -n test8 wait --for=condition=Ready pod/pod0 --timeout=20s >/dev/null 2>&1; then
+  fail "test8: a pod asking for 9 devices became Ready"
+fi
+[[ "$(kubectl -n test8 get pod pod0 -o jsonpath='{.status.phase}')" == Pending ]] || fail "test8: pod not Pending"
+cleanup 8-more-than-a-node-has.yaml
+
+run 9-immediate.yaml
+kubectl -n test9 wait --for=jsonpath='{.status.driverName}'=fake.resource.3-shake.com resourceclaim/fake --timeout=60s >/dev/null \
+  || fail "test9: the Immediate claim was not allocated"
+ready test9 pod0 || fail "test9 pod not Ready"; expect_count test9 pod0 2
+cleanup 9-immediate.yaml
+
+if (( failures > 0 )); then die "$failures check(s) failed"; fi
+echo "all classic scenarios passed"
