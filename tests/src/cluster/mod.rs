@@ -1,0 +1,240 @@
+//! The control plane around the emulated apiserver: the parts of kube-controller-manager,
+//! kube-scheduler and the kubelet that classic DRA needs, each talking to the apiserver over
+//! HTTP through its own kube client, as the real components do.
+//!
+//! Every component is level-triggered: after any change in the store (and on a resync
+//! tick) it lists what it cares about and moves the world one step towards the desired
+//! state. Conflicts are not errors; the next pass retries with fresh objects, which is what
+//! the upstream workqueues do.
+
+pub mod claims;
+pub mod kubelet;
+pub mod runtime;
+pub mod scheduler;
+pub mod workloads;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, Node, ObjectReference};
+use kube::api::{Api, ObjectMeta, PostParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
+use tokio::task::JoinSet;
+
+use crate::apiserver::{ApiServer, StartError, WatchEvent};
+pub use runtime::{ContainerRuntime, LogLine, LogSink};
+
+/// How often a component runs even when nothing changed (the informers' resync).
+const RESYNC: Duration = Duration::from_secs(1);
+/// Changes arriving within this window are handled in one pass.
+const COALESCE: Duration = Duration::from_millis(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error(transparent)]
+    Start(#[from] StartError),
+    #[error("creating {what}: {source}")]
+    Api {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("preparing the node directories under {path}: {source}")]
+    Dirs {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Runtime(#[from] runtime::RuntimeError),
+}
+
+/// The kubelet's directories on one emulated node.
+#[derive(Debug, Clone)]
+pub struct NodeDirs {
+    /// `/var/lib/kubelet/plugins_registry` on a real node.
+    pub registry_dir: PathBuf,
+    /// Where the plugin keeps its DRA socket and checkpoint (`/var/lib/kubelet/plugins/<driver>`).
+    pub plugin_dir: PathBuf,
+    /// Where the plugin writes CDI specs and the runtime reads them.
+    pub cdi_root: PathBuf,
+}
+
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    pub nodes: Vec<String>,
+    /// Labels every emulated Node carries besides `kubernetes.io/hostname`.
+    pub node_labels: Vec<(String, String)>,
+    /// Parent of the per-node directories.
+    pub work_dir: PathBuf,
+    pub runtime: ContainerRuntime,
+}
+
+impl ClusterConfig {
+    /// The seed's two kind workers.
+    pub fn kind_like(work_dir: PathBuf, runtime: ContainerRuntime) -> Self {
+        Self { nodes: vec!["kind-worker".into(), "kind-worker2".into()], node_labels: Vec::new(), work_dir, runtime }
+    }
+
+    pub fn node_dirs(&self, node: &str) -> NodeDirs {
+        let root = self.work_dir.join("nodes").join(node);
+        let cdi_root = match &self.runtime {
+            // Podman 4 reads CDI specs only from /etc/cdi and /var/run/cdi, so with podman
+            // every node's plugin writes there (claim uids keep the files apart).
+            ContainerRuntime::Podman { .. } => PathBuf::from("/var/run/cdi"),
+            ContainerRuntime::Process => root.join("cdi"),
+        };
+        NodeDirs { registry_dir: root.join("plugins_registry"), plugin_dir: root.join("plugins"), cdi_root }
+    }
+}
+
+/// A running emulated cluster. Dropping it stops every component and container.
+#[derive(Debug)]
+pub struct EmulatedCluster {
+    config: ClusterConfig,
+    logs: LogSink,
+    components: JoinSet<()>,
+    kubelets: Vec<kubelet::Kubelet>,
+    // Dropped last: components still talk to it while they shut down.
+    server: ApiServer,
+}
+
+impl EmulatedCluster {
+    pub async fn start(server: ApiServer, config: ClusterConfig) -> Result<Self, ClusterError> {
+        let client = server.client()?;
+        create_if_missing(&Api::<Namespace>::all(client.clone()), Namespace { metadata: meta("fake-dra"), ..Default::default() }).await?;
+        for node in &config.nodes {
+            let mut labels = std::collections::BTreeMap::from([("kubernetes.io/hostname".to_string(), node.clone())]);
+            labels.extend(config.node_labels.iter().cloned());
+            let object = Node { metadata: ObjectMeta { labels: Some(labels), ..meta(node) }, ..Default::default() };
+            create_if_missing(&Api::<Node>::all(client.clone()), object).await?;
+            let dirs = config.node_dirs(node);
+            for dir in [&dirs.registry_dir, &dirs.plugin_dir, &dirs.cdi_root] {
+                std::fs::create_dir_all(dir).map_err(|source| ClusterError::Dirs { path: dir.clone(), source })?;
+            }
+        }
+        let logs = LogSink::default();
+        let mut components = JoinSet::new();
+        components.spawn(claims::run(server.client()?, changes(&server)));
+        components.spawn(scheduler::run(server.client()?, changes(&server)));
+        components.spawn(workloads::run(server.client()?, changes(&server)));
+        let mut kubelets = Vec::new();
+        for node in &config.nodes {
+            kubelets.push(kubelet::Kubelet::start(node.clone(), config.node_dirs(node), server.client()?, changes(&server), config.runtime.clone(), logs.clone()));
+        }
+        Ok(Self { config, logs, components, kubelets, server })
+    }
+
+    pub fn server(&self) -> &ApiServer {
+        &self.server
+    }
+
+    pub fn client(&self) -> Result<kube::Client, ClusterError> {
+        Ok(self.server.client()?)
+    }
+
+    pub fn config(&self) -> &ClusterConfig {
+        &self.config
+    }
+
+    pub fn logs(&self) -> &LogSink {
+        &self.logs
+    }
+
+    /// Stops the kubelets (containers first, then the plugins' claims are left prepared, as a
+    /// node shutdown does), then the control plane.
+    pub async fn shutdown(mut self) {
+        for kubelet in self.kubelets.drain(..) {
+            kubelet.shutdown().await;
+        }
+        self.components.abort_all();
+        while self.components.join_next().await.is_some() {}
+    }
+}
+
+fn meta(name: &str) -> ObjectMeta {
+    ObjectMeta { name: Some(name.into()), ..Default::default() }
+}
+
+async fn create_if_missing<K>(api: &Api<K>, object: K) -> Result<(), ClusterError>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.create(&PostParams::default(), &object).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(source) => Err(ClusterError::Api { what: format!("{} {:?}", K::kind(&()), object.meta().name), source }),
+    }
+}
+
+fn changes(server: &ApiServer) -> broadcast::Receiver<Arc<WatchEvent>> {
+    server.store().subscribe()
+}
+
+/// Runs `pass` after every batch of store changes and on every resync tick, until the
+/// store goes away.
+pub(crate) async fn level_triggered<F, Fut>(component: &'static str, mut changes: broadcast::Receiver<Arc<WatchEvent>>, mut pass: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), kube::Error>>,
+{
+    loop {
+        if let Err(error) = pass().await {
+            tracing::debug!(component, %error, "pass failed; retrying on the next change");
+        }
+        tokio::select! {
+            received = changes.recv() => if let Err(RecvError::Closed) = received { return },
+            () = tokio::time::sleep(RESYNC) => {}
+        }
+        tokio::time::sleep(COALESCE).await;
+        loop {
+            match changes.try_recv() {
+                Ok(_) | Err(TryRecvError::Lagged(_)) => {}
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Closed) => return,
+            }
+        }
+    }
+}
+
+/// Publishes events.k8s.io/v1 Events as the component named `controller` (kube-scheduler,
+/// kubelet, …), the way `kubectl describe` shows them.
+#[derive(Clone)]
+pub(crate) struct Events {
+    recorder: Recorder,
+}
+
+impl std::fmt::Debug for Events {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Events")
+    }
+}
+
+impl Events {
+    pub fn new(client: kube::Client, controller: &str, instance: Option<String>) -> Self {
+        Self { recorder: Recorder::new(client, Reporter { controller: controller.into(), instance }) }
+    }
+
+    pub async fn warn(&self, object: ObjectReference, reason: &str, action: &str, note: String) {
+        self.publish(object, EventType::Warning, reason, action, note).await;
+    }
+
+    pub async fn normal(&self, object: ObjectReference, reason: &str, action: &str, note: String) {
+        self.publish(object, EventType::Normal, reason, action, note).await;
+    }
+
+    async fn publish(&self, object: ObjectReference, type_: EventType, reason: &str, action: &str, note: String) {
+        let event = Event { type_, reason: reason.into(), note: Some(note), action: action.into(), secondary: None };
+        if let Err(error) = self.recorder.publish(&event, &object).await {
+            tracing::debug!(%error, reason, "could not publish an event");
+        }
+    }
+}
+
+/// The reference an Event names its object by.
+pub(crate) fn object_ref<K: kube::Resource<DynamicType = ()>>(object: &K) -> ObjectReference {
+    object.object_ref(&())
+}

@@ -1,0 +1,273 @@
+//! kube-scheduler with the classic `DynamicResources` plugin, 1.27–1.30
+//! (`pkg/scheduler/framework/plugins/dynamicresources`), for one pod at a time:
+//!
+//! - PreFilter: every claim of the pod must exist, not be being deleted, and (when generated)
+//!   be owned by the pod; an unallocated Immediate claim makes the pod wait.
+//! - Filter: an allocated claim limits the pod to its `availableOnNodes`; an unallocated
+//!   WaitForFirstConsumer claim rules out its class' non-`suitableNodes` and the nodes the
+//!   driver listed in `unsuitableNodes`.
+//! - PostFilter: when no node fits and a claim is allocated but unreserved, ask for its
+//!   deallocation so the driver can allocate elsewhere.
+//! - PreScore/Reserve: publish `potentialNodes` (≤ 128) in the PodSchedulingContext; select a
+//!   node once there is a single pending claim or the driver reported on all of them; then
+//!   wait for the driver to allocate.
+//! - PreBind: add the pod to every claim's `reservedFor`; Bind.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use fake_dra_crds::node_selector::{self, NodeView};
+use fake_dra_crds::pod::ClassicPod;
+use fake_dra_crds::v1alpha2::{
+    AllocationMode, MAX_SCHEDULING_NODES, PodSchedulingContext, PodSchedulingContextSpec, ResourceClaim, ResourceClaimConsumerReference, ResourceClass,
+};
+use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use serde_json::json;
+use tokio::sync::broadcast;
+
+use super::{Events, level_triggered, object_ref};
+use crate::apiserver::WatchEvent;
+
+pub async fn run(client: kube::Client, changes: broadcast::Receiver<Arc<WatchEvent>>) {
+    let events = Events::new(client.clone(), "default-scheduler", None);
+    let mut reported: HashMap<String, String> = HashMap::new();
+    level_triggered("kube-scheduler", changes, || {
+        let (client, events) = (client.clone(), events.clone());
+        let reported = &mut reported;
+        async move { pass(&client, &events, reported).await }
+    })
+    .await;
+}
+
+/// Why a pod is not scheduled yet; reported once per distinct message, like the
+/// scheduler's FailedScheduling events.
+struct Unschedulable(String);
+
+async fn pass(client: &kube::Client, events: &Events, reported: &mut HashMap<String, String>) -> Result<(), kube::Error> {
+    let pods = Api::<ClassicPod>::all(client.clone()).list(&ListParams::default()).await?.items;
+    let mut nodes = Api::<Node>::all(client.clone()).list(&ListParams::default()).await?.items;
+    nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let mut load: BTreeMap<String, usize> = BTreeMap::new();
+    for pod in &pods {
+        if let Some(node) = pod.node_name() {
+            *load.entry(node.to_string()).or_default() += 1;
+        }
+    }
+    for pod in &pods {
+        if pod.node_name().is_some() || pod.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let key = format!("{}/{}", pod.metadata.namespace.as_deref().unwrap_or_default(), pod.metadata.name.as_deref().unwrap_or_default());
+        match schedule(client, pod, &nodes, &mut load).await {
+            Ok(Some(node)) => {
+                reported.remove(&key);
+                let note = format!("Successfully assigned {key} to {node}");
+                events.normal(object_ref(pod), "Scheduled", "Binding", note).await;
+            }
+            Ok(None) => {}
+            Err(ScheduleError::Unschedulable(Unschedulable(message))) => {
+                if reported.get(&key) != Some(&message) {
+                    events.warn(object_ref(pod), "FailedScheduling", "Scheduling", message.clone()).await;
+                    reported.insert(key, message);
+                }
+            }
+            Err(ScheduleError::Api(error)) => tracing::debug!(pod = key, %error, "scheduling attempt failed"),
+        }
+    }
+    Ok(())
+}
+
+enum ScheduleError {
+    Unschedulable(Unschedulable),
+    Api(kube::Error),
+}
+
+impl From<kube::Error> for ScheduleError {
+    fn from(e: kube::Error) -> Self {
+        Self::Api(e)
+    }
+}
+
+fn unschedulable(message: impl Into<String>) -> ScheduleError {
+    ScheduleError::Unschedulable(Unschedulable(message.into()))
+}
+
+/// One claim of the pod, with what Filter needs about it.
+struct PodClaim {
+    pod_claim_name: String,
+    claim: ResourceClaim,
+    class: Option<ResourceClass>,
+}
+
+/// Returns the node the pod was bound to, `None` while waiting for the driver.
+async fn schedule(client: &kube::Client, pod: &ClassicPod, nodes: &[Node], load: &mut BTreeMap<String, usize>) -> Result<Option<String>, ScheduleError> {
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let pod_name = pod.metadata.name.clone().unwrap_or_default();
+    let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
+    let claims_api: Api<ResourceClaim> = Api::namespaced(client.clone(), &namespace);
+
+    // PreFilter.
+    let mut claims = Vec::new();
+    for pod_claim in pod.resource_claims() {
+        let from_template = pod_claim.source.as_ref().is_some_and(|s| s.resource_claim_template_name.is_some());
+        let Some(claim_name) = pod.claim_name(&pod_claim.name) else {
+            return Err(unschedulable(format!("waiting for resource claim {} of the pod to be created", pod_claim.name)));
+        };
+        let Some(claim) = claims_api.get_opt(claim_name).await? else {
+            return Err(unschedulable(format!("resourceclaim \"{claim_name}\" not found")));
+        };
+        if claim.is_being_deleted() {
+            return Err(unschedulable(format!("resourceclaim \"{claim_name}\" is being deleted")));
+        }
+        if from_template && !claim.metadata.owner_references.iter().flatten().any(|o| o.uid == pod_uid) {
+            return Err(unschedulable(format!("ResourceClaim {claim_name} was not created for the pod")));
+        }
+        if !claim.is_allocated() && claim.spec.allocation_mode() == AllocationMode::Immediate {
+            return Err(unschedulable(format!("unallocated immediate resourceclaim \"{claim_name}\"")));
+        }
+        if claim.deallocation_requested() {
+            return Err(unschedulable(format!("resourceclaim \"{claim_name}\" must be reallocated")));
+        }
+        let class = if claim.is_allocated() { None } else { Api::<ResourceClass>::all(client.clone()).get_opt(&claim.spec.resource_class_name).await? };
+        if !claim.is_allocated() && class.is_none() {
+            return Err(unschedulable(format!("resource class {} does not exist", claim.spec.resource_class_name)));
+        }
+        let reserved = claim.reserved_for();
+        let shareable = claim.allocation().and_then(|a| a.shareable).unwrap_or(false);
+        if !claim.is_reserved_for(&pod_uid) && !reserved.is_empty() && !shareable {
+            return Err(unschedulable(format!("resourceclaim \"{claim_name}\" is in use by another pod")));
+        }
+        claims.push(PodClaim { pod_claim_name: pod_claim.name.clone(), claim, class });
+    }
+
+    let psc_api: Api<PodSchedulingContext> = Api::namespaced(client.clone(), &namespace);
+    let psc = if claims.iter().any(|c| !c.claim.is_allocated()) { psc_api.get_opt(&pod_name).await? } else { None };
+
+    // Filter.
+    let mut feasible = Vec::new();
+    let mut reasons: BTreeMap<&'static str, usize> = BTreeMap::new();
+    for node in nodes {
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        let empty = BTreeMap::new();
+        let view = NodeView { name, labels: node.metadata.labels.as_ref().unwrap_or(&empty) };
+        let verdict = claims.iter().find_map(|c| {
+            if let Some(allocation) = c.claim.allocation() {
+                let fits = allocation.available_on_nodes.as_ref().is_none_or(|s| node_selector::matches(s, view));
+                return (!fits).then_some("cannot allocate all claims");
+            }
+            if let Some(suitable) = c.class.as_ref().and_then(|cl| cl.suitable_nodes.as_ref())
+                && !node_selector::matches(suitable, view)
+            {
+                return Some("didn't match the resource class's suitable nodes");
+            }
+            let unsuitable = psc.as_ref().and_then(|p| p.claim_status(&c.pod_claim_name)).is_some_and(|s| s.unsuitable_nodes.iter().flatten().any(|n| n == name));
+            unsuitable.then_some("cannot allocate all claims")
+        });
+        match verdict {
+            None => feasible.push(name.to_string()),
+            Some(reason) => *reasons.entry(reason).or_default() += 1,
+        }
+    }
+
+    if feasible.is_empty() {
+        // PostFilter: an allocated claim that nobody uses yet may be holding the pod back.
+        for c in &claims {
+            if c.claim.is_allocated() && c.claim.reserved_for().is_empty() {
+                let patch = json!({"metadata": {"resourceVersion": c.claim.metadata.resource_version}, "status": {"deallocationRequested": true}});
+                claims_api.patch_status(c.claim.metadata.name.as_deref().unwrap_or_default(), &PatchParams::default(), &Patch::Merge(patch)).await?;
+            }
+        }
+        if let Some(p) = psc.as_ref().filter(|p| p.selected_node().is_some()) {
+            clear_selected_node(&psc_api, p).await?;
+        }
+        let details: Vec<String> = reasons.iter().map(|(reason, n)| format!("{n} {reason}")).collect();
+        return Err(unschedulable(format!("0/{} nodes are available: {}.", nodes.len(), details.join(", "))));
+    }
+
+    let pending: Vec<&PodClaim> = claims.iter().filter(|c| !c.claim.is_allocated()).collect();
+    if !pending.is_empty() {
+        let mut potential = feasible.clone();
+        potential.truncate(MAX_SCHEDULING_NODES);
+        let selected = psc.as_ref().and_then(|p| p.selected_node()).map(str::to_string);
+        if let Some(selected) = &selected
+            && feasible.contains(selected)
+        {
+            // Waiting for the driver to allocate on the selected node.
+            return Ok(None);
+        }
+        let reported = pending.iter().filter(|c| psc.as_ref().and_then(|p| p.claim_status(&c.pod_claim_name)).is_some()).count();
+        let select = if pending.len() == 1 || reported == pending.len() { Some(least_loaded(&feasible, load)) } else { None };
+        let spec = PodSchedulingContextSpec { selected_node: select.clone(), potential_nodes: Some(potential) };
+        match psc {
+            None => {
+                let object = PodSchedulingContext {
+                    metadata: ObjectMeta {
+                        name: Some(pod_name.clone()),
+                        namespace: Some(namespace.clone()),
+                        owner_references: Some(vec![OwnerReference {
+                            api_version: "v1".into(),
+                            kind: "Pod".into(),
+                            name: pod_name.clone(),
+                            uid: pod_uid.clone(),
+                            controller: Some(true),
+                            block_owner_deletion: Some(true),
+                        }]),
+                        ..Default::default()
+                    },
+                    spec,
+                    status: None,
+                };
+                psc_api.create(&PostParams::default(), &object).await?;
+            }
+            Some(existing) => {
+                if existing.spec != spec {
+                    let mut updated = existing.clone();
+                    updated.spec = spec;
+                    psc_api.replace(&pod_name, &PostParams::default(), &updated).await?;
+                }
+            }
+        }
+        if let Some(node) = select {
+            *load.entry(node).or_default() += 1;
+        }
+        return Ok(None);
+    }
+
+    // All claims allocated: pick among the nodes they are available on.
+    let node = least_loaded(&feasible, load);
+    for c in &claims {
+        if c.claim.is_reserved_for(&pod_uid) {
+            continue;
+        }
+        let mut reserved = c.claim.reserved_for().to_vec();
+        reserved.push(ResourceClaimConsumerReference { api_group: None, resource: "pods".into(), name: pod_name.clone(), uid: pod_uid.clone() });
+        let patch = json!({"metadata": {"resourceVersion": c.claim.metadata.resource_version}, "status": {"reservedFor": reserved}});
+        claims_api.patch_status(c.claim.metadata.name.as_deref().unwrap_or_default(), &PatchParams::default(), &Patch::Merge(patch)).await?;
+    }
+    let binding = Binding {
+        metadata: ObjectMeta { name: Some(pod_name.clone()), namespace: Some(namespace.clone()), ..Default::default() },
+        target: ObjectReference { api_version: Some("v1".into()), kind: Some("Node".into()), name: Some(node.clone()), ..Default::default() },
+    };
+    let body = serde_json::to_vec(&binding).map_err(kube::Error::SerdeError)?;
+    let request = http::Request::post(format!("/api/v1/namespaces/{namespace}/pods/{pod_name}/binding"))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(body)
+        .map_err(kube::Error::HttpError)?;
+    client.request::<serde_json::Value>(request).await?;
+    *load.entry(node.clone()).or_default() += 1;
+    Ok(Some(node))
+}
+
+/// Spreads pods over nodes (the default scorers' net effect here); ties go to the first name.
+fn least_loaded(feasible: &[String], load: &BTreeMap<String, usize>) -> String {
+    feasible.iter().min_by_key(|n| load.get(*n).copied().unwrap_or(0)).cloned().unwrap_or_default()
+}
+
+async fn clear_selected_node(api: &Api<PodSchedulingContext>, psc: &PodSchedulingContext) -> Result<(), kube::Error> {
+    let mut updated = psc.clone();
+    updated.spec.selected_node = None;
+    api.replace(psc.metadata.name.as_deref().unwrap_or_default(), &PostParams::default(), &updated).await?;
+    Ok(())
+}
