@@ -90,6 +90,9 @@ async fn terminated() {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // kube uses rustls with ring; a workspace build where a test-only dependency also links
+    // aws-lc-rs leaves rustls without a default, so name ours (an error means one is set).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let flags = Flags::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));

@@ -137,6 +137,9 @@ impl ApiServer {
 
     /// A kube client for this server, as `kubectl` would build one from [`Self::kubeconfig`].
     pub fn client(&self) -> Result<kube::Client, StartError> {
+        // kube uses rustls with ring; when a test-only dependency also links aws-lc-rs,
+        // rustls has no default provider until one is named (an error means one is set).
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let url = self
             .url()
             .parse()
