@@ -248,11 +248,23 @@ pub async fn unprepare(
 
 /// Checks a spec file against the CDI JSON schema in ../shared/cdi-schema.
 pub fn validate_schema(path: &Path) {
-    let schema_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/cdi-schema");
-    let schema: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(schema_dir.join("schema.json")).unwrap()).unwrap();
-    let defs: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(schema_dir.join("defs.json")).unwrap()).unwrap();
+    // The schema lives beside the repository (`../shared/cdi-schema`, as the project's docs
+    // lay it out); FAKE_DRA_CDI_SCHEMA_DIR points elsewhere.
+    let schema_dir = std::env::var_os("FAKE_DRA_CDI_SCHEMA_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/cdi-schema"));
+    let read = |name: &str| -> serde_json::Value {
+        let file = schema_dir.join(name);
+        let bytes = std::fs::read(&file).unwrap_or_else(|e| {
+            panic!(
+                "the CDI JSON schema {} is needed (set FAKE_DRA_CDI_SCHEMA_DIR): {e}",
+                file.display()
+            )
+        });
+        serde_json::from_slice(&bytes).unwrap()
+    };
+    let schema = read("schema.json");
+    let defs = read("defs.json");
     let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
     let mut schema = schema;
     schema["$id"] = serde_json::Value::String("file:///cdi-schema/schema.json".into());
