@@ -190,6 +190,17 @@ impl ClassicPod {
             .unwrap_or_default()
     }
 
+    /// `status.phase` (`Pending`, `Running`, `Succeeded`, `Failed`), if reported.
+    pub fn phase(&self) -> Option<&str> {
+        self.status.as_ref()?.extra.get("phase")?.as_str()
+    }
+
+    /// Whether the Pod has finished (`Succeeded` or `Failed`): its containers never run
+    /// again, so its claims can be released.
+    pub fn is_done(&self) -> bool {
+        matches!(self.phase(), Some("Succeeded" | "Failed"))
+    }
+
     /// The node the Pod is bound to, if any.
     pub fn node_name(&self) -> Option<&str> {
         self.spec.as_ref()?.node_name.as_deref()

@@ -7,3 +7,4 @@
 //! clients talk to it unchanged through the kubeconfig it writes.
 
 pub mod apiserver;
+pub mod cluster;

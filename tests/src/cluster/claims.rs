@@ -28,28 +28,36 @@ pub const POD_CLAIM_NAME_ANNOTATION: &str = "resource.kubernetes.io/pod-claim-na
 
 pub async fn run(client: kube::Client, changes: broadcast::Receiver<Arc<WatchEvent>>) {
     let events = Events::new(client.clone(), "resource_claim", None);
-    level_triggered("resourceclaim-controller", changes, || pass(&client, &events)).await;
+    level_triggered("resourceclaim-controller", changes, || {
+        pass(&client, &events)
+    })
+    .await;
 }
 
 async fn pass(client: &kube::Client, events: &Events) -> Result<(), kube::Error> {
-    let pods = Api::<ClassicPod>::all(client.clone()).list(&ListParams::default()).await?.items;
-    let claims = Api::<ResourceClaim>::all(client.clone()).list(&ListParams::default()).await?.items;
+    let pods = Api::<ClassicPod>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
+    let claims = Api::<ResourceClaim>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
     for pod in &pods {
         if let Err(error) = create_pod_claims(client, events, pod, &claims).await {
             tracing::debug!(pod = ?pod.metadata.name, %error, "creating the claims of a pod failed");
         }
     }
-    let pods_by_uid: HashMap<&str, &ClassicPod> = pods.iter().filter_map(|p| Some((p.metadata.uid.as_deref()?, p))).collect();
+    let pods_by_uid: HashMap<&str, &ClassicPod> = pods
+        .iter()
+        .filter_map(|p| Some((p.metadata.uid.as_deref()?, p)))
+        .collect();
     for claim in &claims {
         if let Err(error) = sync_claim(client, claim, &pods_by_uid).await {
             tracing::debug!(claim = ?claim.metadata.name, %error, "syncing a claim failed");
         }
     }
     Ok(())
-}
-
-fn is_done(pod: &ClassicPod) -> bool {
-    matches!(pod.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed"))
 }
 
 /// Upstream truncates both parts so the name plus the 5-character suffix stays ≤ 63.
@@ -62,17 +70,32 @@ fn generate_name(pod: &str, pod_claim: &str) -> String {
     format!("{pod}-{claim}-")
 }
 
-async fn create_pod_claims(client: &kube::Client, events: &Events, pod: &ClassicPod, claims: &[ResourceClaim]) -> Result<(), kube::Error> {
-    if pod.metadata.deletion_timestamp.is_some() || is_done(pod) {
+async fn create_pod_claims(
+    client: &kube::Client,
+    events: &Events,
+    pod: &ClassicPod,
+    claims: &[ResourceClaim],
+) -> Result<(), kube::Error> {
+    if pod.metadata.deletion_timestamp.is_some() || pod.is_done() {
         return Ok(());
     }
-    let (Some(namespace), Some(pod_name), Some(pod_uid)) = (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref(), pod.metadata.uid.as_deref()) else {
+    let (Some(namespace), Some(pod_name), Some(pod_uid)) = (
+        pod.metadata.namespace.as_deref(),
+        pod.metadata.name.as_deref(),
+        pod.metadata.uid.as_deref(),
+    ) else {
         return Ok(());
     };
     let mut statuses: Vec<(String, String)> = Vec::new();
     let mut missing_status = false;
     for pod_claim in pod.resource_claims() {
-        let Some(template_name) = pod_claim.source.as_ref().and_then(|s| s.resource_claim_template_name.as_deref()) else { continue };
+        let Some(template_name) = pod_claim
+            .source
+            .as_ref()
+            .and_then(|s| s.resource_claim_template_name.as_deref())
+        else {
+            continue;
+        };
         if let Some(existing) = pod.claim_name(&pod_claim.name) {
             statuses.push((pod_claim.name.clone(), existing.to_string()));
             continue;
@@ -82,29 +105,59 @@ async fn create_pod_claims(client: &kube::Client, events: &Events, pod: &Classic
         // up by owner and annotation for the same reason).
         let adopted = claims.iter().find(|c| {
             c.metadata.namespace.as_deref() == Some(namespace)
-                && c.metadata.annotations.as_ref().and_then(|a| a.get(POD_CLAIM_NAME_ANNOTATION)) == Some(&pod_claim.name)
-                && c.metadata.owner_references.iter().flatten().any(|o| o.uid == pod_uid && o.controller == Some(true))
+                && c.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(POD_CLAIM_NAME_ANNOTATION))
+                    == Some(&pod_claim.name)
+                && c.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.uid == pod_uid && o.controller == Some(true))
         });
         if let Some(claim) = adopted {
-            statuses.push((pod_claim.name.clone(), claim.metadata.name.clone().unwrap_or_default()));
+            statuses.push((
+                pod_claim.name.clone(),
+                claim.metadata.name.clone().unwrap_or_default(),
+            ));
             continue;
         }
         let templates: Api<ResourceClaimTemplate> = Api::namespaced(client.clone(), namespace);
         let template = match templates.get_opt(template_name).await? {
             Some(t) => t,
             None => {
-                let note = format!("PodResourceClaim {}: resource claim template \"{template_name}\": resourceclaimtemplates.resource.k8s.io \"{template_name}\" not found", pod_claim.name);
-                events.warn(object_ref(pod), "FailedResourceClaimCreation", "CreateResourceClaim", note).await;
+                let note = format!(
+                    "PodResourceClaim {}: resource claim template \"{template_name}\": resourceclaimtemplates.resource.k8s.io \"{template_name}\" not found",
+                    pod_claim.name
+                );
+                events
+                    .warn(
+                        object_ref(pod),
+                        "FailedResourceClaimCreation",
+                        "CreateResourceClaim",
+                        note,
+                    )
+                    .await;
                 return Ok(());
             }
         };
-        let mut annotations = template.spec.metadata.as_ref().and_then(|m| m.annotations.clone()).unwrap_or_default();
+        let mut annotations = template
+            .spec
+            .metadata
+            .as_ref()
+            .and_then(|m| m.annotations.clone())
+            .unwrap_or_default();
         annotations.insert(POD_CLAIM_NAME_ANNOTATION.into(), pod_claim.name.clone());
         let claim = ResourceClaim {
             metadata: ObjectMeta {
                 generate_name: Some(generate_name(pod_name, &pod_claim.name)),
                 namespace: Some(namespace.into()),
-                labels: template.spec.metadata.as_ref().and_then(|m| m.labels.clone()),
+                labels: template
+                    .spec
+                    .metadata
+                    .as_ref()
+                    .and_then(|m| m.labels.clone()),
                 annotations: Some(annotations),
                 owner_references: Some(vec![OwnerReference {
                     api_version: "v1".into(),
@@ -119,43 +172,71 @@ async fn create_pod_claims(client: &kube::Client, events: &Events, pod: &Classic
             spec: template.spec.spec.clone(),
             status: None,
         };
-        let created = Api::<ResourceClaim>::namespaced(client.clone(), namespace).create(&PostParams::default(), &claim).await?;
-        statuses.push((pod_claim.name.clone(), created.metadata.name.unwrap_or_default()));
+        let created = Api::<ResourceClaim>::namespaced(client.clone(), namespace)
+            .create(&PostParams::default(), &claim)
+            .await?;
+        statuses.push((
+            pod_claim.name.clone(),
+            created.metadata.name.unwrap_or_default(),
+        ));
     }
     if missing_status {
-        let entries: Vec<_> = statuses.iter().map(|(name, claim)| json!({"name": name, "resourceClaimName": claim})).collect();
+        let entries: Vec<_> = statuses
+            .iter()
+            .map(|(name, claim)| json!({"name": name, "resourceClaimName": claim}))
+            .collect();
         let patch = json!({"metadata": {"resourceVersion": pod.metadata.resource_version}, "status": {"resourceClaimStatuses": entries}});
-        Api::<ClassicPod>::namespaced(client.clone(), namespace).patch_status(pod_name, &PatchParams::default(), &Patch::Merge(patch)).await?;
+        Api::<ClassicPod>::namespaced(client.clone(), namespace)
+            .patch_status(pod_name, &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
     }
     Ok(())
 }
 
-async fn sync_claim(client: &kube::Client, claim: &ResourceClaim, pods: &HashMap<&str, &ClassicPod>) -> Result<(), kube::Error> {
-    let (Some(namespace), Some(name)) = (claim.metadata.namespace.as_deref(), claim.metadata.name.as_deref()) else { return Ok(()) };
+async fn sync_claim(
+    client: &kube::Client,
+    claim: &ResourceClaim,
+    pods: &HashMap<&str, &ClassicPod>,
+) -> Result<(), kube::Error> {
+    let (Some(namespace), Some(name)) = (
+        claim.metadata.namespace.as_deref(),
+        claim.metadata.name.as_deref(),
+    ) else {
+        return Ok(());
+    };
     let api: Api<ResourceClaim> = Api::namespaced(client.clone(), namespace);
     let reserved = claim.reserved_for();
     let valid: Vec<_> = reserved
         .iter()
         .filter(|r| r.api_group.as_deref().unwrap_or_default().is_empty() && r.resource == "pods")
-        .filter(|r| pods.get(r.uid.as_str()).is_some_and(|p| !is_done(p)))
+        .filter(|r| pods.get(r.uid.as_str()).is_some_and(|p| !p.is_done()))
         .cloned()
         .collect();
     if valid.len() != reserved.len() {
         let mut status = claim.status.clone().unwrap_or_default();
         status.reserved_for = (!valid.is_empty()).then_some(valid.clone());
-        if valid.is_empty() && status.allocation.is_some() && claim.spec.allocation_mode() == AllocationMode::WaitForFirstConsumer {
+        if valid.is_empty()
+            && status.allocation.is_some()
+            && claim.spec.allocation_mode() == AllocationMode::WaitForFirstConsumer
+        {
             status.deallocation_requested = Some(true);
         }
         let patch = json!({"metadata": {"resourceVersion": claim.metadata.resource_version}, "status": {"reservedFor": status.reserved_for, "deallocationRequested": status.deallocation_requested}});
-        api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch)).await?;
+        api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
         return Ok(());
     }
     // Generated claims of done pods are deleted once nobody uses them.
-    let owner = claim.metadata.owner_references.iter().flatten().find(|o| o.controller == Some(true) && o.kind == "Pod");
+    let owner = claim
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true) && o.kind == "Pod");
     if let Some(owner) = owner
         && valid.is_empty()
         && claim.metadata.deletion_timestamp.is_none()
-        && pods.get(owner.uid.as_str()).is_some_and(|p| is_done(p))
+        && pods.get(owner.uid.as_str()).is_some_and(|p| p.is_done())
     {
         api.delete(name, &DeleteParams::default()).await?;
     }

@@ -76,7 +76,12 @@ pub struct ClusterConfig {
 impl ClusterConfig {
     /// The seed's two kind workers.
     pub fn kind_like(work_dir: PathBuf, runtime: ContainerRuntime) -> Self {
-        Self { nodes: vec!["kind-worker".into(), "kind-worker2".into()], node_labels: Vec::new(), work_dir, runtime }
+        Self {
+            nodes: vec!["kind-worker".into(), "kind-worker2".into()],
+            node_labels: Vec::new(),
+            work_dir,
+            runtime,
+        }
     }
 
     pub fn node_dirs(&self, node: &str) -> NodeDirs {
@@ -87,7 +92,11 @@ impl ClusterConfig {
             ContainerRuntime::Podman { .. } => PathBuf::from("/var/run/cdi"),
             ContainerRuntime::Process => root.join("cdi"),
         };
-        NodeDirs { registry_dir: root.join("plugins_registry"), plugin_dir: root.join("plugins"), cdi_root }
+        NodeDirs {
+            registry_dir: root.join("plugins_registry"),
+            plugin_dir: root.join("plugins"),
+            cdi_root,
+        }
     }
 }
 
@@ -105,15 +114,34 @@ pub struct EmulatedCluster {
 impl EmulatedCluster {
     pub async fn start(server: ApiServer, config: ClusterConfig) -> Result<Self, ClusterError> {
         let client = server.client()?;
-        create_if_missing(&Api::<Namespace>::all(client.clone()), Namespace { metadata: meta("fake-dra"), ..Default::default() }).await?;
+        create_if_missing(
+            &Api::<Namespace>::all(client.clone()),
+            Namespace {
+                metadata: meta("fake-dra"),
+                ..Default::default()
+            },
+        )
+        .await?;
         for node in &config.nodes {
-            let mut labels = std::collections::BTreeMap::from([("kubernetes.io/hostname".to_string(), node.clone())]);
+            let mut labels = std::collections::BTreeMap::from([(
+                "kubernetes.io/hostname".to_string(),
+                node.clone(),
+            )]);
             labels.extend(config.node_labels.iter().cloned());
-            let object = Node { metadata: ObjectMeta { labels: Some(labels), ..meta(node) }, ..Default::default() };
+            let object = Node {
+                metadata: ObjectMeta {
+                    labels: Some(labels),
+                    ..meta(node)
+                },
+                ..Default::default()
+            };
             create_if_missing(&Api::<Node>::all(client.clone()), object).await?;
             let dirs = config.node_dirs(node);
             for dir in [&dirs.registry_dir, &dirs.plugin_dir, &dirs.cdi_root] {
-                std::fs::create_dir_all(dir).map_err(|source| ClusterError::Dirs { path: dir.clone(), source })?;
+                std::fs::create_dir_all(dir).map_err(|source| ClusterError::Dirs {
+                    path: dir.clone(),
+                    source,
+                })?;
             }
         }
         let logs = LogSink::default();
@@ -123,9 +151,22 @@ impl EmulatedCluster {
         components.spawn(workloads::run(server.client()?, changes(&server)));
         let mut kubelets = Vec::new();
         for node in &config.nodes {
-            kubelets.push(kubelet::Kubelet::start(node.clone(), config.node_dirs(node), server.client()?, changes(&server), config.runtime.clone(), logs.clone()));
+            kubelets.push(kubelet::Kubelet::start(
+                node.clone(),
+                config.node_dirs(node),
+                server.client()?,
+                changes(&server),
+                config.runtime.clone(),
+                logs.clone(),
+            ));
         }
-        Ok(Self { config, logs, components, kubelets, server })
+        Ok(Self {
+            config,
+            logs,
+            components,
+            kubelets,
+            server,
+        })
     }
 
     pub fn server(&self) -> &ApiServer {
@@ -156,17 +197,27 @@ impl EmulatedCluster {
 }
 
 fn meta(name: &str) -> ObjectMeta {
-    ObjectMeta { name: Some(name.into()), ..Default::default() }
+    ObjectMeta {
+        name: Some(name.into()),
+        ..Default::default()
+    }
 }
 
 async fn create_if_missing<K>(api: &Api<K>, object: K) -> Result<(), ClusterError>
 where
-    K: kube::Resource<DynamicType = ()> + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
 {
     match api.create(&PostParams::default(), &object).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
-        Err(source) => Err(ClusterError::Api { what: format!("{} {:?}", K::kind(&()), object.meta().name), source }),
+        Err(source) => Err(ClusterError::Api {
+            what: format!("{} {:?}", K::kind(&()), object.meta().name),
+            source,
+        }),
     }
 }
 
@@ -176,8 +227,11 @@ fn changes(server: &ApiServer) -> broadcast::Receiver<Arc<WatchEvent>> {
 
 /// Runs `pass` after every batch of store changes and on every resync tick, until the
 /// store goes away.
-pub(crate) async fn level_triggered<F, Fut>(component: &'static str, mut changes: broadcast::Receiver<Arc<WatchEvent>>, mut pass: F)
-where
+pub(crate) async fn level_triggered<F, Fut>(
+    component: &'static str,
+    mut changes: broadcast::Receiver<Arc<WatchEvent>>,
+    mut pass: F,
+) where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<(), kube::Error>>,
 {
@@ -215,19 +269,42 @@ impl std::fmt::Debug for Events {
 
 impl Events {
     pub fn new(client: kube::Client, controller: &str, instance: Option<String>) -> Self {
-        Self { recorder: Recorder::new(client, Reporter { controller: controller.into(), instance }) }
+        Self {
+            recorder: Recorder::new(
+                client,
+                Reporter {
+                    controller: controller.into(),
+                    instance,
+                },
+            ),
+        }
     }
 
     pub async fn warn(&self, object: ObjectReference, reason: &str, action: &str, note: String) {
-        self.publish(object, EventType::Warning, reason, action, note).await;
+        self.publish(object, EventType::Warning, reason, action, note)
+            .await;
     }
 
     pub async fn normal(&self, object: ObjectReference, reason: &str, action: &str, note: String) {
-        self.publish(object, EventType::Normal, reason, action, note).await;
+        self.publish(object, EventType::Normal, reason, action, note)
+            .await;
     }
 
-    async fn publish(&self, object: ObjectReference, type_: EventType, reason: &str, action: &str, note: String) {
-        let event = Event { type_, reason: reason.into(), note: Some(note), action: action.into(), secondary: None };
+    async fn publish(
+        &self,
+        object: ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: None,
+        };
         if let Err(error) = self.recorder.publish(&event, &object).await {
             tracing::debug!(%error, reason, "could not publish an event");
         }

@@ -19,7 +19,8 @@ use std::sync::Arc;
 use fake_dra_crds::node_selector::{self, NodeView};
 use fake_dra_crds::pod::ClassicPod;
 use fake_dra_crds::v1alpha2::{
-    AllocationMode, MAX_SCHEDULING_NODES, PodSchedulingContext, PodSchedulingContextSpec, ResourceClaim, ResourceClaimConsumerReference, ResourceClass,
+    AllocationMode, MAX_SCHEDULING_NODES, PodSchedulingContext, PodSchedulingContextSpec,
+    ResourceClaim, ResourceClaimConsumerReference, ResourceClass,
 };
 use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -32,11 +33,10 @@ use crate::apiserver::WatchEvent;
 
 pub async fn run(client: kube::Client, changes: broadcast::Receiver<Arc<WatchEvent>>) {
     let events = Events::new(client.clone(), "default-scheduler", None);
-    let mut reported: HashMap<String, String> = HashMap::new();
+    let reported = Arc::new(tokio::sync::Mutex::new(HashMap::new()));
     level_triggered("kube-scheduler", changes, || {
-        let (client, events) = (client.clone(), events.clone());
-        let reported = &mut reported;
-        async move { pass(&client, &events, reported).await }
+        let (client, events, reported) = (client.clone(), events.clone(), reported.clone());
+        async move { pass(&client, &events, &mut *reported.lock().await).await }
     })
     .await;
 }
@@ -45,9 +45,19 @@ pub async fn run(client: kube::Client, changes: broadcast::Receiver<Arc<WatchEve
 /// scheduler's FailedScheduling events.
 struct Unschedulable(String);
 
-async fn pass(client: &kube::Client, events: &Events, reported: &mut HashMap<String, String>) -> Result<(), kube::Error> {
-    let pods = Api::<ClassicPod>::all(client.clone()).list(&ListParams::default()).await?.items;
-    let mut nodes = Api::<Node>::all(client.clone()).list(&ListParams::default()).await?.items;
+async fn pass(
+    client: &kube::Client,
+    events: &Events,
+    reported: &mut HashMap<String, String>,
+) -> Result<(), kube::Error> {
+    let pods = Api::<ClassicPod>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
+    let mut nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
     nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     let mut load: BTreeMap<String, usize> = BTreeMap::new();
     for pod in &pods {
@@ -59,21 +69,36 @@ async fn pass(client: &kube::Client, events: &Events, reported: &mut HashMap<Str
         if pod.node_name().is_some() || pod.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        let key = format!("{}/{}", pod.metadata.namespace.as_deref().unwrap_or_default(), pod.metadata.name.as_deref().unwrap_or_default());
+        let key = format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            pod.metadata.name.as_deref().unwrap_or_default()
+        );
         match schedule(client, pod, &nodes, &mut load).await {
             Ok(Some(node)) => {
                 reported.remove(&key);
                 let note = format!("Successfully assigned {key} to {node}");
-                events.normal(object_ref(pod), "Scheduled", "Binding", note).await;
+                events
+                    .normal(object_ref(pod), "Scheduled", "Binding", note)
+                    .await;
             }
             Ok(None) => {}
             Err(ScheduleError::Unschedulable(Unschedulable(message))) => {
                 if reported.get(&key) != Some(&message) {
-                    events.warn(object_ref(pod), "FailedScheduling", "Scheduling", message.clone()).await;
+                    events
+                        .warn(
+                            object_ref(pod),
+                            "FailedScheduling",
+                            "Scheduling",
+                            message.clone(),
+                        )
+                        .await;
                     reported.insert(key, message);
                 }
             }
-            Err(ScheduleError::Api(error)) => tracing::debug!(pod = key, %error, "scheduling attempt failed"),
+            Err(ScheduleError::Api(error)) => {
+                tracing::debug!(pod = key, %error, "scheduling attempt failed")
+            }
         }
     }
     Ok(())
@@ -102,7 +127,12 @@ struct PodClaim {
 }
 
 /// Returns the node the pod was bound to, `None` while waiting for the driver.
-async fn schedule(client: &kube::Client, pod: &ClassicPod, nodes: &[Node], load: &mut BTreeMap<String, usize>) -> Result<Option<String>, ScheduleError> {
+async fn schedule(
+    client: &kube::Client,
+    pod: &ClassicPod,
+    nodes: &[Node],
+    load: &mut BTreeMap<String, usize>,
+) -> Result<Option<String>, ScheduleError> {
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
     let pod_name = pod.metadata.name.clone().unwrap_or_default();
     let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
@@ -111,39 +141,84 @@ async fn schedule(client: &kube::Client, pod: &ClassicPod, nodes: &[Node], load:
     // PreFilter.
     let mut claims = Vec::new();
     for pod_claim in pod.resource_claims() {
-        let from_template = pod_claim.source.as_ref().is_some_and(|s| s.resource_claim_template_name.is_some());
+        let from_template = pod_claim
+            .source
+            .as_ref()
+            .is_some_and(|s| s.resource_claim_template_name.is_some());
         let Some(claim_name) = pod.claim_name(&pod_claim.name) else {
-            return Err(unschedulable(format!("waiting for resource claim {} of the pod to be created", pod_claim.name)));
+            return Err(unschedulable(format!(
+                "waiting for resource claim {} of the pod to be created",
+                pod_claim.name
+            )));
         };
         let Some(claim) = claims_api.get_opt(claim_name).await? else {
-            return Err(unschedulable(format!("resourceclaim \"{claim_name}\" not found")));
+            return Err(unschedulable(format!(
+                "resourceclaim \"{claim_name}\" not found"
+            )));
         };
         if claim.is_being_deleted() {
-            return Err(unschedulable(format!("resourceclaim \"{claim_name}\" is being deleted")));
+            return Err(unschedulable(format!(
+                "resourceclaim \"{claim_name}\" is being deleted"
+            )));
         }
-        if from_template && !claim.metadata.owner_references.iter().flatten().any(|o| o.uid == pod_uid) {
-            return Err(unschedulable(format!("ResourceClaim {claim_name} was not created for the pod")));
+        if from_template
+            && !claim
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.uid == pod_uid)
+        {
+            return Err(unschedulable(format!(
+                "ResourceClaim {claim_name} was not created for the pod"
+            )));
         }
         if !claim.is_allocated() && claim.spec.allocation_mode() == AllocationMode::Immediate {
-            return Err(unschedulable(format!("unallocated immediate resourceclaim \"{claim_name}\"")));
+            return Err(unschedulable(format!(
+                "unallocated immediate resourceclaim \"{claim_name}\""
+            )));
         }
         if claim.deallocation_requested() {
-            return Err(unschedulable(format!("resourceclaim \"{claim_name}\" must be reallocated")));
+            return Err(unschedulable(format!(
+                "resourceclaim \"{claim_name}\" must be reallocated"
+            )));
         }
-        let class = if claim.is_allocated() { None } else { Api::<ResourceClass>::all(client.clone()).get_opt(&claim.spec.resource_class_name).await? };
+        let class = if claim.is_allocated() {
+            None
+        } else {
+            Api::<ResourceClass>::all(client.clone())
+                .get_opt(&claim.spec.resource_class_name)
+                .await?
+        };
         if !claim.is_allocated() && class.is_none() {
-            return Err(unschedulable(format!("resource class {} does not exist", claim.spec.resource_class_name)));
+            return Err(unschedulable(format!(
+                "resource class {} does not exist",
+                claim.spec.resource_class_name
+            )));
         }
         let reserved = claim.reserved_for();
-        let shareable = claim.allocation().and_then(|a| a.shareable).unwrap_or(false);
+        let shareable = claim
+            .allocation()
+            .and_then(|a| a.shareable)
+            .unwrap_or(false);
         if !claim.is_reserved_for(&pod_uid) && !reserved.is_empty() && !shareable {
-            return Err(unschedulable(format!("resourceclaim \"{claim_name}\" is in use by another pod")));
+            return Err(unschedulable(format!(
+                "resourceclaim \"{claim_name}\" is in use by another pod"
+            )));
         }
-        claims.push(PodClaim { pod_claim_name: pod_claim.name.clone(), claim, class });
+        claims.push(PodClaim {
+            pod_claim_name: pod_claim.name.clone(),
+            claim,
+            class,
+        });
     }
 
     let psc_api: Api<PodSchedulingContext> = Api::namespaced(client.clone(), &namespace);
-    let psc = if claims.iter().any(|c| !c.claim.is_allocated()) { psc_api.get_opt(&pod_name).await? } else { None };
+    let psc = if claims.iter().any(|c| !c.claim.is_allocated()) {
+        psc_api.get_opt(&pod_name).await?
+    } else {
+        None
+    };
 
     // Filter.
     let mut feasible = Vec::new();
@@ -151,10 +226,16 @@ async fn schedule(client: &kube::Client, pod: &ClassicPod, nodes: &[Node], load:
     for node in nodes {
         let name = node.metadata.name.as_deref().unwrap_or_default();
         let empty = BTreeMap::new();
-        let view = NodeView { name, labels: node.metadata.labels.as_ref().unwrap_or(&empty) };
+        let view = NodeView {
+            name,
+            labels: node.metadata.labels.as_ref().unwrap_or(&empty),
+        };
         let verdict = claims.iter().find_map(|c| {
             if let Some(allocation) = c.claim.allocation() {
-                let fits = allocation.available_on_nodes.as_ref().is_none_or(|s| node_selector::matches(s, view));
+                let fits = allocation
+                    .available_on_nodes
+                    .as_ref()
+                    .is_none_or(|s| node_selector::matches(s, view));
                 return (!fits).then_some("cannot allocate all claims");
             }
             if let Some(suitable) = c.class.as_ref().and_then(|cl| cl.suitable_nodes.as_ref())
@@ -162,7 +243,10 @@ async fn schedule(client: &kube::Client, pod: &ClassicPod, nodes: &[Node], load:
             {
                 return Some("didn't match the resource class's suitable nodes");
             }
-            let unsuitable = psc.as_ref().and_then(|p| p.claim_status(&c.pod_claim_name)).is_some_and(|s| s.unsuitable_nodes.iter().flatten().any(|n| n == name));
+            let unsuitable = psc
+                .as_ref()
+                .and_then(|p| p.claim_status(&c.pod_claim_name))
+                .is_some_and(|s| s.unsuitable_nodes.iter().flatten().any(|n| n == name));
             unsuitable.then_some("cannot allocate all claims")
         });
         match verdict {
@@ -176,30 +260,60 @@ async fn schedule(client: &kube::Client, pod: &ClassicPod, nodes: &[Node], load:
         for c in &claims {
             if c.claim.is_allocated() && c.claim.reserved_for().is_empty() {
                 let patch = json!({"metadata": {"resourceVersion": c.claim.metadata.resource_version}, "status": {"deallocationRequested": true}});
-                claims_api.patch_status(c.claim.metadata.name.as_deref().unwrap_or_default(), &PatchParams::default(), &Patch::Merge(patch)).await?;
+                claims_api
+                    .patch_status(
+                        c.claim.metadata.name.as_deref().unwrap_or_default(),
+                        &PatchParams::default(),
+                        &Patch::Merge(patch),
+                    )
+                    .await?;
             }
         }
         if let Some(p) = psc.as_ref().filter(|p| p.selected_node().is_some()) {
             clear_selected_node(&psc_api, p).await?;
         }
-        let details: Vec<String> = reasons.iter().map(|(reason, n)| format!("{n} {reason}")).collect();
-        return Err(unschedulable(format!("0/{} nodes are available: {}.", nodes.len(), details.join(", "))));
+        let details: Vec<String> = reasons
+            .iter()
+            .map(|(reason, n)| format!("{n} {reason}"))
+            .collect();
+        return Err(unschedulable(format!(
+            "0/{} nodes are available: {}.",
+            nodes.len(),
+            details.join(", ")
+        )));
     }
 
     let pending: Vec<&PodClaim> = claims.iter().filter(|c| !c.claim.is_allocated()).collect();
     if !pending.is_empty() {
         let mut potential = feasible.clone();
         potential.truncate(MAX_SCHEDULING_NODES);
-        let selected = psc.as_ref().and_then(|p| p.selected_node()).map(str::to_string);
+        let selected = psc
+            .as_ref()
+            .and_then(|p| p.selected_node())
+            .map(str::to_string);
         if let Some(selected) = &selected
             && feasible.contains(selected)
         {
             // Waiting for the driver to allocate on the selected node.
             return Ok(None);
         }
-        let reported = pending.iter().filter(|c| psc.as_ref().and_then(|p| p.claim_status(&c.pod_claim_name)).is_some()).count();
-        let select = if pending.len() == 1 || reported == pending.len() { Some(least_loaded(&feasible, load)) } else { None };
-        let spec = PodSchedulingContextSpec { selected_node: select.clone(), potential_nodes: Some(potential) };
+        let reported = pending
+            .iter()
+            .filter(|c| {
+                psc.as_ref()
+                    .and_then(|p| p.claim_status(&c.pod_claim_name))
+                    .is_some()
+            })
+            .count();
+        let select = if pending.len() == 1 || reported == pending.len() {
+            Some(least_loaded(&feasible, load))
+        } else {
+            None
+        };
+        let spec = PodSchedulingContextSpec {
+            selected_node: select.clone(),
+            potential_nodes: Some(potential),
+        };
         match psc {
             None => {
                 let object = PodSchedulingContext {
@@ -225,7 +339,9 @@ async fn schedule(client: &kube::Client, pod: &ClassicPod, nodes: &[Node], load:
                 if existing.spec != spec {
                     let mut updated = existing.clone();
                     updated.spec = spec;
-                    psc_api.replace(&pod_name, &PostParams::default(), &updated).await?;
+                    psc_api
+                        .replace(&pod_name, &PostParams::default(), &updated)
+                        .await?;
                 }
             }
         }
@@ -242,19 +358,41 @@ async fn schedule(client: &kube::Client, pod: &ClassicPod, nodes: &[Node], load:
             continue;
         }
         let mut reserved = c.claim.reserved_for().to_vec();
-        reserved.push(ResourceClaimConsumerReference { api_group: None, resource: "pods".into(), name: pod_name.clone(), uid: pod_uid.clone() });
+        reserved.push(ResourceClaimConsumerReference {
+            api_group: None,
+            resource: "pods".into(),
+            name: pod_name.clone(),
+            uid: pod_uid.clone(),
+        });
         let patch = json!({"metadata": {"resourceVersion": c.claim.metadata.resource_version}, "status": {"reservedFor": reserved}});
-        claims_api.patch_status(c.claim.metadata.name.as_deref().unwrap_or_default(), &PatchParams::default(), &Patch::Merge(patch)).await?;
+        claims_api
+            .patch_status(
+                c.claim.metadata.name.as_deref().unwrap_or_default(),
+                &PatchParams::default(),
+                &Patch::Merge(patch),
+            )
+            .await?;
     }
     let binding = Binding {
-        metadata: ObjectMeta { name: Some(pod_name.clone()), namespace: Some(namespace.clone()), ..Default::default() },
-        target: ObjectReference { api_version: Some("v1".into()), kind: Some("Node".into()), name: Some(node.clone()), ..Default::default() },
+        metadata: ObjectMeta {
+            name: Some(pod_name.clone()),
+            namespace: Some(namespace.clone()),
+            ..Default::default()
+        },
+        target: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(node.clone()),
+            ..Default::default()
+        },
     };
     let body = serde_json::to_vec(&binding).map_err(kube::Error::SerdeError)?;
-    let request = http::Request::post(format!("/api/v1/namespaces/{namespace}/pods/{pod_name}/binding"))
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .body(body)
-        .map_err(kube::Error::HttpError)?;
+    let request = http::Request::post(format!(
+        "/api/v1/namespaces/{namespace}/pods/{pod_name}/binding"
+    ))
+    .header(http::header::CONTENT_TYPE, "application/json")
+    .body(body)
+    .map_err(kube::Error::HttpError)?;
     client.request::<serde_json::Value>(request).await?;
     *load.entry(node.clone()).or_default() += 1;
     Ok(Some(node))
@@ -262,12 +400,24 @@ async fn schedule(client: &kube::Client, pod: &ClassicPod, nodes: &[Node], load:
 
 /// Spreads pods over nodes (the default scorers' net effect here); ties go to the first name.
 fn least_loaded(feasible: &[String], load: &BTreeMap<String, usize>) -> String {
-    feasible.iter().min_by_key(|n| load.get(*n).copied().unwrap_or(0)).cloned().unwrap_or_default()
+    feasible
+        .iter()
+        .min_by_key(|n| load.get(*n).copied().unwrap_or(0))
+        .cloned()
+        .unwrap_or_default()
 }
 
-async fn clear_selected_node(api: &Api<PodSchedulingContext>, psc: &PodSchedulingContext) -> Result<(), kube::Error> {
+async fn clear_selected_node(
+    api: &Api<PodSchedulingContext>,
+    psc: &PodSchedulingContext,
+) -> Result<(), kube::Error> {
     let mut updated = psc.clone();
     updated.spec.selected_node = None;
-    api.replace(psc.metadata.name.as_deref().unwrap_or_default(), &PostParams::default(), &updated).await?;
+    api.replace(
+        psc.metadata.name.as_deref().unwrap_or_default(),
+        &PostParams::default(),
+        &updated,
+    )
+    .await?;
     Ok(())
 }
