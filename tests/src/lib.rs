@@ -7,4 +7,7 @@
 //! clients talk to it unchanged through the kubeconfig it writes.
 
 pub mod apiserver;
+pub mod binaries;
 pub mod cluster;
+pub mod manifests;
+pub mod sim;

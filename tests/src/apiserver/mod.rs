@@ -31,6 +31,7 @@ pub use registry::{ResourceKey, ResourceType};
 pub use selectors::Selectors;
 pub use store::{
     DeleteOptions, EventKind, Fault, FaultVerb, PatchType, Store, Target, WatchEvent, WriteOptions,
+    now_rfc3339,
 };
 
 use http::Shared;

@@ -84,18 +84,15 @@ impl ClusterConfig {
         }
     }
 
+    /// Every node has its own directories, CDI dir included: the podman runner mounts the
+    /// node's CDI dir on `/var/run/cdi` in a private mount namespace, as if each node were
+    /// its own machine.
     pub fn node_dirs(&self, node: &str) -> NodeDirs {
         let root = self.work_dir.join("nodes").join(node);
-        let cdi_root = match &self.runtime {
-            // Podman 4 reads CDI specs only from /etc/cdi and /var/run/cdi, so with podman
-            // every node's plugin writes there (claim uids keep the files apart).
-            ContainerRuntime::Podman { .. } => PathBuf::from("/var/run/cdi"),
-            ContainerRuntime::Process => root.join("cdi"),
-        };
         NodeDirs {
             registry_dir: root.join("plugins_registry"),
             plugin_dir: root.join("plugins"),
-            cdi_root,
+            cdi_root: root.join("cdi"),
         }
     }
 }
@@ -183,6 +180,10 @@ impl EmulatedCluster {
 
     pub fn logs(&self) -> &LogSink {
         &self.logs
+    }
+
+    pub fn kubelet(&self, node: &str) -> Option<&kubelet::Kubelet> {
+        self.kubelets.iter().find(|k| k.node() == node)
     }
 
     /// Stops the kubelets (containers first, then the plugins' claims are left prepared, as a

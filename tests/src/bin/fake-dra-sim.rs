@@ -1,0 +1,225 @@
+//! `fake-dra-sim`: fake-dra with no cluster. Starts the emulated control plane, installs
+//! the driver from `deploy/`, runs the real controller and one real kubelet plugin per
+//! node, applies manifests and prints the containers' logs prefixed `<pod> <container>`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use fake_dra_e2e::manifests::{self, Manifest};
+use fake_dra_e2e::sim::{RuntimeChoice, Sim, SimConfig};
+
+/// The seed demo: count 4, split 2, pod0 in namespace test5.
+const DEMO: &str = "examples/5-count-4-split-2.yaml";
+const DEMO_NAMESPACE: &str = "test5";
+const DEMO_POD: &str = "pod0";
+const DEMO_CONTAINER: &str = "ctr0";
+/// A safety net for the demo; it normally finishes in seconds.
+const DEMO_TIMEOUT: Duration = Duration::from_secs(120);
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Runtime {
+    Auto,
+    Podman,
+    Process,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// fake-dra on an emulated cluster: no Kubernetes, no images. Containers run on a local
+/// busybox root filesystem with podman when it is installed, else as local processes.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    #[command(subcommand)]
+    command: Cmd,
+    /// Node names, comma-separated.
+    #[arg(
+        long,
+        env = "FAKE_DRA_SIM_NODES",
+        value_delimiter = ',',
+        default_value = "kind-worker,kind-worker2",
+        global = true
+    )]
+    nodes: Vec<String>,
+    /// Container runtime of the nodes (auto: podman when usable).
+    #[arg(
+        long,
+        env = "FAKE_DRA_SIM_RUNTIME",
+        value_enum,
+        default_value = "auto",
+        global = true
+    )]
+    runtime: Runtime,
+    /// Parent devices per node (the plugin's NUM_DEVICES).
+    #[arg(long, env = "FAKE_DRA_SIM_NUM_DEVICES", global = true)]
+    num_devices: Option<usize>,
+    /// Directory with fake-dra-controller and fake-dra-kubelet-plugin (default: next to this binary).
+    #[arg(long, env = "FAKE_DRA_BIN_DIR", global = true)]
+    bin_dir: Option<PathBuf>,
+    /// The deploy/ directory whose overlay is installed.
+    #[arg(long, env = "FAKE_DRA_SIM_DEPLOY_DIR", default_value = fake_dra_e2e::sim::DEPLOY_DIR, global = true)]
+    deploy_dir: PathBuf,
+    /// Keep node directories and driver logs here (default: a temporary directory, removed at exit).
+    #[arg(long, env = "FAKE_DRA_SIM_WORK_DIR", global = true)]
+    work_dir: Option<PathBuf>,
+    /// Format of the sim's own log (stderr).
+    #[arg(
+        long,
+        env = "FAKE_DRA_SIM_LOG_FORMAT",
+        value_enum,
+        default_value = "text",
+        global = true
+    )]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// The seed demo: a claim of 4 devices split in 2, used by pod0 in namespace test5,
+    /// which prints its environment (FAKE_DEVICE_0 … FAKE_DEVICE_7).
+    Demo {
+        /// Keep the cluster running after the demo until Ctrl-C.
+        #[arg(long)]
+        keep_running: bool,
+    },
+    /// Apply manifests (files or directories) and print container logs until Ctrl-C.
+    Run {
+        /// A manifest file or a directory of them; repeatable.
+        #[arg(short = 'f', long = "filename", required = true)]
+        files: Vec<PathBuf>,
+    },
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,fake_dra_e2e::sim=info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+async fn interrupted() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => std::future::pending().await,
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    init_logging(args.log_format);
+    match run(args).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("fake-dra-sim: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    // Every manifest is read and checked before anything starts.
+    let manifests: Vec<Manifest> = match &args.command {
+        Cmd::Demo { .. } => {
+            manifests::load(&args.deploy_dir.join(DEMO)).map_err(|e| e.to_string())?
+        }
+        Cmd::Run { files } => {
+            let mut all = Vec::new();
+            for file in files {
+                all.extend(manifests::load(file).map_err(|e| e.to_string())?);
+            }
+            if all.is_empty() {
+                return Err("the given files hold no objects".into());
+            }
+            all
+        }
+    };
+    let config = SimConfig {
+        nodes: args.nodes.clone(),
+        runtime: match args.runtime {
+            Runtime::Auto => RuntimeChoice::Auto,
+            Runtime::Podman => RuntimeChoice::Podman,
+            Runtime::Process => RuntimeChoice::Process,
+        },
+        deploy_dir: args.deploy_dir.clone(),
+        bin_dir: args.bin_dir.clone(),
+        work_dir: args.work_dir.clone(),
+        plugin_env: args
+            .num_devices
+            .map(|n| ("NUM_DEVICES".to_string(), n.to_string()))
+            .into_iter()
+            .collect(),
+        ..SimConfig::default()
+    };
+    let sim = tokio::select! {
+        started = Sim::start(config) => started.map_err(|e| e.to_string())?,
+        () = interrupted() => return Err("interrupted while starting".into()),
+    };
+    eprintln!(
+        "fake-dra-sim: cluster up: nodes {}; driver logs in {}",
+        args.nodes.join(", "),
+        sim.work_dir().join("logs").display()
+    );
+    let outcome = drive(&sim, &args, &manifests).await;
+    sim.shutdown().await;
+    outcome
+}
+
+/// Applies the manifests and prints logs; returns when the demo is done or on Ctrl-C.
+async fn drive(sim: &Sim, args: &Args, manifests: &[Manifest]) -> Result<(), String> {
+    let mut lines = sim.logs().subscribe();
+    sim.apply(manifests).await.map_err(|e| e.to_string())?;
+    let demo = match args.command {
+        Cmd::Demo { keep_running } => Some(keep_running),
+        Cmd::Run { .. } => None,
+    };
+    let deadline = tokio::time::sleep(DEMO_TIMEOUT);
+    tokio::pin!(deadline);
+    let mut demo_done = false;
+    loop {
+        tokio::select! {
+            line = lines.recv() => match line {
+                Ok(line) => {
+                    println!("{} {} {}", line.pod, line.container, line.line);
+                    // `export` prints sorted: FAKE_NODE_NAME comes after every FAKE_DEVICE_*.
+                    if demo.is_some() && line.namespace == DEMO_NAMESPACE && line.pod == DEMO_POD && line.container == DEMO_CONTAINER && line.line.starts_with("export FAKE_NODE_NAME=") {
+                        demo_done = true;
+                        if demo == Some(false) {
+                            return Ok(());
+                        }
+                        eprintln!("fake-dra-sim: demo done; running until Ctrl-C");
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => eprintln!("fake-dra-sim: {n} log lines dropped"),
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return Ok(()),
+            },
+            () = &mut deadline, if demo.is_some() && !demo_done => {
+                return Err(format!("the demo pod {DEMO_NAMESPACE}/{DEMO_POD} printed no FAKE_NODE_NAME within {DEMO_TIMEOUT:?}; see the driver logs under {}", sim.work_dir().join("logs").display()));
+            }
+            () = interrupted() => {
+                eprintln!("fake-dra-sim: shutting down");
+                return Ok(());
+            }
+        }
+    }
+}
