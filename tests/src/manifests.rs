@@ -112,10 +112,10 @@ pub fn parse(text: &str, source_name: &str) -> Result<Vec<Manifest>, ManifestErr
         };
         for object in items {
             for field in ["apiVersion", "kind"] {
-                if !object
+                if object
                     .get(field)
                     .and_then(Value::as_str)
-                    .is_some_and(|v| !v.is_empty())
+                    .is_none_or(str::is_empty)
                 {
                     return Err(invalid(format!("{field} is required (a non-empty string)")));
                 }

@@ -172,8 +172,10 @@ impl Kubelet {
 // ---------------------------------------------------------------------------------------
 // Plugin registration
 
-/// One socket seen in the registration dir, by its inode (a re-created socket is new).
-type SocketId = (PathBuf, u64);
+/// One socket seen in the registration dir, by inode and change time: a re-created
+/// socket is a new one even when the file system hands out the same inode again (upstream
+/// sees its creation through inotify).
+type SocketId = (PathBuf, u64, i64, i64);
 
 async fn watch_registry(ctx: Arc<NodeContext>) {
     // Socket → the driver it registered (None: seen, registration failed).
@@ -223,7 +225,9 @@ fn scan_sockets(dir: &Path) -> BTreeSet<SocketId> {
         .filter_map(|e| {
             let meta = e.metadata().ok()?;
             use std::os::unix::fs::FileTypeExt;
-            meta.file_type().is_socket().then(|| (e.path(), meta.ino()))
+            meta.file_type()
+                .is_socket()
+                .then(|| (e.path(), meta.ino(), meta.ctime(), meta.ctime_nsec()))
         })
         .collect()
 }

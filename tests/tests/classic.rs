@@ -1,0 +1,488 @@
+//! The seed scenarios end to end, classic DRA: the real controller and kubelet-plugin
+//! binaries on the emulated control plane, containers run by podman (CI) or as local
+//! processes, and every assertion made on what the containers print (their env), checked
+//! against the API objects where the scenario is about them.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::*;
+use fake_dra_crds::v1alpha2::ResourceClaim;
+use kube::api::{Api, DeleteParams};
+
+const DRIVER: &str = "fake.resource.3-shake.com";
+const NODES: [&str; 2] = ["kind-worker", "kind-worker2"];
+
+/// The generated claim of a pod's `fake` pod claim.
+async fn claim_of(sim: &fake_dra_e2e::sim::Sim, namespace: &str, pod_name: &str) -> ResourceClaim {
+    let pod = pod(sim, namespace, pod_name).await.unwrap();
+    let name = pod.claim_name("fake").unwrap().to_string();
+    Api::<ResourceClaim>::namespaced(sim.client().unwrap(), namespace)
+        .get(&name)
+        .await
+        .unwrap()
+}
+
+fn common_env_ok(env: &std::collections::BTreeMap<String, String>) {
+    assert_eq!(
+        env.get("DRA_RESOURCE_DRIVER_NAME").map(String::as_str),
+        Some(DRIVER),
+        "{env:?}"
+    );
+    assert!(
+        NODES.contains(
+            &env.get("FAKE_NODE_NAME")
+                .map(String::as_str)
+                .unwrap_or_default()
+        ),
+        "{env:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s1_two_pods_get_distinct_devices() {
+    let sim = start_default().await;
+    sim.apply(&example("1-two-pods-own-claims.yaml"))
+        .await
+        .unwrap();
+    let a = env_of(&sim, "test1", "pod0", "ctr0").await;
+    let b = env_of(&sim, "test1", "pod1", "ctr0").await;
+    common_env_ok(&a);
+    common_env_ok(&b);
+    let (da, db) = (devices(&a), devices(&b));
+    assert_eq!((da.len(), db.len()), (1, 1), "{a:?} {b:?}");
+    assert_ne!(da[0], db[0]);
+    assert_no_device_twice(&sim).await;
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s2_two_containers_of_a_pod_share_the_device() {
+    let sim = start_default().await;
+    sim.apply(&example("2-two-containers-share.yaml"))
+        .await
+        .unwrap();
+    let a = env_of(&sim, "test2", "pod0", "ctr0").await;
+    let b = env_of(&sim, "test2", "pod0", "ctr1").await;
+    common_env_ok(&a);
+    assert_eq!(devices(&a).len(), 1);
+    assert_eq!(devices(&a), devices(&b));
+    assert_eq!(a["FAKE_NODE_NAME"], b["FAKE_NODE_NAME"]);
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s3_global_claim_is_shared_and_deallocated_after_its_last_user() {
+    let sim = start_default().await;
+    sim.apply(&example("3-global-claim-shared.yaml"))
+        .await
+        .unwrap();
+    let a = env_of(&sim, "test3", "pod0", "ctr0").await;
+    let b = env_of(&sim, "test3", "pod1", "ctr0").await;
+    assert_eq!(devices(&a).len(), 1);
+    assert_eq!(devices(&a), devices(&b));
+    assert_eq!(a["FAKE_NODE_NAME"], b["FAKE_NODE_NAME"]);
+    let claims_api = Api::<ResourceClaim>::namespaced(sim.client().unwrap(), "test3");
+
+    delete_pod(&sim, "test3", "pod0").await;
+    wait_pod_gone(&sim, "test3", "pod0").await;
+    let claim = eventually("pod0 out of reservedFor", || async {
+        let c = claims_api.get("fake").await.unwrap();
+        (c.reserved_for().len() == 1).then_some(c)
+    })
+    .await;
+    assert!(
+        claim.is_allocated(),
+        "still used by pod1, so still allocated"
+    );
+    assert_eq!(handle(&claim).unwrap().devices.len(), 1);
+
+    delete_pod(&sim, "test3", "pod1").await;
+    wait_pod_gone(&sim, "test3", "pod1").await;
+    eventually("claim deallocated after its last user", || async {
+        (!claims_api.get("fake").await.unwrap().is_allocated()).then_some(())
+    })
+    .await;
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s4_count_4_gives_4_distinct_devices() {
+    let sim = start_default().await;
+    sim.apply(&example("4-count-4.yaml")).await.unwrap();
+    let env = env_of(&sim, "test4", "pod0", "ctr0").await;
+    common_env_ok(&env);
+    let ids = devices(&env);
+    assert_eq!(ids.len(), 4, "{env:?}");
+    assert!(distinct(&ids));
+    let h = handle(&claim_of(&sim, "test4", "pod0").await).unwrap();
+    assert_eq!(
+        BTreeSet::from_iter(h.devices.iter().cloned()),
+        BTreeSet::from_iter(ids),
+        "with split 1 the parents are the devices"
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s5_count_4_split_2_gives_8_children_two_per_parent() {
+    let sim = start_default().await;
+    sim.apply(&example("5-count-4-split-2.yaml")).await.unwrap();
+    let env = env_of(&sim, "test5", "pod0", "ctr0").await;
+    common_env_ok(&env);
+    let ids = devices(&env);
+    assert_eq!(ids.len(), 8, "{env:?}");
+    assert!(distinct(&ids));
+    let h = handle(&claim_of(&sim, "test5", "pod0").await).unwrap();
+    assert_eq!((h.devices.len(), h.split), (4, 2));
+    assert_eq!(h.node_name, env["FAKE_NODE_NAME"]);
+    let children: Vec<String> = fake_dra_kubelet_plugin::devices::children(&h.devices, h.split)
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(
+        children, ids,
+        "children derive from the recorded parents, two each, in order"
+    );
+    // The plugin records the prepared claim with its parents in the node's NAS.
+    let nas = nas(&sim, &h.node_name).await;
+    let prepared = nas.status.unwrap().prepared_claims;
+    assert_eq!(prepared.len(), 1);
+    assert_eq!(
+        BTreeSet::from_iter(prepared[0].devices.iter().cloned()),
+        BTreeSet::from_iter(h.devices.iter().cloned())
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s6_deployment_replicas_get_20_ids_each_and_share_no_parent() {
+    let sim = start_default().await;
+    sim.apply(&example("6-deployment-count-4-split-5.yaml"))
+        .await
+        .unwrap();
+    let pods = eventually("two replicas", || async {
+        let pods =
+            Api::<fake_dra_crds::pod::ClassicPod>::namespaced(sim.client().unwrap(), "test6")
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items;
+        (pods.len() == 2).then_some(pods)
+    })
+    .await;
+    let mut all_ids = Vec::new();
+    let mut parents: Vec<(String, String)> = Vec::new();
+    for p in &pods {
+        let name = p.metadata.name.clone().unwrap();
+        assert!(
+            p.metadata
+                .owner_references
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|o| o.kind == "ReplicaSet"),
+            "replica owned by its ReplicaSet"
+        );
+        let env = env_of(&sim, "test6", &name, "ctr0").await;
+        let ids = devices(&env);
+        assert_eq!(ids.len(), 20, "{name}: {env:?}");
+        all_ids.extend(ids);
+        let h = handle(&claim_of(&sim, "test6", &name).await).unwrap();
+        assert_eq!((h.devices.len(), h.split), (4, 5));
+        parents.extend(h.devices.iter().map(|d| (h.node_name.clone(), d.clone())));
+    }
+    assert!(distinct(&all_ids), "no id shared between replicas");
+    assert_eq!(
+        parents.iter().collect::<BTreeSet<_>>().len(),
+        8,
+        "no parent shared between replicas"
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s7_model_selector_picks_nodes_of_that_model_and_unknown_model_stays_pending() {
+    let sim = start_default().await;
+    let models = ["ULTRA_10".to_string(), "ULTRA_100".to_string()];
+    let with_model: Vec<&str> = NODES
+        .iter()
+        .copied()
+        .filter(|n| fake_dra_kubelet_plugin::devices::node_model(n, &models) == Some("ULTRA_100"))
+        .collect();
+    assert!(
+        !with_model.is_empty(),
+        "the example asks for ULTRA_100, which some seed node must have"
+    );
+    sim.apply(&example("7-selector-model.yaml")).await.unwrap();
+    let env = env_of(&sim, "test7", "pod0", "ctr0").await;
+    assert_eq!(env["FAKE_DEVICE_MODEL"], "ULTRA_100");
+    assert!(
+        with_model.contains(&env["FAKE_NODE_NAME"].as_str()),
+        "{env:?} not on {with_model:?}"
+    );
+    assert_eq!(devices(&env).len(), 8);
+
+    let unknown = r#"
+apiVersion: fake.resource.3-shake.com/v1alpha1
+kind: FakeClaimParameters
+metadata: {namespace: test7, name: nobody-has-it}
+spec: {count: 1, selector: {model: ULTRA_9000}}
+---
+apiVersion: resource.k8s.io/v1alpha2
+kind: ResourceClaimTemplate
+metadata: {namespace: test7, name: nobody}
+spec:
+  spec:
+    resourceClassName: fake.3-shake.com
+    parametersRef: {apiGroup: fake.resource.3-shake.com, kind: FakeClaimParameters, name: nobody-has-it}
+---
+apiVersion: v1
+kind: Pod
+metadata: {namespace: test7, name: pending}
+spec:
+  containers:
+  - name: ctr0
+    image: busybox
+    command: ["sh", "-c", "export; sleep infinity"]
+    resources: {claims: [{name: fake}]}
+  resourceClaims:
+  - name: fake
+    source: {resourceClaimTemplateName: nobody}
+"#;
+    sim.apply(&parse(unknown)).await.unwrap();
+    let events = eventually("an Event naming the unknown model", || async {
+        let events = events(&sim, "test7").await;
+        events
+            .iter()
+            .any(|e| e.contains("ULTRA_9000"))
+            .then_some(events)
+    })
+    .await;
+    let p = pod(&sim, "test7", "pending").await.unwrap();
+    assert!(
+        p.node_name().is_none(),
+        "unschedulable pod was bound: {events:?}"
+    );
+    assert!(sim.logs().lines("test7", "pending", "ctr0").is_empty());
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s8_more_than_a_node_has_stays_pending_and_freed_devices_let_a_pod_schedule() {
+    let sim = start_default().await;
+    sim.apply(&example("8-more-than-a-node-has.yaml"))
+        .await
+        .unwrap();
+    let seen = eventually("an Event explaining count 9", || async {
+        let events = events(&sim, "test8").await;
+        events
+            .iter()
+            .any(|e| {
+                e.contains("9")
+                    && (e.contains("CountAboveInventory") || e.contains("FailedScheduling"))
+            })
+            .then_some(events)
+    })
+    .await;
+    assert!(
+        pod(&sim, "test8", "pod0")
+            .await
+            .unwrap()
+            .node_name()
+            .is_none(),
+        "{seen:?}"
+    );
+
+    // Fill both nodes (6 of 8 each), then ask for 4: nowhere fits until one is freed.
+    let fill = |name: &str, count: u32| {
+        format!(
+            r#"
+apiVersion: fake.resource.3-shake.com/v1alpha1
+kind: FakeClaimParameters
+metadata: {{namespace: test8, name: {name}}}
+spec: {{count: {count}}}
+---
+apiVersion: resource.k8s.io/v1alpha2
+kind: ResourceClaimTemplate
+metadata: {{namespace: test8, name: {name}}}
+spec:
+  spec:
+    resourceClassName: fake.3-shake.com
+    parametersRef: {{apiGroup: fake.resource.3-shake.com, kind: FakeClaimParameters, name: {name}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{namespace: test8, name: {name}}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: ctr0
+    image: busybox
+    command: ["sh", "-c", "export; sleep infinity"]
+    resources: {{claims: [{{name: fake}}]}}
+  resourceClaims:
+  - name: fake
+    source: {{resourceClaimTemplateName: {name}}}
+"#
+        )
+    };
+    sim.apply(&parse(&fill("big-a", 6))).await.unwrap();
+    let a = env_of(&sim, "test8", "big-a", "ctr0").await;
+    sim.apply(&parse(&fill("big-b", 6))).await.unwrap();
+    let b = env_of(&sim, "test8", "big-b", "ctr0").await;
+    assert_ne!(
+        a["FAKE_NODE_NAME"], b["FAKE_NODE_NAME"],
+        "6+6 cannot share a node of 8"
+    );
+    sim.apply(&parse(&fill("four", 4))).await.unwrap();
+    eventually("the pod asking for 4 reported unschedulable", || async {
+        events(&sim, "test8")
+            .await
+            .iter()
+            .any(|e| e.starts_with("four FailedScheduling"))
+            .then_some(())
+    })
+    .await;
+    assert!(
+        pod(&sim, "test8", "four")
+            .await
+            .unwrap()
+            .node_name()
+            .is_none()
+    );
+    delete_pod(&sim, "test8", "big-a").await;
+    let four = env_of(&sim, "test8", "four", "ctr0").await;
+    assert_eq!(devices(&four).len(), 4);
+    assert_eq!(
+        four["FAKE_NODE_NAME"], a["FAKE_NODE_NAME"],
+        "lands where devices were freed"
+    );
+    assert_no_device_twice(&sim).await;
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s9_immediate_claim_is_allocated_first_and_the_pod_follows_it() {
+    let sim = start_default().await;
+    sim.apply(&example("9-immediate.yaml")).await.unwrap();
+    let env = env_of(&sim, "test9", "pod0", "ctr0").await;
+    assert_eq!(devices(&env).len(), 2);
+    let claims = Api::<ResourceClaim>::namespaced(sim.client().unwrap(), "test9")
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(claims.len(), 1);
+    let h = handle(&claims[0]).unwrap();
+    assert_eq!(
+        h.node_name, env["FAKE_NODE_NAME"],
+        "the pod runs where the Immediate claim was allocated"
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s10_deleting_pods_and_claims_frees_everything() {
+    let sim = start_default().await;
+    sim.apply(&example("5-count-4-split-2.yaml")).await.unwrap();
+    sim.apply(&example("3-global-claim-shared.yaml"))
+        .await
+        .unwrap();
+    env_of(&sim, "test5", "pod0", "ctr0").await;
+    env_of(&sim, "test3", "pod1", "ctr0").await;
+    assert!(
+        NODES
+            .iter()
+            .map(|n| cdi_specs(&sim, n).len())
+            .sum::<usize>()
+            >= 4,
+        "common specs and claim specs written"
+    );
+
+    let client = sim.client().unwrap();
+    for (ns, name) in [("test5", "pod0"), ("test3", "pod0"), ("test3", "pod1")] {
+        delete_pod(&sim, ns, name).await;
+    }
+    Api::<ResourceClaim>::namespaced(client.clone(), "test3")
+        .delete("fake", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("every claim gone", || async {
+        claims(&sim).await.is_empty().then_some(())
+    })
+    .await;
+    for node in NODES {
+        eventually(
+            &format!("{node}: only the common CDI spec left"),
+            || async {
+                (cdi_specs(&sim, node) == ["k8s.fake.resource.3-shake.com-fake_common.json"])
+                    .then_some(())
+            },
+        )
+        .await;
+        eventually(&format!("{node}: NAS shows nothing prepared"), || async {
+            let status = nas(&sim, node).await.status.unwrap();
+            (status.prepared_claims.is_empty() && status.prepared_claim_count == 0).then_some(())
+        })
+        .await;
+    }
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s11_kill_9_of_controller_and_plugin_converges_without_double_allocation() {
+    let mut sim = start_default().await;
+    sim.apply(&example("1-two-pods-own-claims.yaml"))
+        .await
+        .unwrap();
+    env_of(&sim, "test1", "pod0", "ctr0").await;
+
+    // Controller killed while work arrives; it restarts (same pod, as a container restart).
+    sim.kill_controller().await;
+    sim.apply(&example("4-count-4.yaml")).await.unwrap();
+    sim.apply(&example("6-deployment-count-4-split-5.yaml"))
+        .await
+        .unwrap();
+    sim.start_controller().unwrap();
+    let four = env_of(&sim, "test4", "pod0", "ctr0").await;
+    assert_eq!(devices(&four).len(), 4);
+
+    // A plugin killed while pods use its claims and more are coming; restarted.
+    let node = four["FAKE_NODE_NAME"].clone();
+    sim.kill_plugin(&node).await;
+    sim.apply(&example("5-count-4-split-2.yaml")).await.unwrap();
+    sim.start_plugin(&node).await.unwrap();
+    let five = env_of(&sim, "test5", "pod0", "ctr0").await;
+    assert_eq!(devices(&five).len(), 8);
+
+    let replicas = eventually("deployment replicas printing", || async {
+        let pods =
+            Api::<fake_dra_crds::pod::ClassicPod>::namespaced(sim.client().unwrap(), "test6")
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items;
+        (pods.len() == 2).then_some(pods)
+    })
+    .await;
+    for p in replicas {
+        assert_eq!(
+            devices(&env_of(&sim, "test6", p.metadata.name.as_deref().unwrap(), "ctr0").await)
+                .len(),
+            20
+        );
+    }
+    // The pods prepared before the kill stay prepared: their specs are still there.
+    let h = handle(&claim_of(&sim, "test4", "pod0").await).unwrap();
+    let uid = claim_of(&sim, "test4", "pod0").await.metadata.uid.unwrap();
+    assert!(
+        cdi_specs(&sim, &h.node_name)
+            .iter()
+            .any(|f| f.contains(&uid))
+    );
+    assert_no_device_twice(&sim).await;
+    sim.shutdown().await;
+}
