@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 
 use common::*;
 use fake_dra_crds::v1alpha2::ResourceClaim;
+use fake_dra_e2e::sim::SimConfig;
 use kube::api::{Api, DeleteParams};
 
 const DRIVER: &str = "fake.resource.3-shake.com";
@@ -342,7 +343,7 @@ spec:
         events(&sim, "test8")
             .await
             .iter()
-            .any(|e| e.starts_with("four FailedScheduling"))
+            .any(|e| e.starts_with("four FailedScheduling: 0/2 nodes are available"))
             .then_some(())
     })
     .await;
@@ -434,7 +435,12 @@ async fn s10_deleting_pods_and_claims_frees_everything() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn s11_kill_9_of_controller_and_plugin_converges_without_double_allocation() {
-    let mut sim = start_default().await;
+    // 2 + 4 + 8 + 4 parents are asked for in all: more than two nodes of 8 have.
+    let mut sim = start(SimConfig {
+        plugin_env: vec![("NUM_DEVICES".into(), "16".into())],
+        ..SimConfig::default()
+    })
+    .await;
     sim.apply(&example("1-two-pods-own-claims.yaml"))
         .await
         .unwrap();
@@ -484,5 +490,239 @@ async fn s11_kill_9_of_controller_and_plugin_converges_without_double_allocation
             .any(|f| f.contains(&uid))
     );
     assert_no_device_twice(&sim).await;
+    sim.shutdown().await;
+}
+
+/// A pod in `namespace` named `name` with one claim from template `template` (count via
+/// its own FakeClaimParameters when `count` is given).
+fn pod_with_template(namespace: &str, name: &str, template: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{namespace: {namespace}, name: {name}}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: ctr0
+    image: busybox
+    command: ["sh", "-c", "export; sleep infinity"]
+    resources: {{claims: [{{name: fake}}]}}
+  resourceClaims:
+  - name: fake
+    source: {{resourceClaimTemplateName: {template}}}
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn input_pod_with_a_missing_template_stays_pending_with_the_reason() {
+    let sim = start_default().await;
+    sim.apply(&parse(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: missing}\n",
+    ))
+    .await
+    .unwrap();
+    sim.apply(&parse(&pod_with_template(
+        "missing",
+        "pod0",
+        "no-such-template",
+    )))
+    .await
+    .unwrap();
+    eventually("an Event naming the missing template", || async {
+        events(&sim, "missing")
+            .await
+            .iter()
+            .any(|e| e.contains("FailedResourceClaimCreation") && e.contains("no-such-template"))
+            .then_some(())
+    })
+    .await;
+    assert!(
+        pod(&sim, "missing", "pod0")
+            .await
+            .unwrap()
+            .node_name()
+            .is_none()
+    );
+    assert!(claims(&sim).await.is_empty());
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn input_deleting_a_claim_in_use_waits_for_its_users() {
+    let sim = start_default().await;
+    sim.apply(&example("3-global-claim-shared.yaml"))
+        .await
+        .unwrap();
+    let before = env_of(&sim, "test3", "pod0", "ctr0").await;
+    let api = Api::<ResourceClaim>::namespaced(sim.client().unwrap(), "test3");
+    api.delete("fake", &DeleteParams::default()).await.unwrap();
+    let claim = api
+        .get("fake")
+        .await
+        .expect("held by the driver's finalizer while in use");
+    assert!(claim.is_being_deleted());
+    assert!(
+        claim.is_allocated(),
+        "a reserved claim is not deallocated under its pods"
+    );
+    // A new pod cannot start using a claim that is being deleted.
+    let late = pod(&sim, "test3", "pod1").await.unwrap();
+    assert!(late.node_name().is_some(), "pod1 was already running");
+    delete_pod(&sim, "test3", "pod0").await;
+    delete_pod(&sim, "test3", "pod1").await;
+    eventually("claim gone once unused", || async {
+        api.get_opt("fake").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    let node = before["FAKE_NODE_NAME"].clone();
+    eventually("its CDI spec removed", || async {
+        (cdi_specs(&sim, &node).len() == 1).then_some(())
+    })
+    .await;
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn input_fifty_pods_at_once_on_two_nodes_never_share_a_device() {
+    let sim = start_default().await;
+    let mut yaml = String::from(
+        r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: many}
+---
+apiVersion: fake.resource.3-shake.com/v1alpha1
+kind: FakeClaimParameters
+metadata: {namespace: many, name: one}
+spec: {count: 1}
+---
+apiVersion: resource.k8s.io/v1alpha2
+kind: ResourceClaimTemplate
+metadata: {namespace: many, name: one}
+spec:
+  spec:
+    resourceClassName: fake.3-shake.com
+    parametersRef: {apiGroup: fake.resource.3-shake.com, kind: FakeClaimParameters, name: one}
+"#,
+    );
+    for i in 0..50 {
+        yaml.push_str("---");
+        yaml.push_str(&pod_with_template("many", &format!("pod{i}"), "one"));
+    }
+    sim.apply(&parse(&yaml)).await.unwrap();
+    // Two nodes of 8 devices: 16 run, 34 wait with a reason.
+    let mut seen = BTreeSet::new();
+    let running = eventually("16 pods printing their device", || async {
+        let printed: Vec<String> = (0..50)
+            .map(|i| format!("pod{i}"))
+            .filter(|p| !sim.logs().lines("many", p, "ctr0").is_empty())
+            .collect();
+        (printed.len() == 16).then_some(printed)
+    })
+    .await;
+    for name in &running {
+        let env = env_of(&sim, "many", name, "ctr0").await;
+        let ids = devices(&env);
+        assert_eq!(ids.len(), 1);
+        assert!(seen.insert(ids[0].clone()), "{} handed out twice", ids[0]);
+    }
+    let waiting: Vec<String> = (0..50)
+        .map(|i| format!("pod{i}"))
+        .filter(|p| !running.contains(p))
+        .collect();
+    eventually(
+        "every waiting pod has a FailedScheduling reason",
+        || async {
+            let events = events(&sim, "many").await;
+            waiting
+                .iter()
+                .all(|p| {
+                    events
+                        .iter()
+                        .any(|e| e.starts_with(&format!("{p} FailedScheduling")))
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    for p in &waiting {
+        assert!(
+            pod(&sim, "many", p).await.unwrap().node_name().is_none(),
+            "{p} bound without devices"
+        );
+    }
+    assert_no_device_twice(&sim).await;
+    sim.shutdown().await;
+}
+
+/// `fake-dra-sim run` with a broken manifest: a clear error naming the file and document,
+/// and nothing started (no cluster, no driver process).
+#[test]
+fn sim_refuses_malformed_manifests_before_starting_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "not-yaml.yaml",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: [\n",
+            "not valid YAML",
+        ),
+        (
+            "no-kind.yaml",
+            "apiVersion: v1\nmetadata: {name: x}\n",
+            "kind is required",
+        ),
+        ("scalar.yaml", "42\n", "expected an object"),
+    ];
+    let sim = env!("CARGO_BIN_EXE_fake-dra-sim");
+    for (file, text, want) in cases {
+        let path = dir.path().join(file);
+        std::fs::write(
+            &path,
+            format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: ok}}\n---\n{text}"),
+        )
+        .unwrap();
+        let out = std::process::Command::new(sim)
+            .args(["run", "-f"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{file}: {stderr}");
+        assert!(
+            stderr.contains(want) && stderr.contains(file) && stderr.contains("document 1"),
+            "{file}: {stderr}"
+        );
+        assert!(
+            !stderr.contains("cluster up"),
+            "{file}: started before refusing: {stderr}"
+        );
+    }
+    let out = std::process::Command::new(sim)
+        .args(["run", "-f", "/no/such/file.yaml"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/no/such/file.yaml"));
+}
+
+/// An unknown kind is refused before any object of the set is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn input_unknown_kind_creates_nothing() {
+    let sim = start_default().await;
+    let set = parse(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: half}\n---\napiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w, namespace: half}\n",
+    );
+    let err = sim.apply(&set).await.unwrap_err().to_string();
+    assert!(
+        err.contains("Widget") && err.contains("example.com/v1"),
+        "{err}"
+    );
+    let ns = Api::<k8s_openapi::api::core::v1::Namespace>::all(sim.client().unwrap())
+        .get_opt("half")
+        .await
+        .unwrap();
+    assert!(ns.is_none(), "the namespace of a refused set was created");
     sim.shutdown().await;
 }

@@ -257,3 +257,78 @@ fn classic_overlay_has_the_resource_class() {
     assert_eq!(rc["apiVersion"], "resource.k8s.io/v1alpha2");
     assert_eq!(rc["driverName"], fake_dra_crds::DEFAULT_DRIVER_NAME);
 }
+
+/// Builds a binary of the workspace and returns its path (cargo's `executable` message).
+fn binary(package: &str) -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .current_dir(repo())
+        .args([
+            "build",
+            "-q",
+            "--message-format=json",
+            "-p",
+            package,
+            "--bin",
+            package,
+        ])
+        .output()
+        .expect("run cargo");
+    assert!(
+        out.status.success(),
+        "cargo build -p {package}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|m| m["target"]["name"] == package)
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .unwrap_or_else(|| panic!("cargo reported no executable for {package}"))
+}
+
+/// The manifests configure the binaries through env twins of their flags: every env
+/// var a container sets must be one the binary reads (as its `--help` lists it), and the
+/// command must be the binary the image installs.
+#[test]
+fn manifest_env_and_commands_match_the_binaries() {
+    let objects = render("classic");
+    for (kind, name, bin) in [
+        ("Deployment", "fake-dra-controller", "fake-dra-controller"),
+        (
+            "DaemonSet",
+            "fake-dra-kubelet-plugin",
+            "fake-dra-kubelet-plugin",
+        ),
+    ] {
+        let c = &find(&objects, kind, name)["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(
+            c["command"][0],
+            format!("/usr/bin/{bin}"),
+            "{kind} {name} command"
+        );
+        let help = Command::new(binary(bin)).arg("--help").output().unwrap();
+        assert!(help.status.success());
+        let help = String::from_utf8(help.stdout).unwrap();
+        for e in c["env"].as_array().unwrap() {
+            let var = e["name"].as_str().unwrap();
+            assert!(
+                help.contains(&format!("[env: {var}=")),
+                "{kind} {name} sets {var}, which {bin} does not read:\n{help}"
+            );
+        }
+        let port = c["ports"][0]["containerPort"].as_u64().unwrap();
+        let addr = c["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"].as_str().unwrap().ends_with("HTTP_ADDRESS"))
+            .and_then(|e| e["value"].as_str())
+            .unwrap_or_else(|| panic!("{kind} {name}: no HTTP_ADDRESS for the probes"));
+        assert!(
+            addr.ends_with(&format!(":{port}")),
+            "{addr} vs containerPort {port}"
+        );
+    }
+}

@@ -20,7 +20,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Node, ObjectReference};
 use kube::api::{Api, ObjectMeta, PostParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
 use tokio::task::JoinSet;
 
@@ -257,56 +256,73 @@ pub(crate) async fn level_triggered<F, Fut>(
 
 /// Publishes events.k8s.io/v1 Events as the component named `controller` (kube-scheduler,
 /// kubelet, …), the way `kubectl describe` shows them.
+///
+/// Each distinct note is its own Event, as client-go's broadcaster keys aggregation by
+/// message: kube-rs' `Recorder` folds every Event with the same reason into one series and
+/// keeps the first note, which would hide a scheduler's changing reasons.
 #[derive(Clone)]
 pub(crate) struct Events {
-    recorder: Recorder,
+    client: kube::Client,
+    controller: String,
+    instance: String,
 }
 
 impl std::fmt::Debug for Events {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Events")
+        f.debug_struct("Events")
+            .field("controller", &self.controller)
+            .finish_non_exhaustive()
     }
 }
 
 impl Events {
     pub fn new(client: kube::Client, controller: &str, instance: Option<String>) -> Self {
         Self {
-            recorder: Recorder::new(
-                client,
-                Reporter {
-                    controller: controller.into(),
-                    instance,
-                },
-            ),
+            client,
+            controller: controller.into(),
+            instance: instance.unwrap_or_else(|| controller.into()),
         }
     }
 
     pub async fn warn(&self, object: ObjectReference, reason: &str, action: &str, note: String) {
-        self.publish(object, EventType::Warning, reason, action, note)
-            .await;
+        self.publish(object, "Warning", reason, action, note).await;
     }
 
     pub async fn normal(&self, object: ObjectReference, reason: &str, action: &str, note: String) {
-        self.publish(object, EventType::Normal, reason, action, note)
-            .await;
+        self.publish(object, "Normal", reason, action, note).await;
     }
 
     async fn publish(
         &self,
         object: ObjectReference,
-        type_: EventType,
+        type_: &str,
         reason: &str,
         action: &str,
         note: String,
     ) {
+        use k8s_openapi::api::events::v1::Event;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+        let namespace = object.namespace.clone().unwrap_or_else(|| "default".into());
         let event = Event {
-            type_,
-            reason: reason.into(),
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{}.", object.name.as_deref().unwrap_or("event"))),
+                namespace: Some(namespace.clone()),
+                ..Default::default()
+            },
+            event_time: Some(MicroTime(jiff::Timestamp::now())),
+            action: Some(action.into()),
+            reason: Some(reason.into()),
             note: Some(note),
-            action: action.into(),
-            secondary: None,
+            type_: Some(type_.into()),
+            regarding: Some(object),
+            reporting_controller: Some(self.controller.clone()),
+            reporting_instance: Some(self.instance.clone()),
+            ..Default::default()
         };
-        if let Err(error) = self.recorder.publish(&event, &object).await {
+        if let Err(error) = Api::<Event>::namespaced(self.client.clone(), &namespace)
+            .create(&PostParams::default(), &event)
+            .await
+        {
             tracing::debug!(%error, reason, "could not publish an event");
         }
     }

@@ -230,17 +230,18 @@ pub async fn describe(sim: &Sim, namespace: &str) -> String {
     let pods = Api::<ClassicPod>::namespaced(client.clone(), namespace)
         .list(&ListParams::default())
         .await
-        .map(|l| l.items)
-        .unwrap_or_default();
+        .map(|l| l.items);
     let claims = Api::<ResourceClaim>::namespaced(client, namespace)
         .list(&ListParams::default())
         .await
-        .map(|l| l.items)
-        .unwrap_or_default();
+        .map(|l| l.items);
     format!(
         "pods: {}\nclaims: {}\nevents: {:#?}",
-        serde_json::to_string_pretty(&pods).unwrap_or_default(),
-        serde_json::to_string_pretty(&claims).unwrap_or_default(),
+        pods.map(|p| serde_json::to_string_pretty(&p).unwrap_or_default())
+            .unwrap_or_else(|e| format!("cannot list: {e}")),
+        claims
+            .map(|c| serde_json::to_string_pretty(&c).unwrap_or_default())
+            .unwrap_or_else(|e| format!("cannot list: {e}")),
         events(sim, namespace).await
     )
 }
