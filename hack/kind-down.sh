@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Deletes the kind cluster (nothing to do if it does not exist).
-# Usage: hack/kind-down.sh [--name NAME]   Env: CLUSTER_NAME (default fake-dra)
+# Usage: hack/kind-down.sh [--name NAME]   Env: CLUSTER_NAME (default kind)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 while [[ $# -gt 0 ]]; do

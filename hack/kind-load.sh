@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Loads the image into the kind cluster's nodes.
 # Usage: hack/kind-load.sh [--image NAME:TAG] [--name CLUSTER]
-# Env: IMAGE (default fake-dra:dev), CLUSTER_NAME (default fake-dra)
+# Env: IMAGE (default fake-dra:dev), CLUSTER_NAME (default kind)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 while [[ $# -gt 0 ]]; do

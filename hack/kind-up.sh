@@ -3,7 +3,7 @@
 # runtime-config resource.k8s.io/v1alpha2=true, containerd CDI on; one control plane and
 # two workers (kind-worker, kind-worker2 style). Does nothing if the cluster exists.
 # Usage: hack/kind-up.sh [--image kindest/node:v1.30.x] [--name NAME]
-# Env: CLUSTER_NAME (default fake-dra), KIND_NODE_IMAGE. Node images 1.27-1.30 only.
+# Env: CLUSTER_NAME (default kind), KIND_NODE_IMAGE. Node images 1.27-1.30 only.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 NODE_IMAGE="${KIND_NODE_IMAGE:-kindest/node:v1.30.8}"

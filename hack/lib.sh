@@ -2,7 +2,7 @@
 # Helpers sourced by the hack/ scripts (not run on its own).
 # shellcheck disable=SC2034  # variables are used by the sourcing scripts
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CLUSTER_NAME="${CLUSTER_NAME:-fake-dra}"
+CLUSTER_NAME="${CLUSTER_NAME:-kind}"
 IMAGE="${IMAGE:-fake-dra:dev}"
 
 die() { echo "error: $*" >&2; exit 1; }

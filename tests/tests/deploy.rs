@@ -258,36 +258,6 @@ fn classic_overlay_has_the_resource_class() {
     assert_eq!(rc["driverName"], fake_dra_crds::DEFAULT_DRIVER_NAME);
 }
 
-/// Builds a binary of the workspace and returns its path (cargo's `executable` message).
-fn binary(package: &str) -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
-        .current_dir(repo())
-        .args([
-            "build",
-            "-q",
-            "--message-format=json",
-            "-p",
-            package,
-            "--bin",
-            package,
-        ])
-        .output()
-        .expect("run cargo");
-    assert!(
-        out.status.success(),
-        "cargo build -p {package}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|m| m["target"]["name"] == package)
-        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-        .unwrap_or_else(|| panic!("cargo reported no executable for {package}"))
-}
-
 /// The manifests configure the binaries through env twins of their flags: every env
 /// var a container sets must be one the binary reads (as its `--help` lists it), and the
 /// command must be the binary the image installs.
@@ -308,7 +278,10 @@ fn manifest_env_and_commands_match_the_binaries() {
             format!("/usr/bin/{bin}"),
             "{kind} {name} command"
         );
-        let help = Command::new(binary(bin)).arg("--help").output().unwrap();
+        let help = Command::new(fake_dra_e2e::binaries::locate(bin, None).unwrap())
+            .arg("--help")
+            .output()
+            .unwrap();
         assert!(help.status.success());
         let help = String::from_utf8(help.stdout).unwrap();
         for e in c["env"].as_array().unwrap() {
@@ -330,5 +303,63 @@ fn manifest_env_and_commands_match_the_binaries() {
             addr.ends_with(&format!(":{port}")),
             "{addr} vs containerPort {port}"
         );
+    }
+}
+
+/// `fake-dra-sim` installs the driver with its own small renderer (no kubectl needed for
+/// the demo); it must give exactly what `kubectl kustomize` gives, images aside (the
+/// emulator runs no images).
+#[test]
+fn the_sims_renderer_matches_kubectl_kustomize() {
+    /// YAML `128.0` and `128` are the same number to the apiserver.
+    fn normalized(v: Value) -> Value {
+        match v {
+            Value::Number(n)
+                if n.as_f64().is_some_and(|f| f.fract() == 0.0) && !n.is_i64() && !n.is_u64() =>
+            {
+                Value::from(n.as_f64().unwrap_or_default() as i64)
+            }
+            Value::Array(items) => Value::Array(items.into_iter().map(normalized).collect()),
+            Value::Object(map) => {
+                Value::Object(map.into_iter().map(|(k, v)| (k, normalized(v))).collect())
+            }
+            other => other,
+        }
+    }
+    fn without_images(mut v: Value) -> Value {
+        if let Some(containers) = v
+            .pointer_mut("/spec/template/spec/containers")
+            .and_then(Value::as_array_mut)
+        {
+            for c in containers {
+                c.as_object_mut().unwrap().remove("image");
+            }
+        }
+        normalized(v)
+    }
+    let key = |v: &Value| {
+        format!(
+            "{}/{}/{}",
+            v["kind"], v["metadata"]["namespace"], v["metadata"]["name"]
+        )
+    };
+    for overlay in ["classic"] {
+        let mut kubectl: Vec<Value> = render(overlay).into_iter().map(without_images).collect();
+        let mut ours: Vec<Value> =
+            fake_dra_e2e::manifests::kustomize(&repo().join("deploy").join(overlay))
+                .unwrap()
+                .into_iter()
+                .map(|m| without_images(m.object))
+                .collect();
+        kubectl.sort_by_key(key);
+        ours.sort_by_key(key);
+        assert_eq!(
+            ours.iter().map(key).collect::<Vec<_>>(),
+            kubectl.iter().map(key).collect::<Vec<_>>(),
+            "deploy/{overlay}: objects"
+        );
+        for (a, b) in ours.iter().zip(&kubectl) {
+            assert_eq!(a, b, "deploy/{overlay}: {}", key(a));
+        }
     }
 }
