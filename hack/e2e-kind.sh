@@ -1,24 +1,35 @@
 #!/usr/bin/env bash
-# Runs the classic seed scenarios of deploy/examples against a real kind cluster and checks
-# what the containers see. Needs docker or podman, kind and kubectl.
-# Usage: hack/e2e-kind.sh [--no-setup]   (--no-setup: use the current cluster as it is)
-# Without --no-setup: kind-up, build-image, kind-load and deploy classic first.
+# Runs the seed scenarios of deploy/examples against a real kind cluster and checks what
+# the containers see. Needs docker or podman, kind and kubectl.
+#   structured: deploy/examples/structured (1-8; rewritten to v1beta1 on 1.32/1.33), plus
+#               "deletion frees the devices" and "ResourceSlice deleted by hand comes back"
+#   classic:    deploy/examples (1-9)
+# Usage: hack/e2e-kind.sh [--mode structured|classic] [--no-setup]
+#   --mode: default structured, or with --no-setup what the current cluster serves
+#   --no-setup: use the current cluster as it is; without it: kind-up --mode MODE,
+#   build-image, kind-load and deploy MODE first.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 setup=true
+mode=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
     --no-setup) setup=false; shift ;;
+    --mode) mode="${2:?--mode needs a value}"; shift 2 ;;
     *) die "unknown argument: $1 (try --help)" ;;
   esac
 done
+case "$mode" in ""|structured|classic) ;; *) die "unknown mode '$mode' (structured or classic)" ;; esac
 need kubectl "kubectl (https://kubernetes.io/docs/tasks/tools/)"
 H="$ROOT/hack"
 if $setup; then
-  "$H/kind-up.sh"; "$H/build-image.sh"; "$H/kind-load.sh"; "$H/deploy.sh" classic
+  mode="${mode:-structured}"
+  "$H/kind-up.sh" --mode "$mode"; "$H/build-image.sh"; "$H/kind-load.sh"; "$H/deploy.sh" "$mode"
 fi
-EX="$ROOT/deploy/examples"
+[[ -n "$mode" ]] || mode="$(cluster_mode)"
+echo "running the $mode scenarios"
+if [[ "$mode" == structured ]]; then EX="$ROOT/deploy/examples/structured"; else EX="$ROOT/deploy/examples"; fi
 failures=0
 fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
 
@@ -35,8 +46,14 @@ expect_count() { # NS POD N [CONTAINER]
     || fail "$1/$2: DRA_RESOURCE_DRIVER_NAME missing"
   [[ -n "$(envvar "$1" "$2" FAKE_NODE_NAME "${4:-}")" ]] || fail "$1/$2: FAKE_NODE_NAME missing"
 }
-run() { echo "== $1"; kubectl apply -f "$EX/$1" >/dev/null; }
-cleanup() { kubectl delete -f "$EX/$1" --wait=false >/dev/null; }
+# The example as the cluster takes it (structured: v1, or v1beta1 on 1.32/1.33).
+manifest() { if [[ "$mode" == structured ]]; then structured_manifest "$EX/$1"; else cat "$EX/$1"; fi; }
+run() { echo "== $1"; manifest "$1" | kubectl apply -f - >/dev/null; }
+cleanup() { manifest "$1" | kubectl delete -f - --wait=false >/dev/null; }
+# Published inventory: ResourceSlices (structured) or NodeAllocationStates (classic).
+inventory() {
+  if [[ "$mode" == structured ]]; then kubectl get resourceslices -o yaml; else kubectl get nas -n fake-dra -o yaml; fi
+}
 
 run 1-two-pods-own-claims.yaml
 { ready test1 pod0 && ready test1 pod1; } || fail "test1 pods not Ready"
@@ -77,7 +94,7 @@ if ready test7 pod0; then
   expect_count test7 pod0 8
   [[ "$(envvar test7 pod0 FAKE_DEVICE_MODEL)" == ULTRA_100 ]] || fail "test7: FAKE_DEVICE_MODEL is not ULTRA_100"
 else
-  kubectl get nas -n fake-dra -o yaml | grep -q ULTRA_100 && fail "test7: a node has ULTRA_100 but the pod is not Ready"
+  inventory | grep -q ULTRA_100 && fail "test7: a node has ULTRA_100 but the pod is not Ready"
   echo "test7: no node has model ULTRA_100; the pod is Pending as expected"
 fi
 cleanup 7-selector-model.yaml
@@ -89,11 +106,41 @@ fi
 [[ "$(kubectl -n test8 get pod pod0 -o jsonpath='{.status.phase}')" == Pending ]] || fail "test8: pod not Pending"
 cleanup 8-more-than-a-node-has.yaml
 
-run 9-immediate.yaml
-kubectl -n test9 wait --for=jsonpath='{.status.driverName}'=fake.resource.3-shake.com resourceclaim/fake --timeout=60s >/dev/null \
-  || fail "test9: the Immediate claim was not allocated"
-ready test9 pod0 || fail "test9 pod not Ready"; expect_count test9 pod0 2
-cleanup 9-immediate.yaml
+if [[ "$mode" == classic ]]; then
+  run 9-immediate.yaml
+  kubectl -n test9 wait --for=jsonpath='{.status.driverName}'=fake.resource.3-shake.com resourceclaim/fake --timeout=60s >/dev/null \
+    || fail "test9: the Immediate claim was not allocated"
+  ready test9 pod0 || fail "test9 pod not Ready"; expect_count test9 pod0 2
+  cleanup 9-immediate.yaml
+else
+  # Deletion frees: more rounds of count 4 (split 2) than the cluster has devices for, each
+  # after the previous one's namespace is gone; they all run only if deleting frees.
+  total="$(kubectl get resourceslices --field-selector=spec.driver=fake.resource.3-shake.com \
+    -o jsonpath='{range .items[*]}{range .spec.devices[*]}{.name}{"\n"}{end}{end}' | grep -c . || true)"
+  rounds=$(( total / 4 + 1 ))
+  echo "== deletion frees the devices ($total devices published, $rounds rounds of 4)"
+  kubectl wait --for=delete namespace/test5 --timeout=120s >/dev/null 2>&1 || true
+  for round in $(seq "$rounds"); do
+    run 5-count-4-split-2.yaml
+    ready test5 pod0 || { fail "deletion frees (round $round of $rounds): pod not Ready"; break; }
+    expect_count test5 pod0 8
+    manifest 5-count-4-split-2.yaml | kubectl delete -f - --wait=true --timeout=120s >/dev/null \
+      || { fail "deletion frees (round $round): namespace test5 not deleted"; break; }
+  done
+  # A ResourceSlice deleted by hand is published again by the plugin of its node.
+  echo "== a deleted ResourceSlice comes back"
+  node="$(kubectl get nodes -o jsonpath='{.items[0].metadata.name}')"
+  sel="--field-selector=spec.nodeName=$node,spec.driver=fake.resource.3-shake.com"
+  slices() { kubectl get resourceslices "$sel" -o name 2>/dev/null | grep -c . || true; }
+  [[ "$(slices)" -ge 1 ]] || fail "no ResourceSlice of fake.resource.3-shake.com for node $node"
+  kubectl delete resourceslices "$sel" --wait=true >/dev/null
+  back=false
+  for _ in $(seq 60); do
+    if [[ "$(slices)" -ge 1 ]]; then back=true; break; fi
+    sleep 1
+  done
+  $back || fail "the ResourceSlice of node $node was not recreated within 60 s"
+fi
 
 if (( failures > 0 )); then die "$failures check(s) failed"; fi
-echo "all classic scenarios passed"
+echo "all $mode scenarios passed"

@@ -23,7 +23,56 @@ engine() {
 # Prints the usage block (the comment lines after the shebang) of the calling script.
 usage() { sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; }
 
+# Rewrites resource.k8s.io/v1 manifests (stdin) to v1beta1 (stdout), for Kubernetes
+# 1.32/1.33: the apiVersion changes and each request's `exactly:` block is flattened into the
+# request (v1beta1 has the request fields directly on it). DeviceClass, opaque config, CEL
+# selectors and Pods are the same in both. Needs block style, children of `exactly:`
+# indented two more spaces than it (as in deploy/).
+to_v1beta1() {
+  awk '
+    function indent(s) { match(s, /^ */); return RLENGTH }
+    BEGIN { depth = -1 }
+    /^apiVersion: *resource\.k8s\.io\/v1 *$/ { print "apiVersion: resource.k8s.io/v1beta1"; next }
+    {
+      blank = ($0 ~ /^ *$/)
+      if (depth >= 0 && !blank && indent($0) <= depth) depth = -1
+      if (depth < 0 && $0 ~ /^ *exactly: *$/) { depth = indent($0); next }
+      if (depth >= 0 && !blank) { print substr($0, 3); next }
+      print
+    }'
+}
+
+# The structured resource.k8s.io version the current cluster serves: v1, else v1beta1,
+# else nothing (an empty line).
+structured_api_version() {
+  local versions
+  versions="$(kubectl api-versions)" || die "kubectl cannot reach the cluster"
+  if grep -qx 'resource.k8s.io/v1' <<<"$versions"; then echo v1
+  elif grep -qx 'resource.k8s.io/v1beta1' <<<"$versions"; then echo v1beta1
+  else echo; fi
+}
+
+# The DRA generation of the current cluster: classic (resource.k8s.io/v1alpha2 with
+# ResourceClasses, 1.27-1.30), structured (v1 or v1beta1, 1.32+), or dies.
+cluster_mode() {
+  if [[ -n "$(structured_api_version)" ]]; then echo structured; return; fi
+  if kubectl api-resources --api-group=resource.k8s.io -o name 2>/dev/null | grep -q '^resourceclasses'; then
+    echo classic; return
+  fi
+  die "the cluster serves no DRA API (resource.k8s.io v1alpha2, v1beta1 or v1); see hack/kind-up.sh --help"
+}
+
+# Prints a structured manifest file as the current cluster takes it (v1 as is, v1beta1
+# rewritten by to_v1beta1).
+structured_manifest() {
+  case "$(structured_api_version)" in
+    v1) cat "$1" ;;
+    v1beta1) to_v1beta1 <"$1" ;;
+    *) die "the cluster serves neither resource.k8s.io/v1 nor v1beta1: no structured DRA (Kubernetes 1.32+)" ;;
+  esac
+}
+
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
-  echo "hack/lib.sh: helpers sourced by the other hack/ scripts (die, need, engine, usage); nothing to run"
+  echo "hack/lib.sh: helpers sourced by the other hack/ scripts (die, need, engine, usage, to_v1beta1, cluster_mode, ...); nothing to run"
   exit 0
 fi

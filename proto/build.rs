@@ -7,6 +7,8 @@ const PROTOS: &[&str] = &[
     "proto/pluginregistration/v1/api.proto",
     "proto/dra/v1alpha2/api.proto",
     "proto/dra/v1alpha3/api.proto",
+    "proto/dra/v1beta1/api.proto",
+    "proto/dra/v1/api.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -255,6 +255,19 @@ pub fn plan(
         split: handle.split,
         devices,
     };
+    plan_prepared(prepared, claim, wanted)
+}
+
+/// Decides what preparing `claim` as `wanted` means given the claims prepared so far:
+/// the step classic (from a handle) and structured (from the claim's allocation, see
+/// [`crate::structured`]) share, so both get the same idempotency and exclusivity.
+pub fn plan_prepared(
+    prepared: &BTreeMap<String, PreparedClaim>,
+    claim: &ClaimRef,
+    wanted: PreparedClaim,
+) -> Result<Plan, PrepareError> {
+    validate_claim_uid(&claim.uid)?;
+    let who = describe(&claim.uid, &claim.namespace, &claim.name);
     if let Some(existing) = prepared.get(&claim.uid) {
         if existing.devices == wanted.devices && existing.split == wanted.split {
             return Ok(Plan::AlreadyPrepared);

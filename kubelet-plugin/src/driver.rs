@@ -110,8 +110,18 @@ pub struct DriverConfig {
 pub struct PrepareRequest {
     /// The claim.
     pub claim: ClaimRef,
-    /// The allocation handle's data.
-    pub handle: String,
+    /// What it was allocated.
+    pub allocation: Allocation,
+}
+
+/// What a claim was allocated, as each DRA generation tells it.
+#[derive(Debug, Clone)]
+pub enum Allocation {
+    /// Classic: the allocation handle's data, checked by [`claims::plan`].
+    Handle(String),
+    /// Structured: already resolved from the claim's status by
+    /// [`crate::structured::resolve`].
+    Resolved(PreparedClaim),
 }
 
 /// The node's claims and files.
@@ -271,33 +281,40 @@ impl Driver {
         let mut written: Vec<(usize, String)> = Vec::new();
         for (i, req) in requests.iter().enumerate() {
             let uid = &req.claim.uid;
-            let outcome =
-                match claims::plan(&self.config.inventory, &working, &req.claim, &req.handle) {
-                    Err(e) => Err(e.to_string()),
-                    Ok(Plan::AlreadyPrepared) => {
-                        // Nothing to write, unless someone removed the spec under us.
-                        let path = self.spec_path(uid);
-                        match path.try_exists() {
-                            Ok(true) => Ok(()),
-                            _ => working
-                                .get(uid)
-                                .map(|c| c.spec(kind, uid).to_bytes())
-                                .map_or(Ok(()), |bytes| write_atomic(&path, &bytes, true))
-                                .map_err(|e| spec_write_error(&req.claim, &path, &e)),
-                        }
+            let planned = match &req.allocation {
+                Allocation::Handle(handle) => {
+                    claims::plan(&self.config.inventory, &working, &req.claim, handle)
+                }
+                Allocation::Resolved(wanted) => {
+                    claims::plan_prepared(&working, &req.claim, wanted.clone())
+                }
+            };
+            let outcome = match planned {
+                Err(e) => Err(e.to_string()),
+                Ok(Plan::AlreadyPrepared) => {
+                    // Nothing to write, unless someone removed the spec under us.
+                    let path = self.spec_path(uid);
+                    match path.try_exists() {
+                        Ok(true) => Ok(()),
+                        _ => working
+                            .get(uid)
+                            .map(|c| c.spec(kind, uid).to_bytes())
+                            .map_or(Ok(()), |bytes| write_atomic(&path, &bytes, true))
+                            .map_err(|e| spec_write_error(&req.claim, &path, &e)),
                     }
-                    Ok(Plan::Prepare(claim)) => {
-                        let path = self.spec_path(uid);
-                        match write_atomic(&path, &claim.spec(kind, uid).to_bytes(), false) {
-                            Ok(()) => {
-                                working.insert(uid.clone(), claim);
-                                written.push((i, uid.clone()));
-                                Ok(())
-                            }
-                            Err(e) => Err(spec_write_error(&req.claim, &path, &e)),
+                }
+                Ok(Plan::Prepare(claim)) => {
+                    let path = self.spec_path(uid);
+                    match write_atomic(&path, &claim.spec(kind, uid).to_bytes(), false) {
+                        Ok(()) => {
+                            working.insert(uid.clone(), claim);
+                            written.push((i, uid.clone()));
+                            Ok(())
                         }
+                        Err(e) => Err(spec_write_error(&req.claim, &path, &e)),
                     }
-                };
+                }
+            };
             results.push(outcome.map(|()| PreparedClaim::cdi_ids(kind, uid)));
         }
         if written.is_empty() {

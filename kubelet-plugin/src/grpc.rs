@@ -1,23 +1,34 @@
-//! The kubelet-facing gRPC services: registration, and the classic DRA node services
-//! (`v1alpha2.Node`, `v1alpha3.Node`) on one socket, next to the gRPC health service.
-//! Thin: they translate messages and call [`Driver`] on a blocking thread.
+//! The kubelet-facing gRPC services: registration, and on one socket next to the gRPC
+//! health service either the classic DRA node services (`v1alpha2.Node`,
+//! `v1alpha3.Node`) or the structured ones (`dra.v1beta1.DRAPlugin`, `dra.v1.DRAPlugin`,
+//! one handler for both). Thin: they translate messages and call [`Driver`] on a
+//! blocking thread.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use fake_dra_proto::{DRA_PLUGIN_TYPE, pluginregistration as reg, v1alpha2, v1alpha3};
+use fake_dra_proto::{
+    DRA_PLUGIN_TYPE, SUPPORTED_V1, SUPPORTED_V1BETA1, dra_v1, dra_v1beta1,
+    pluginregistration as reg, v1alpha2, v1alpha3,
+};
 use tonic::{Request, Response, Status};
 use tracing::{error, info, warn};
 
-use crate::claims::ClaimRef;
-use crate::driver::{Driver, PrepareRequest};
+use crate::claims::{ClaimRef, describe, validate_claim_uid};
+use crate::driver::{Allocation, Driver, PrepareRequest};
 use crate::metrics::Metrics;
+use crate::resourceclaims::ClaimReader;
+use crate::structured;
 
 /// The versions classic kubelets (1.27–1.31) accept: each entry is parsed as a semantic
 /// version, and 1.0.0 means "the classic node services".
 pub const SUPPORTED_VERSIONS: &[&str] = &["1.0.0"];
+
+/// What structured mode advertises: exactly the `DRAPlugin` services it serves, newest
+/// first (1.34+ kubelets take the first they know; 1.32–1.33 look for v1beta1).
+pub const STRUCTURED_SUPPORTED_VERSIONS: &[&str] = &[SUPPORTED_V1, SUPPORTED_V1BETA1];
 
 /// The registration service.
 #[derive(Debug)]
@@ -28,6 +39,8 @@ pub struct Registration {
     pub endpoint: PathBuf,
     /// Set once the kubelet says it registered us.
     pub registered: Arc<AtomicBool>,
+    /// `supported_versions`: [`SUPPORTED_VERSIONS`] or [`STRUCTURED_SUPPORTED_VERSIONS`].
+    pub supported_versions: &'static [&'static str],
 }
 
 #[tonic::async_trait]
@@ -40,7 +53,11 @@ impl reg::registration_server::Registration for Registration {
             r#type: DRA_PLUGIN_TYPE.to_owned(),
             name: self.driver_name.clone(),
             endpoint: self.endpoint.to_string_lossy().into_owned(),
-            supported_versions: SUPPORTED_VERSIONS.iter().map(|v| v.to_string()).collect(),
+            supported_versions: self
+                .supported_versions
+                .iter()
+                .map(|v| v.to_string())
+                .collect(),
         }))
     }
 
@@ -116,7 +133,7 @@ impl v1alpha2::node_server::Node for NodeService {
                 namespace: r.namespace,
                 name: r.claim_name,
             },
-            handle: r.resource_handle,
+            allocation: Allocation::Handle(r.resource_handle),
         };
         let result = self.prepare(vec![req]).await?.pop();
         self.metrics
@@ -175,7 +192,7 @@ impl v1alpha3::node_server::Node for NodeService {
             .iter()
             .map(|c| PrepareRequest {
                 claim: claim_ref(c),
-                handle: c.resource_handle.clone(),
+                allocation: Allocation::Handle(c.resource_handle.clone()),
             })
             .collect();
         let results = self.prepare(requests).await?;
@@ -231,6 +248,175 @@ impl v1alpha3::node_server::Node for NodeService {
         ))
     }
 }
+
+/// One prepared device of a structured claim, version-neutral.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceOutcome {
+    /// The device as allocated.
+    pub device: structured::PreparedDevice,
+    /// The CDI ids to inject for it.
+    pub cdi_device_ids: Vec<String>,
+}
+
+/// The structured `DRAPlugin` service (v1beta1 and v1) over one [`Driver`]: reads each
+/// claim's allocation from the API, then prepares through the same path as classic.
+#[derive(Debug, Clone)]
+pub struct DraPluginService {
+    /// The shared prepare/unprepare path.
+    pub node: NodeService,
+    /// Where claims are read.
+    pub claims: ClaimReader,
+    /// Our driver name, to pick our results.
+    pub driver_name: String,
+}
+
+impl DraPluginService {
+    /// Prepares a batch; one result per claim, in order. A claim that cannot be read or
+    /// resolved fails alone; the others go on.
+    pub async fn prepare(
+        &self,
+        claims: &[ClaimRef],
+    ) -> Result<Vec<Result<Vec<DeviceOutcome>, String>>, Status> {
+        let mut results: Vec<Option<Result<Vec<DeviceOutcome>, String>>> = vec![None; claims.len()];
+        let mut requests = Vec::new();
+        let mut pending = Vec::new();
+        for (i, claim) in claims.iter().enumerate() {
+            // Before anything uses the uid (it names files).
+            if let Err(e) = validate_claim_uid(&claim.uid) {
+                results[i] = Some(Err(e.to_string()));
+                continue;
+            }
+            let resolved = match self.claims.get(&claim.namespace, &claim.name).await {
+                Err(e) => Err(format!(
+                    "claim {}: {e}",
+                    describe(&claim.uid, &claim.namespace, &claim.name)
+                )),
+                Ok(fetched) => structured::resolve(
+                    self.node.driver.inventory(),
+                    &self.driver_name,
+                    claim,
+                    &fetched,
+                )
+                .map_err(|e| e.to_string()),
+            };
+            match resolved {
+                Err(e) => {
+                    self.node.metrics.claim("prepare", false);
+                    warn!(error = %e, "claim not prepared");
+                    results[i] = Some(Err(e));
+                }
+                Ok(r) => {
+                    requests.push(PrepareRequest {
+                        claim: claim.clone(),
+                        allocation: Allocation::Resolved(r.claim),
+                    });
+                    pending.push((i, r.devices));
+                }
+            }
+        }
+        let prepared = self.node.prepare(requests).await?;
+        for ((i, devices), outcome) in pending.into_iter().zip(prepared) {
+            results[i] = Some(outcome.map(|cdi_device_ids| {
+                devices
+                    .into_iter()
+                    .map(|device| DeviceOutcome {
+                        device,
+                        cdi_device_ids: cdi_device_ids.clone(),
+                    })
+                    .collect()
+            }));
+        }
+        Ok(results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err("internal error: claim not handled".into())))
+            .collect())
+    }
+}
+
+/// Both `DRAPlugin` packages have the same messages: one implementation per package,
+/// converting to and from the neutral types.
+macro_rules! dra_plugin {
+    ($pkg:ident) => {
+        #[tonic::async_trait]
+        impl $pkg::dra_plugin_server::DraPlugin for DraPluginService {
+            async fn node_prepare_resources(
+                &self,
+                request: Request<$pkg::NodePrepareResourcesRequest>,
+            ) -> Result<Response<$pkg::NodePrepareResourcesResponse>, Status> {
+                let start = Instant::now();
+                let claims = request.into_inner().claims;
+                let refs: Vec<ClaimRef> = claims
+                    .iter()
+                    .map(|c| ClaimRef {
+                        uid: c.uid.clone(),
+                        namespace: c.namespace.clone(),
+                        name: c.name.clone(),
+                    })
+                    .collect();
+                let results = self.prepare(&refs).await?;
+                let mut response = $pkg::NodePrepareResourcesResponse::default();
+                for (claim, result) in claims.into_iter().zip(results) {
+                    let entry = match result {
+                        Ok(devices) => $pkg::NodePrepareResourceResponse {
+                            devices: devices
+                                .into_iter()
+                                .map(|d| $pkg::Device {
+                                    request_names: vec![d.device.request],
+                                    pool_name: d.device.pool,
+                                    device_name: d.device.device,
+                                    cdi_device_ids: d.cdi_device_ids,
+                                })
+                                .collect(),
+                            error: String::new(),
+                        },
+                        Err(error) => $pkg::NodePrepareResourceResponse {
+                            devices: vec![],
+                            error,
+                        },
+                    };
+                    response.claims.insert(claim.uid, entry);
+                }
+                self.node
+                    .metrics
+                    .observe("NodePrepareResources", start.elapsed().as_secs_f64());
+                Ok(Response::new(response))
+            }
+
+            async fn node_unprepare_resources(
+                &self,
+                request: Request<$pkg::NodeUnprepareResourcesRequest>,
+            ) -> Result<Response<$pkg::NodeUnprepareResourcesResponse>, Status> {
+                let start = Instant::now();
+                let claims = request.into_inner().claims;
+                let refs = claims
+                    .iter()
+                    .map(|c| ClaimRef {
+                        uid: c.uid.clone(),
+                        namespace: c.namespace.clone(),
+                        name: c.name.clone(),
+                    })
+                    .collect();
+                let results = self.node.unprepare(refs).await?;
+                let mut response = $pkg::NodeUnprepareResourcesResponse::default();
+                for (claim, result) in claims.into_iter().zip(results) {
+                    response.claims.insert(
+                        claim.uid,
+                        $pkg::NodeUnprepareResourceResponse {
+                            error: result.err().unwrap_or_default(),
+                        },
+                    );
+                }
+                self.node
+                    .metrics
+                    .observe("NodeUnprepareResources", start.elapsed().as_secs_f64());
+                Ok(Response::new(response))
+            }
+        }
+    };
+}
+
+dra_plugin!(dra_v1beta1);
+dra_plugin!(dra_v1);
 
 /// Binds a unix socket at `path`, replacing a stale one left by a crash.
 pub fn bind(path: &Path) -> std::io::Result<tokio::net::UnixListener> {

@@ -1,10 +1,14 @@
-//! The per-node kubelet plugin for classic DRA (kubelets 1.27–1.30).
+//! The per-node kubelet plugin, for classic DRA (kubelets 1.27–1.30) and structured DRA
+//! (1.32+); [`mode`] picks which.
 //!
 //! - pure: [`devices`] (inventory, split), [`cdi`] (spec building), [`claims`] (what a
-//!   prepare means), [`checkpoint`] (the document);
+//!   prepare means), [`checkpoint`] (the document), [`mode`] (which generation),
+//!   [`structured`] (a structured claim's allocation → what to prepare), [`slices`] (the
+//!   ResourceSlice);
 //! - adapters: [`driver`] (files: CDI specs, checkpoint), [`grpc`] (registration and
-//!   DRA services on unix sockets), [`publish`] (the NodeAllocationState), [`http`]
-//!   (health and metrics);
+//!   DRA services on unix sockets), [`publish`] (the NodeAllocationState, classic),
+//!   [`publish_slices`] (the ResourceSlice, structured), [`resourceclaims`] (reading
+//!   claims, structured), [`http`] (health and metrics);
 //! - [`run`] wires them; `main.rs` only parses flags.
 
 pub mod cdi;
@@ -16,7 +20,12 @@ pub mod fsutil;
 pub mod grpc;
 pub mod http;
 pub mod metrics;
+pub mod mode;
 pub mod publish;
+pub mod publish_slices;
+pub mod resourceclaims;
+pub mod slices;
+pub mod structured;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -25,17 +34,18 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use fake_dra_crds::nas::NodePhase;
-use fake_dra_proto::{pluginregistration, v1alpha2, v1alpha3};
+use fake_dra_proto::{dra_v1, dra_v1beta1, pluginregistration, v1alpha2, v1alpha3};
 use tokio_stream::wrappers::UnixListenerStream;
 use tracing::{error, info, warn};
 
 use crate::cdi::CdiKind;
 use crate::devices::Inventory;
 use crate::driver::{CrashPoint, Driver, DriverConfig};
+use crate::mode::{Mode, ModeFlag};
 
-/// The Kubernetes API access the plugin needs: (API group, resource, verbs). The RBAC
-/// manifests grant exactly this; a test compares them.
-pub const API_ACCESS: &[(&str, &str, &[&str])] = &[
+/// The Kubernetes API access the plugin needs in classic mode: (API group, resource,
+/// verbs). The RBAC manifests grant exactly this; a test compares them.
+pub const API_ACCESS_CLASSIC: &[(&str, &str, &[&str])] = &[
     (
         fake_dra_crds::NAS_GROUP,
         "nodeallocationstates",
@@ -46,6 +56,23 @@ pub const API_ACCESS: &[(&str, &str, &[&str])] = &[
         "nodeallocationstates/status",
         &["get", "update"],
     ),
+    ("", "nodes", &["get"]),
+];
+
+/// The classic table under its first name.
+pub const API_ACCESS: &[(&str, &str, &[&str])] = API_ACCESS_CLASSIC;
+
+/// The Kubernetes API access the plugin needs in structured mode: its node's
+/// ResourceSlices (listed and watched by field selector, written, stale ones deleted),
+/// the claims it prepares, and its Node for the slices' owner reference. Discovery
+/// (`/apis`) needs no grant.
+pub const API_ACCESS_STRUCTURED: &[(&str, &str, &[&str])] = &[
+    (
+        "resource.k8s.io",
+        "resourceslices",
+        &["list", "watch", "create", "update", "delete"],
+    ),
+    ("resource.k8s.io", "resourceclaims", &["get"]),
     ("", "nodes", &["get"]),
 ];
 
@@ -77,6 +104,8 @@ pub struct Config {
     pub http_address: Option<SocketAddr>,
     /// Test-only crash point.
     pub crash_point: Option<CrashPoint>,
+    /// `--mode`.
+    pub mode: ModeFlag,
 }
 
 /// Why the plugin stopped with an error.
@@ -102,6 +131,12 @@ pub enum Error {
     /// No Kubernetes client.
     #[error("kubernetes client: {0}")]
     Kube(String),
+    /// No DRA generation fits the flag and the API server.
+    #[error(transparent)]
+    Mode(#[from] mode::ModeError),
+    /// Discovery failed.
+    #[error("asking the API server which resource.k8s.io versions it serves: {0}")]
+    Discovery(#[source] kube::Error),
     /// A gRPC server failed.
     #[error("grpc server: {0}")]
     Serve(#[from] tonic::transport::Error),
@@ -126,6 +161,28 @@ async fn kube_client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, Error
     kube::Client::try_from(config).map_err(|e| Error::Kube(e.to_string()))
 }
 
+/// The `resource.k8s.io` versions the API server serves (empty if none), from discovery.
+async fn served_resource_versions(client: &kube::Client) -> Result<Vec<String>, Error> {
+    let groups = client.list_api_groups().await.map_err(Error::Discovery)?;
+    Ok(groups
+        .groups
+        .into_iter()
+        .filter(|g| g.name == "resource.k8s.io")
+        .flat_map(|g| g.versions.into_iter().map(|v| v.version))
+        .collect())
+}
+
+/// Applies `--mode`: classic needs no discovery, the others ask the API server.
+async fn choose_mode(flag: ModeFlag, client: &kube::Client) -> Result<Mode, Error> {
+    let served = match flag {
+        ModeFlag::Classic => Vec::new(),
+        ModeFlag::Auto | ModeFlag::Structured => served_resource_versions(client).await?,
+    };
+    let (mode, why) = mode::choose(flag, &served)?;
+    info!("{why}");
+    Ok(mode)
+}
+
 /// Runs the plugin until `shutdown` completes, then removes the sockets and marks the
 /// node NotReady.
 pub async fn run(
@@ -134,6 +191,8 @@ pub async fn run(
 ) -> Result<(), Error> {
     let inventory = Inventory::new(&config.node_name, config.num_devices, &config.models)?;
     let kind = CdiKind::for_driver(&config.driver_name)?;
+    let client = kube_client(config.kubeconfig.as_ref()).await?;
+    let mode = choose_mode(config.mode, &client).await?;
     info!(node = %inventory.node_name, model = %inventory.model, devices = inventory.devices.len(), "inventory");
     let driver_config = DriverConfig {
         inventory: inventory.clone(),
@@ -148,17 +207,32 @@ pub async fn run(
             .await
             .map_err(|e| Error::Task(e.to_string()))??,
     );
-    let client = kube_client(config.kubeconfig.as_ref()).await?;
     let metrics = Arc::new(metrics::Metrics::new());
     let ready = Arc::new(AtomicBool::new(false));
 
-    let publisher = publish::Publisher::new(
-        client,
-        &config.namespace,
-        &inventory.node_name,
-        inventory.to_nas_spec(),
-    );
-    let publish_task = tokio::spawn(publisher.clone().run(driver.clone(), ready.clone()));
+    // Classic publishes the NodeAllocationState (and marks it NotReady at shutdown);
+    // structured publishes the ResourceSlice.
+    let (nas_publisher, publish_task) = match mode {
+        Mode::Classic => {
+            let publisher = publish::Publisher::new(
+                client.clone(),
+                &config.namespace,
+                &inventory.node_name,
+                inventory.to_nas_spec(),
+            );
+            let task = tokio::spawn(publisher.clone().run(driver.clone(), ready.clone()));
+            (Some(publisher), task)
+        }
+        Mode::Structured(api) => {
+            let desired = slices::Desired {
+                driver: config.driver_name.clone(),
+                node_name: inventory.node_name.clone(),
+                devices: slices::slice_devices(&inventory),
+            };
+            let publisher = publish_slices::SlicePublisher::new(client.clone(), api, desired);
+            (None, tokio::spawn(publisher.run(ready.clone())))
+        }
+    };
 
     let http_task = match config.http_address {
         Some(addr) => {
@@ -193,12 +267,43 @@ pub async fn run(
         driver: driver.clone(),
         metrics: metrics.clone(),
     };
-    health_reporter
-        .set_serving::<v1alpha3::node_server::NodeServer<grpc::NodeService>>()
-        .await;
-    health_reporter
-        .set_serving::<v1alpha2::node_server::NodeServer<grpc::NodeService>>()
-        .await;
+    let (services, supported_versions) = match mode {
+        Mode::Classic => {
+            health_reporter
+                .set_serving::<v1alpha3::node_server::NodeServer<grpc::NodeService>>()
+                .await;
+            health_reporter
+                .set_serving::<v1alpha2::node_server::NodeServer<grpc::NodeService>>()
+                .await;
+            (
+                tonic::transport::Server::builder()
+                    .add_service(health_service)
+                    .add_service(v1alpha3::node_server::NodeServer::new(node.clone()))
+                    .add_service(v1alpha2::node_server::NodeServer::new(node)),
+                grpc::SUPPORTED_VERSIONS,
+            )
+        }
+        Mode::Structured(api) => {
+            let dra = grpc::DraPluginService {
+                node,
+                claims: resourceclaims::ClaimReader::new(client.clone(), api),
+                driver_name: config.driver_name.clone(),
+            };
+            health_reporter
+                .set_serving::<dra_v1::dra_plugin_server::DraPluginServer<grpc::DraPluginService>>()
+                .await;
+            health_reporter
+                .set_serving::<dra_v1beta1::dra_plugin_server::DraPluginServer<grpc::DraPluginService>>()
+                .await;
+            (
+                tonic::transport::Server::builder()
+                    .add_service(health_service)
+                    .add_service(dra_v1::dra_plugin_server::DraPluginServer::new(dra.clone()))
+                    .add_service(dra_v1beta1::dra_plugin_server::DraPluginServer::new(dra)),
+                grpc::STRUCTURED_SUPPORTED_VERSIONS,
+            )
+        }
+    };
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
@@ -206,14 +311,10 @@ pub async fn run(
     };
 
     let dra_listener = bind(&dra_path)?;
-    let dra_server = tonic::transport::Server::builder()
-        .add_service(health_service)
-        .add_service(v1alpha3::node_server::NodeServer::new(node.clone()))
-        .add_service(v1alpha2::node_server::NodeServer::new(node))
-        .serve_with_incoming_shutdown(
-            UnixListenerStream::new(dra_listener),
-            stopped(stop_rx.clone()),
-        );
+    let dra_server = services.serve_with_incoming_shutdown(
+        UnixListenerStream::new(dra_listener),
+        stopped(stop_rx.clone()),
+    );
     let dra_task = tokio::spawn(dra_server);
 
     // Registration last: once the kubelet sees this socket it dials the DRA socket.
@@ -222,12 +323,13 @@ pub async fn run(
         driver_name: config.driver_name.clone(),
         endpoint: dra_path.clone(),
         registered: Arc::new(AtomicBool::new(false)),
+        supported_versions,
     };
     let reg_server = tonic::transport::Server::builder()
         .add_service(pluginregistration::registration_server::RegistrationServer::new(registration))
         .serve_with_incoming_shutdown(UnixListenerStream::new(reg_listener), stopped(stop_rx));
     let reg_task = tokio::spawn(reg_server);
-    info!(registration = %reg_path.display(), dra = %dra_path.display(), "serving");
+    info!(registration = %reg_path.display(), dra = %dra_path.display(), versions = ?supported_versions, "serving");
 
     shutdown.await;
     info!("shutting down");
@@ -249,6 +351,12 @@ pub async fn run(
     if let Some(task) = http_task {
         task.abort();
     }
+    let Some(publisher) = nas_publisher else {
+        info!(
+            "leaving the ResourceSlice in place: a restarted plugin takes it over; it goes with the Node, or when the kubelet drops the unregistered driver's slices"
+        );
+        return Ok(());
+    };
     let not_ready = publisher.set_status(
         NodePhase::NotReady,
         Some("kubelet plugin shut down".into()),

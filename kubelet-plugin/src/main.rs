@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
 use fake_dra_kubelet_plugin::driver::CrashPoint;
+use fake_dra_kubelet_plugin::mode::ModeFlag;
 use fake_dra_kubelet_plugin::{Config, devices};
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -14,7 +15,7 @@ enum LogFormat {
     Json,
 }
 
-/// The fake-dra kubelet plugin: prepares fake devices for classic DRA claims.
+/// The fake-dra kubelet plugin: prepares fake devices for DRA claims (classic or structured).
 #[derive(Debug, Parser)]
 #[command(version)]
 struct Args {
@@ -60,6 +61,11 @@ struct Args {
     /// Address for /healthz, /readyz and /metrics, e.g. 0.0.0.0:8080; off when absent.
     #[arg(long, env = "HTTP_ADDRESS")]
     http_address: Option<SocketAddr>,
+    /// DRA generation: classic (NodeAllocationState, v1alpha2/v1alpha3 node services),
+    /// structured (ResourceSlices, DRAPlugin v1/v1beta1), or auto (from the
+    /// resource.k8s.io versions the API server serves).
+    #[arg(long, env = "DRA_MODE", default_value = "auto")]
+    mode: ModeFlag,
     /// Test only: abort at this point of prepare/unprepare.
     #[arg(long, env = "FAKE_DRA_TEST_CRASH_POINT", hide = true)]
     test_crash_point: Option<CrashPoint>,
@@ -117,6 +123,7 @@ async fn main() -> ExitCode {
         kubeconfig: args.kubeconfig,
         http_address: args.http_address,
         crash_point: args.test_crash_point,
+        mode: args.mode,
     };
     match fake_dra_kubelet_plugin::run(config, shutdown_signal()).await {
         Ok(()) => ExitCode::SUCCESS,

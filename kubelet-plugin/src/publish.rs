@@ -42,6 +42,24 @@ impl std::fmt::Debug for Publisher {
     }
 }
 
+/// The owner reference to `node_name`'s Node, if the Node exists, so an object published
+/// for the node (NodeAllocationState, ResourceSlice) goes away with the Node.
+pub async fn node_owner(
+    client: &Client,
+    node_name: &str,
+) -> Result<Option<OwnerReference>, kube::Error> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    Ok(nodes.get_opt(node_name).await?.and_then(|node| {
+        node.metadata.uid.map(|uid| OwnerReference {
+            api_version: "v1".into(),
+            kind: "Node".into(),
+            name: node_name.to_owned(),
+            uid,
+            ..Default::default()
+        })
+    }))
+}
+
 impl Publisher {
     /// A publisher for `node_name`'s object in `namespace`.
     pub fn new(
@@ -62,25 +80,10 @@ impl Publisher {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
 
-    /// The owner reference to our Node, if the Node exists, so the object goes away with
-    /// the Node.
-    async fn node_owner(&self) -> Result<Option<OwnerReference>, kube::Error> {
-        let nodes: Api<Node> = Api::all(self.client.clone());
-        Ok(nodes.get_opt(&self.node_name).await?.and_then(|node| {
-            node.metadata.uid.map(|uid| OwnerReference {
-                api_version: "v1".into(),
-                kind: "Node".into(),
-                name: self.node_name.clone(),
-                uid,
-                ..Default::default()
-            })
-        }))
-    }
-
     /// Creates the object or brings its spec and owner up to date.
     pub async fn ensure_spec(&self) -> Result<NodeAllocationState, kube::Error> {
         let api = self.api();
-        let owner = match self.node_owner().await {
+        let owner = match node_owner(&self.client, &self.node_name).await {
             Ok(owner) => owner,
             Err(e) => {
                 warn!(error = %e, "cannot read our Node; publishing without an owner reference");

@@ -1,9 +1,9 @@
 //! The kubelet's gRPC APIs, generated from our own .proto files under `proto/`.
 //!
 //! Wire compatibility rests on the proto package, service and rpc names and the field
-//! numbers; those are taken from the Kubernetes releases listed per module. The
-//! structured-DRA services (`k8s.io.kubelet.pkg.apis.dra.v1beta1` / `.v1`) get their own
-//! modules next to these when they are added.
+//! numbers; those are taken from the Kubernetes releases listed per module: the classic
+//! node services (`v1alpha2`, `v1alpha3`) and the structured-DRA `DRAPlugin` services
+//! (`k8s.io.kubelet.pkg.apis.dra.v1beta1` / `.v1`).
 
 /// `pluginregistration` (all kubelets): how a plugin announces itself.
 pub mod pluginregistration {
@@ -23,6 +23,27 @@ pub mod v1alpha3 {
     tonic::include_proto!("v1alpha3");
 }
 
+/// `k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin` (kubelets 1.32+): structured DRA; the
+/// plugin gets the claim's identity and reads its allocation from the API.
+pub mod dra_v1beta1 {
+    #![allow(missing_docs, missing_debug_implementations, clippy::all)]
+    tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1beta1");
+}
+
+/// `k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin` (kubelets 1.34+): the same messages as
+/// [`dra_v1beta1`] under the GA package name.
+pub mod dra_v1 {
+    #![allow(missing_docs, missing_debug_implementations, clippy::all)]
+    tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1");
+}
+
+/// The `supported_versions` entry that tells a 1.34+ kubelet the plugin serves
+/// [`services::DRA_V1`].
+pub const SUPPORTED_V1: &str = "v1.DRAPlugin";
+/// The `supported_versions` entry that tells a 1.32+ kubelet the plugin serves
+/// [`services::DRA_V1BETA1`].
+pub const SUPPORTED_V1BETA1: &str = "v1beta1.DRAPlugin";
+
 /// The `type` a DRA plugin reports in `PluginInfo`.
 pub const DRA_PLUGIN_TYPE: &str = "DRAPlugin";
 
@@ -34,6 +55,10 @@ pub mod services {
     pub const V1ALPHA2_NODE: &str = "v1alpha2.Node";
     /// The classic batched node service.
     pub const V1ALPHA3_NODE: &str = "v1alpha3.Node";
+    /// The structured-DRA service of kubelets 1.32+.
+    pub const DRA_V1BETA1: &str = "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin";
+    /// The structured-DRA service of kubelets 1.34+.
+    pub const DRA_V1: &str = "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin";
 }
 
 /// Dials a gRPC server on a unix socket, as the kubelet does. The URI is a placeholder:

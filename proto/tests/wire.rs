@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use fake_dra_proto::{pluginregistration as reg, v1alpha2, v1alpha3};
+use fake_dra_proto::{dra_v1, dra_v1beta1, pluginregistration as reg, v1alpha2, v1alpha3};
 use prost::Message;
 
 const VARINT: u64 = 0;
@@ -255,6 +255,17 @@ fn service_paths_match_the_kubelet() {
         <v1alpha3::node_server::NodeServer<Dummy> as tonic::server::NamedService>::NAME,
         services::V1ALPHA3_NODE
     );
+    assert_eq!(
+        <dra_v1beta1::dra_plugin_server::DraPluginServer<Dummy> as tonic::server::NamedService>::NAME,
+        services::DRA_V1BETA1
+    );
+    assert_eq!(
+        <dra_v1::dra_plugin_server::DraPluginServer<Dummy> as tonic::server::NamedService>::NAME,
+        services::DRA_V1
+    );
+    // The registration entries name the service by its last two package segments.
+    assert!(services::DRA_V1.ends_with(fake_dra_proto::SUPPORTED_V1));
+    assert!(services::DRA_V1BETA1.ends_with(fake_dra_proto::SUPPORTED_V1BETA1));
 }
 
 struct Dummy;
@@ -314,3 +325,143 @@ impl v1alpha3::node_server::Node for Dummy {
         Err(tonic::Status::unimplemented(""))
     }
 }
+
+/// The structured-DRA packages share their messages, so one set of checks runs per package.
+macro_rules! structured_wire_tests {
+    ($test:ident, $pkg:ident) => {
+        #[test]
+        fn $test() {
+            use $pkg as p;
+            let claim_raw = |uid: &str| {
+                Raw::default()
+                    .string(1, "ns")
+                    .string(2, uid)
+                    .string(3, "claim")
+            };
+            let claim = |uid: &str| p::Claim {
+                namespace: "ns".into(),
+                uid: uid.into(),
+                name: "claim".into(),
+            };
+            check(&claim_raw("u1"), &claim("u1"));
+            let two = Raw::default()
+                .message(1, &claim_raw("u1"))
+                .message(1, &claim_raw("u2"));
+            check(
+                &two,
+                &p::NodePrepareResourcesRequest {
+                    claims: vec![claim("u1"), claim("u2")],
+                },
+            );
+            check(
+                &two,
+                &p::NodeUnprepareResourcesRequest {
+                    claims: vec![claim("u1"), claim("u2")],
+                },
+            );
+
+            let device_raw = Raw::default()
+                .string(1, "req-a")
+                .string(1, "req-b")
+                .string(2, "node-1")
+                .string(3, "fake-3")
+                .string(4, "k8s.fake.resource.3-shake.com/fake=common")
+                .string(4, "k8s.fake.resource.3-shake.com/fake=claim-u1");
+            let device = p::Device {
+                request_names: vec!["req-a".into(), "req-b".into()],
+                pool_name: "node-1".into(),
+                device_name: "fake-3".into(),
+                cdi_device_ids: vec![
+                    "k8s.fake.resource.3-shake.com/fake=common".into(),
+                    "k8s.fake.resource.3-shake.com/fake=claim-u1".into(),
+                ],
+            };
+            check(&device_raw, &device);
+
+            let ok_raw = Raw::default().message(1, &device_raw);
+            let ok = p::NodePrepareResourceResponse {
+                devices: vec![device.clone()],
+                error: String::new(),
+            };
+            check(&ok_raw, &ok);
+            let failed_raw = Raw::default().string(2, "uid mismatch");
+            let failed = p::NodePrepareResourceResponse {
+                devices: vec![],
+                error: "uid mismatch".into(),
+            };
+            check(&failed_raw, &failed);
+            check(
+                &Raw::default().map_entry(1, "u1", &ok_raw),
+                &p::NodePrepareResourcesResponse {
+                    claims: HashMap::from([("u1".to_string(), ok.clone())]),
+                },
+            );
+            let both = Raw::default()
+                .map_entry(1, "u1", &ok_raw)
+                .map_entry(1, "u2", &failed_raw);
+            let decoded = p::NodePrepareResourcesResponse::decode(both.0.as_slice()).unwrap();
+            assert_eq!(
+                decoded.claims,
+                HashMap::from([("u1".to_string(), ok), ("u2".to_string(), failed)])
+            );
+
+            let unprep_raw = Raw::default().string(1, "cannot remove");
+            let unprep = p::NodeUnprepareResourceResponse {
+                error: "cannot remove".into(),
+            };
+            check(&unprep_raw, &unprep);
+            check(
+                &Raw::default(),
+                &p::NodeUnprepareResourceResponse::default(),
+            );
+            check(
+                &Raw::default().map_entry(1, "u1", &unprep_raw),
+                &p::NodeUnprepareResourcesResponse {
+                    claims: HashMap::from([("u1".to_string(), unprep)]),
+                },
+            );
+        }
+    };
+}
+
+structured_wire_tests!(dra_v1beta1_messages, dra_v1beta1);
+structured_wire_tests!(dra_v1_messages, dra_v1);
+
+/// A v1alpha3 claim (with a resource handle) sent to a structured server: the handle
+/// (field 4) is skipped, the identity decodes. Guards against renumbering the identity.
+#[test]
+fn structured_claim_skips_unknown_fields() {
+    let raw = claim_raw("u1");
+    let decoded = dra_v1::Claim::decode(raw.0.as_slice()).unwrap();
+    assert_eq!(
+        decoded,
+        dra_v1::Claim {
+            namespace: "ns".into(),
+            uid: "u1".into(),
+            name: "claim".into(),
+        }
+    );
+}
+
+macro_rules! dummy_dra_plugin {
+    ($pkg:ident) => {
+        #[tonic::async_trait]
+        impl $pkg::dra_plugin_server::DraPlugin for Dummy {
+            async fn node_prepare_resources(
+                &self,
+                _: tonic::Request<$pkg::NodePrepareResourcesRequest>,
+            ) -> Result<tonic::Response<$pkg::NodePrepareResourcesResponse>, tonic::Status> {
+                Err(tonic::Status::unimplemented(""))
+            }
+            async fn node_unprepare_resources(
+                &self,
+                _: tonic::Request<$pkg::NodeUnprepareResourcesRequest>,
+            ) -> Result<tonic::Response<$pkg::NodeUnprepareResourcesResponse>, tonic::Status> {
+                Err(tonic::Status::unimplemented(""))
+            }
+        }
+    };
+}
+
+dummy_dra_plugin!(dra_v1beta1);
+dummy_dra_plugin!(dra_v1);

@@ -130,6 +130,8 @@ pub struct FieldSelector(Vec<(String, bool, String)>);
 /// which every kind supports (pkg/registry/*/strategy.go `ToSelectableFields` upstream).
 fn selectable_fields(group: &str, plural: &str) -> &'static [&'static str] {
     match (group, plural) {
+        // pkg/registry/resource/resourceslice/strategy.go: ResourceSliceToSelectableFields.
+        ("resource.k8s.io", "resourceslices") => &["spec.nodeName", "spec.driver"],
         ("", "pods") => &[
             "spec.nodeName",
             "spec.restartPolicy",

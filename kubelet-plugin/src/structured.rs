@@ -1,0 +1,831 @@
+//! What preparing a structured-DRA claim means, without I/O: from the claim the API server
+//! returned (in a version-neutral shape, see [`crate::resourceclaims`]) to the
+//! [`PreparedClaim`] the shared prepare path writes, plus the per-device answer for the
+//! kubelet.
+//!
+//! The scheduler allocated devices by name from our ResourceSlice (`fake-<index>`); the
+//! opaque config carries `FakeClaimParameters` for what the slice cannot express (`split`).
+
+use std::collections::BTreeMap;
+
+use fake_dra_crds::params::{
+    FakeClaimParameters, FakeClaimParametersSpec, MAX_COUNT, MAX_SPLIT, ModelSelector,
+};
+use kube::Resource;
+use serde::Deserialize;
+
+use crate::claims::{ClaimRef, PreparedClaim, describe};
+use crate::devices::Inventory;
+
+/// What every device name of ours starts with; the rest is the parent's index.
+pub const DEVICE_NAME_PREFIX: &str = "fake-";
+
+/// The ResourceSlice name of parent device `index`: a DNS label.
+pub fn device_name(index: usize) -> String {
+    format!("{DEVICE_NAME_PREFIX}{index}")
+}
+
+/// The parent index a device name stands for, if it is one of ours in canonical spelling
+/// (`fake-0`, not `fake-00`).
+pub fn device_index(name: &str) -> Option<usize> {
+    let digits = name.strip_prefix(DEVICE_NAME_PREFIX)?;
+    let index: usize = digits.parse().ok()?;
+    (device_name(index) == name).then_some(index)
+}
+
+/// One `status.allocation.devices.results[]` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllocatedResult {
+    /// The request (or `request/subrequest`).
+    pub request: String,
+    /// The driver.
+    pub driver: String,
+    /// The pool.
+    pub pool: String,
+    /// The device name in the pool.
+    pub device: String,
+}
+
+/// Where a config entry came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ConfigSource {
+    /// The DeviceClass.
+    FromClass,
+    /// The claim.
+    FromClaim,
+}
+
+/// One `status.allocation.devices.config[]` entry with opaque config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AllocatedConfig {
+    /// Where it came from; anything but `FromClass` counts as the claim's.
+    pub source: ConfigSource,
+    /// The requests it applies to; `None` means all.
+    pub requests: Option<Vec<String>>,
+    /// `opaque.driver`.
+    pub driver: String,
+    /// `opaque.parameters`.
+    pub parameters: serde_json::Value,
+}
+
+/// A claim as read from the API: what prepare needs, whichever version it came through.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct FetchedClaim {
+    /// `metadata.uid`.
+    pub uid: String,
+    /// `status.allocation.devices`, if allocated.
+    pub allocation: Option<FetchedAllocation>,
+}
+
+/// `status.allocation.devices`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct FetchedAllocation {
+    /// `results`.
+    pub results: Vec<AllocatedResult>,
+    /// `config`, in the API's order.
+    pub config: Vec<AllocatedConfig>,
+}
+
+/// One device for the kubelet's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreparedDevice {
+    /// The request it was allocated for.
+    pub request: String,
+    /// The pool (this node).
+    pub pool: String,
+    /// The device name in the pool.
+    pub device: String,
+}
+
+/// The outcome of [`resolve`]: what to prepare, and the per-device answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    /// Handed to the shared prepare path.
+    pub claim: PreparedClaim,
+    /// One per result of ours, in the allocation's order.
+    pub devices: Vec<PreparedDevice>,
+}
+
+/// Why a structured claim cannot be prepared. The message goes to the kubelet as the
+/// claim's error, so each names the claim and the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StructuredError {
+    /// The API's claim is another object than the kubelet meant (deleted and recreated).
+    #[error(
+        "claim {claim}: the ResourceClaim {namespace}/{name} in the API has uid {found:?}; the kubelet asked for {wanted:?} (deleted and recreated?)"
+    )]
+    UidMismatch {
+        /// `namespace/name (uid)`.
+        claim: String,
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// The API's uid.
+        found: String,
+        /// The kubelet's uid.
+        wanted: String,
+    },
+    /// No `status.allocation`.
+    #[error("claim {claim}: not allocated (status.allocation is empty)")]
+    NotAllocated {
+        /// `namespace/name (uid)`.
+        claim: String,
+    },
+    /// Nothing allocated from our driver.
+    #[error("claim {claim}: status.allocation.devices.results has no device of driver {driver:?}")]
+    NoDevices {
+        /// `namespace/name (uid)`.
+        claim: String,
+        /// Our driver.
+        driver: String,
+    },
+    /// A device of ours from another node's pool.
+    #[error(
+        "claim {claim}: device {device:?} of request {request:?} is allocated from pool {pool:?}; this is node {node:?} (pool {node:?})"
+    )]
+    WrongPool {
+        /// `namespace/name (uid)`.
+        claim: String,
+        /// The request.
+        request: String,
+        /// The device.
+        device: String,
+        /// Its pool.
+        pool: String,
+        /// Our node.
+        node: String,
+    },
+    /// A device name the node's slice does not list.
+    #[error(
+        "claim {claim}: device {device:?} of request {request:?} is not a device of node {node:?} (it has fake-0 to fake-{last})"
+    )]
+    UnknownDevice {
+        /// `namespace/name (uid)`.
+        claim: String,
+        /// The request.
+        request: String,
+        /// The device.
+        device: String,
+        /// Our node.
+        node: String,
+        /// Highest index.
+        last: usize,
+    },
+    /// Bad opaque parameters.
+    #[error("claim {claim}: {field}: {reason}")]
+    Parameters {
+        /// `namespace/name (uid)`.
+        claim: String,
+        /// Where, e.g. `status.allocation.devices.config[1].opaque.parameters.spec.split`.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// `count` disagrees with the allocation.
+    #[error(
+        "claim {claim}: FakeClaimParameters spec.count is {count} for request {request:?}, but {allocated} device(s) of driver {driver:?} are allocated for it; make spec.count match the request's count (or leave it out)"
+    )]
+    CountMismatch {
+        /// `namespace/name (uid)`.
+        claim: String,
+        /// The request.
+        request: String,
+        /// The parameters' count.
+        count: i64,
+        /// Devices allocated.
+        allocated: usize,
+        /// Our driver.
+        driver: String,
+    },
+    /// `selector.model` is not the model of the devices.
+    #[error(
+        "claim {claim}: FakeClaimParameters spec.selector.model is {wanted:?} for request {request:?}, but the devices of node {node:?} are {model:?}"
+    )]
+    ModelMismatch {
+        /// `namespace/name (uid)`.
+        claim: String,
+        /// The request.
+        request: String,
+        /// The parameters' model.
+        wanted: String,
+        /// Our node.
+        node: String,
+        /// Our model.
+        model: String,
+    },
+    /// Different `split` per request: one claim is prepared with one split.
+    #[error(
+        "claim {claim}: requests resolve to different spec.split values ({splits}); this driver prepares all devices of a claim with one split"
+    )]
+    SplitDiffers {
+        /// `namespace/name (uid)`.
+        claim: String,
+        /// `request=split, …`.
+        splits: String,
+    },
+}
+
+/// `FakeClaimParameters` fields as given, before defaults: `count` must only be checked
+/// when the user wrote it, and a later config overrides only what it gives.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpaqueParameters {
+    /// `spec.count`.
+    pub count: Option<i64>,
+    /// `spec.split`.
+    pub split: Option<u32>,
+    /// `spec.selector.model`.
+    pub model: Option<String>,
+}
+
+/// The `spec` of opaque `FakeClaimParameters`. Wider integer types than the CRD's, so an
+/// out-of-range value is reported with its value, not as a type error.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSpec {
+    count: Option<i64>,
+    split: Option<i64>,
+    selector: Option<ModelSelector>,
+}
+
+/// Parses and validates `opaque.parameters`: a `FakeClaimParameters` object of our
+/// apiVersion. `field` is the path of `parameters`, for the errors.
+pub fn parse_parameters(
+    parameters: &serde_json::Value,
+    field: &str,
+) -> Result<OpaqueParameters, (String, String)> {
+    let api_version = FakeClaimParameters::api_version(&());
+    let kind = FakeClaimParameters::kind(&());
+    let err = |sub: &str, reason: String| (format!("{field}{sub}"), reason);
+    let Some(object) = parameters.as_object() else {
+        return Err(err(
+            "",
+            format!(
+                "must be a {kind} object ({{\"apiVersion\": \"{api_version}\", \"kind\": \"{kind}\", \"spec\": {{...}}}}), got {}",
+                json_type(parameters)
+            ),
+        ));
+    };
+    match object.get("apiVersion").and_then(|v| v.as_str()) {
+        Some(v) if v == api_version => {}
+        other => {
+            return Err(err(
+                ".apiVersion",
+                format!("must be {api_version:?}, got {}", shown(other)),
+            ));
+        }
+    }
+    match object.get("kind").and_then(|v| v.as_str()) {
+        Some(k) if k == kind => {}
+        other => {
+            return Err(err(
+                ".kind",
+                format!("must be {kind:?}, got {}", shown(other)),
+            ));
+        }
+    }
+    let spec = match object.get("spec") {
+        None | Some(serde_json::Value::Null) => return Ok(OpaqueParameters::default()),
+        Some(spec) => spec,
+    };
+    let raw: RawSpec = serde_json::from_value(spec.clone())
+        .map_err(|e| err(".spec", format!("is not a valid {kind} spec: {e}")))?;
+    let in_range = |name: &str, got: Option<i64>, max: i32| match got {
+        Some(v) if !(1..=i64::from(max)).contains(&v) => Err(err(
+            &format!(".spec.{name}"),
+            format!("must be between 1 and {max}, got {v}"),
+        )),
+        _ => Ok(()),
+    };
+    in_range("count", raw.count, MAX_COUNT)?;
+    in_range("split", raw.split, MAX_SPLIT)?;
+    // The CRD's own checks (model syntax, and the ranges again), on the CRD's types.
+    let checked = FakeClaimParametersSpec {
+        count: raw.count.and_then(|c| i32::try_from(c).ok()).unwrap_or(1),
+        split: raw.split.and_then(|s| i32::try_from(s).ok()).unwrap_or(1),
+        selector: raw.selector.clone(),
+    };
+    checked.validate().map_err(|e| err("", e.to_string()))?;
+    Ok(OpaqueParameters {
+        count: raw.count,
+        split: raw.split.and_then(|s| u32::try_from(s).ok()),
+        model: raw.selector.and_then(|s| s.model),
+    })
+}
+
+fn json_type(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+fn shown(v: Option<&str>) -> String {
+    v.map_or_else(|| "nothing".to_owned(), |s| format!("{s:?}"))
+}
+
+/// Whether a config entry's `requests` names `request` (a `request/subrequest` result is
+/// named by its request too).
+fn applies(requests: Option<&[String]>, request: &str) -> bool {
+    let base = request.split('/').next().unwrap_or(request);
+    requests.is_none_or(|rs| rs.iter().any(|r| r == request || r == base))
+}
+
+/// Decides what preparing `claim` means from the claim the API returned: checks its uid
+/// and allocation, maps our devices back to parent ids, and merges our opaque config
+/// (class config first, then the claim's; a later entry overrides the fields it gives;
+/// an entry with `requests` applies only to those requests).
+pub fn resolve(
+    inventory: &Inventory,
+    driver_name: &str,
+    claim: &ClaimRef,
+    fetched: &FetchedClaim,
+) -> Result<Resolved, StructuredError> {
+    let who = describe(&claim.uid, &claim.namespace, &claim.name);
+    let node = &inventory.node_name;
+    if fetched.uid != claim.uid {
+        return Err(StructuredError::UidMismatch {
+            claim: who,
+            namespace: claim.namespace.clone(),
+            name: claim.name.clone(),
+            found: fetched.uid.clone(),
+            wanted: claim.uid.clone(),
+        });
+    }
+    let Some(allocation) = &fetched.allocation else {
+        return Err(StructuredError::NotAllocated { claim: who });
+    };
+    let ours: Vec<&AllocatedResult> = allocation
+        .results
+        .iter()
+        .filter(|r| r.driver == driver_name)
+        .collect();
+    if ours.is_empty() {
+        return Err(StructuredError::NoDevices {
+            claim: who,
+            driver: driver_name.to_owned(),
+        });
+    }
+    let mut parents: Vec<String> = Vec::with_capacity(ours.len());
+    let mut per_request: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in &ours {
+        if &r.pool != node {
+            return Err(StructuredError::WrongPool {
+                claim: who,
+                request: r.request.clone(),
+                device: r.device.clone(),
+                pool: r.pool.clone(),
+                node: node.clone(),
+            });
+        }
+        let parent = device_index(&r.device).and_then(|i| inventory.devices.get(i));
+        let Some(parent) = parent else {
+            return Err(StructuredError::UnknownDevice {
+                claim: who,
+                request: r.request.clone(),
+                device: r.device.clone(),
+                node: node.clone(),
+                last: inventory.devices.len().saturating_sub(1),
+            });
+        };
+        if !parents.contains(parent) {
+            parents.push(parent.clone());
+        }
+        *per_request.entry(r.request.as_str()).or_default() += 1;
+    }
+
+    // Our config entries, class first (stable: the API's order within each source).
+    let mut configs: Vec<(usize, &AllocatedConfig)> = allocation
+        .config
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.driver == driver_name)
+        .collect();
+    configs.sort_by_key(|(_, c)| c.source);
+    let mut parsed = Vec::with_capacity(configs.len());
+    for (i, c) in configs {
+        let field = format!("status.allocation.devices.config[{i}].opaque.parameters");
+        let params = parse_parameters(&c.parameters, &field).map_err(|(field, reason)| {
+            StructuredError::Parameters {
+                claim: who.clone(),
+                field,
+                reason,
+            }
+        })?;
+        parsed.push((c.requests.as_deref(), params));
+    }
+
+    let mut splits: BTreeMap<&str, u32> = BTreeMap::new();
+    for (&request, &allocated) in &per_request {
+        let mut effective = OpaqueParameters::default();
+        for (requests, p) in &parsed {
+            if applies(*requests, request) {
+                effective.count = p.count.or(effective.count);
+                effective.split = p.split.or(effective.split);
+                effective.model = p.model.clone().or(effective.model);
+            }
+        }
+        if let Some(count) = effective.count
+            && usize::try_from(count).ok() != Some(allocated)
+        {
+            return Err(StructuredError::CountMismatch {
+                claim: who,
+                request: request.to_owned(),
+                count,
+                allocated,
+                driver: driver_name.to_owned(),
+            });
+        }
+        if let Some(model) = effective.model
+            && model != inventory.model
+        {
+            return Err(StructuredError::ModelMismatch {
+                claim: who,
+                request: request.to_owned(),
+                wanted: model,
+                node: node.clone(),
+                model: inventory.model.clone(),
+            });
+        }
+        splits.insert(request, effective.split.unwrap_or(1));
+    }
+    let mut distinct: Vec<u32> = splits.values().copied().collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let split = match distinct.as_slice() {
+        [one] => *one,
+        _ => {
+            return Err(StructuredError::SplitDiffers {
+                claim: who,
+                splits: splits
+                    .iter()
+                    .map(|(r, s)| format!("{r}={s}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
+    };
+    Ok(Resolved {
+        claim: PreparedClaim {
+            namespace: claim.namespace.clone(),
+            name: claim.name.clone(),
+            model: inventory.model.clone(),
+            split,
+            devices: parents,
+        },
+        devices: ours
+            .iter()
+            .map(|r| PreparedDevice {
+                request: r.request.clone(),
+                pool: r.pool.clone(),
+                device: r.device.clone(),
+            })
+            .collect(),
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+
+    const DRIVER: &str = "fake.resource.3-shake.com";
+
+    fn inventory() -> Inventory {
+        Inventory::new("node-1", 8, &["ULTRA_10".to_string()]).unwrap()
+    }
+
+    fn claim() -> ClaimRef {
+        ClaimRef {
+            uid: "u1".into(),
+            namespace: "ns".into(),
+            name: "c".into(),
+        }
+    }
+
+    fn result(request: &str, pool: &str, device: &str) -> AllocatedResult {
+        AllocatedResult {
+            request: request.into(),
+            driver: DRIVER.into(),
+            pool: pool.into(),
+            device: device.into(),
+        }
+    }
+
+    fn params(spec: serde_json::Value) -> serde_json::Value {
+        json!({"apiVersion": "fake.resource.3-shake.com/v1alpha1", "kind": "FakeClaimParameters", "spec": spec})
+    }
+
+    fn config(
+        source: ConfigSource,
+        requests: Option<&[&str]>,
+        parameters: serde_json::Value,
+    ) -> AllocatedConfig {
+        AllocatedConfig {
+            source,
+            requests: requests.map(|r| r.iter().map(|s| s.to_string()).collect()),
+            driver: DRIVER.into(),
+            parameters,
+        }
+    }
+
+    fn fetched(results: Vec<AllocatedResult>, config: Vec<AllocatedConfig>) -> FetchedClaim {
+        FetchedClaim {
+            uid: "u1".into(),
+            allocation: Some(FetchedAllocation { results, config }),
+        }
+    }
+
+    fn four(request: &str) -> Vec<AllocatedResult> {
+        (0..4)
+            .map(|i| result(request, "node-1", &format!("fake-{i}")))
+            .collect()
+    }
+
+    #[test]
+    fn device_names_round_trip_and_are_dns_labels() {
+        for i in [0, 1, 7, 127] {
+            let name = device_name(i);
+            assert_eq!(device_index(&name), Some(i));
+            assert!(name.len() <= 63);
+            assert!(
+                name.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            );
+        }
+        for bad in [
+            "fake-", "fake-01", "fake--1", "fake-1a", "gpu-1", "FAKE-1", "",
+        ] {
+            assert_eq!(device_index(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn count_four_split_two_gives_four_parents_and_eight_children() {
+        let inv = inventory();
+        let got = resolve(
+            &inv,
+            DRIVER,
+            &claim(),
+            &fetched(
+                four("req"),
+                vec![config(
+                    ConfigSource::FromClaim,
+                    None,
+                    params(json!({"count": 4, "split": 2})),
+                )],
+            ),
+        )
+        .unwrap();
+        assert_eq!(got.claim.devices, inv.devices[..4].to_vec());
+        assert_eq!(got.claim.split, 2);
+        assert_eq!(got.claim.children().len(), 8);
+        assert_eq!(got.devices.len(), 4);
+        assert_eq!(got.devices[3].device, "fake-3");
+        assert_eq!(got.devices[3].request, "req");
+        assert_eq!(got.devices[3].pool, "node-1");
+    }
+
+    #[test]
+    fn no_config_means_split_one() {
+        let got = resolve(&inventory(), DRIVER, &claim(), &fetched(four("r"), vec![])).unwrap();
+        assert_eq!(got.claim.split, 1);
+    }
+
+    #[test]
+    fn claim_config_overrides_class_config_whatever_the_order() {
+        let cfg = vec![
+            config(ConfigSource::FromClaim, None, params(json!({"split": 3}))),
+            config(
+                ConfigSource::FromClass,
+                None,
+                params(json!({"split": 5, "selector": {"model": "ULTRA_10"}})),
+            ),
+        ];
+        let got = resolve(&inventory(), DRIVER, &claim(), &fetched(four("r"), cfg)).unwrap();
+        assert_eq!(got.claim.split, 3);
+    }
+
+    #[test]
+    fn per_request_config_applies_to_its_request_only() {
+        let mut results = four("a");
+        results.extend((4..6).map(|i| result("b/sub", "node-1", &format!("fake-{i}"))));
+        let cfg = vec![
+            config(
+                ConfigSource::FromClaim,
+                Some(&["a"]),
+                params(json!({"count": 4, "split": 2})),
+            ),
+            config(
+                ConfigSource::FromClaim,
+                Some(&["b"]),
+                params(json!({"count": 2, "split": 2})),
+            ),
+        ];
+        let got = resolve(
+            &inventory(),
+            DRIVER,
+            &claim(),
+            &fetched(results.clone(), cfg),
+        )
+        .unwrap();
+        assert_eq!(got.claim.devices.len(), 6);
+        assert_eq!(got.claim.split, 2);
+
+        // Different splits per request cannot be one prepared claim.
+        let cfg = vec![config(
+            ConfigSource::FromClaim,
+            Some(&["a"]),
+            params(json!({"split": 2})),
+        )];
+        let err = resolve(&inventory(), DRIVER, &claim(), &fetched(results, cfg))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("a=2, b/sub=1"), "{err}");
+    }
+
+    #[test]
+    fn other_drivers_are_ignored() {
+        let mut results = four("r");
+        results.push(AllocatedResult {
+            driver: "gpu.example.com".into(),
+            ..result("r", "elsewhere", "gpu-0")
+        });
+        let mut other = config(ConfigSource::FromClaim, None, json!("not ours to judge"));
+        other.driver = "gpu.example.com".into();
+        let got = resolve(
+            &inventory(),
+            DRIVER,
+            &claim(),
+            &fetched(results, vec![other]),
+        )
+        .unwrap();
+        assert_eq!(got.devices.len(), 4);
+    }
+
+    fn error_of(f: FetchedClaim) -> String {
+        resolve(&inventory(), DRIVER, &claim(), &f)
+            .unwrap_err()
+            .to_string()
+    }
+
+    fn with_params(p: serde_json::Value) -> String {
+        error_of(fetched(
+            four("r"),
+            vec![config(ConfigSource::FromClaim, None, p)],
+        ))
+    }
+
+    #[test]
+    fn bad_claims_get_clear_errors() {
+        let mut f = fetched(four("r"), vec![]);
+        f.uid = "u2".into();
+        let err = error_of(f);
+        assert!(
+            err.contains("has uid \"u2\"; the kubelet asked for \"u1\""),
+            "{err}"
+        );
+
+        let err = error_of(FetchedClaim {
+            uid: "u1".into(),
+            allocation: None,
+        });
+        assert_eq!(
+            err,
+            "claim ns/c (u1): not allocated (status.allocation is empty)"
+        );
+
+        let err = error_of(fetched(vec![result("r", "node-2", "fake-0")], vec![]));
+        assert!(
+            err.contains("allocated from pool \"node-2\"; this is node \"node-1\""),
+            "{err}"
+        );
+
+        let err = error_of(fetched(vec![result("r", "node-1", "fake-8")], vec![]));
+        assert!(
+            err.contains("\"fake-8\"") && err.contains("fake-0 to fake-7"),
+            "{err}"
+        );
+
+        let mut foreign = result("r", "node-1", "fake-0");
+        foreign.driver = "other".into();
+        let err = error_of(fetched(vec![foreign], vec![]));
+        assert!(err.contains("no device of driver"), "{err}");
+    }
+
+    #[test]
+    fn bad_parameters_name_the_field_and_limit() {
+        let base = "claim ns/c (u1): status.allocation.devices.config[0].opaque.parameters";
+        let cases = [
+            (
+                json!({"apiVersion": "fake.resource.3-shake.com/v1alpha1", "kind": "DeviceClassParameters"}),
+                ".kind: must be \"FakeClaimParameters\", got \"DeviceClassParameters\"",
+            ),
+            (
+                json!({"apiVersion": "fake.resource.3-shake.com/v2", "kind": "FakeClaimParameters"}),
+                ".apiVersion: must be \"fake.resource.3-shake.com/v1alpha1\", got \"fake.resource.3-shake.com/v2\"",
+            ),
+            (json!("split=2"), ": must be a FakeClaimParameters object"),
+            (json!([1, 2]), "got an array"),
+            (
+                params(json!({"split": 0})),
+                ".spec.split: must be between 1 and 64, got 0",
+            ),
+            (
+                params(json!({"split": 1_000_000})),
+                ".spec.split: must be between 1 and 64, got 1000000",
+            ),
+            (
+                params(json!({"count": 129})),
+                ".spec.count: must be between 1 and 128, got 129",
+            ),
+            (
+                params(json!({"split": "2"})),
+                ".spec: is not a valid FakeClaimParameters spec",
+            ),
+            (params(json!({"splitt": 2})), "unknown field `splitt`"),
+            (
+                params(json!({"selector": {"model": "a b"}})),
+                ": spec.selector.model may only contain",
+            ),
+            (params(json!([])), ".spec: is not a valid"),
+        ];
+        for (p, want) in cases {
+            let err = with_params(p.clone());
+            assert!(err.starts_with(base), "{p}: {err}");
+            assert!(err.contains(want), "{p}: {err}\nwanted {want}");
+        }
+    }
+
+    #[test]
+    fn count_and_model_must_agree_with_the_allocation() {
+        let err = with_params(params(json!({"count": 2})));
+        assert!(
+            err.contains("spec.count is 2 for request \"r\", but 4 device(s)"),
+            "{err}"
+        );
+        let err = with_params(params(json!({"selector": {"model": "ULTRA_100"}})));
+        assert!(err.contains("are \"ULTRA_10\""), "{err}");
+        // Count given by the class and corrected by the claim: the claim wins.
+        let ok = resolve(
+            &inventory(),
+            DRIVER,
+            &claim(),
+            &fetched(
+                four("r"),
+                vec![
+                    config(ConfigSource::FromClass, None, params(json!({"count": 1}))),
+                    config(ConfigSource::FromClaim, None, params(json!({"count": 4}))),
+                ],
+            ),
+        );
+        assert!(ok.is_ok(), "{ok:?}");
+    }
+
+    #[test]
+    fn empty_spec_is_all_defaults() {
+        let p = json!({"apiVersion": "fake.resource.3-shake.com/v1alpha1", "kind": "FakeClaimParameters"});
+        assert_eq!(
+            parse_parameters(&p, "x").unwrap(),
+            OpaqueParameters::default()
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn any_parameters_either_parse_within_limits_or_error(
+            count in proptest::option::of(-5i64..300), split in proptest::option::of(-5i64..200),
+        ) {
+            let mut spec = serde_json::Map::new();
+            if let Some(c) = count { spec.insert("count".into(), json!(c)); }
+            if let Some(s) = split { spec.insert("split".into(), json!(s)); }
+            match parse_parameters(&params(serde_json::Value::Object(spec)), "p") {
+                Ok(p) => {
+                    prop_assert!(p.count.is_none_or(|c| (1..=128).contains(&c)));
+                    prop_assert!(p.split.is_none_or(|s| (1..=64).contains(&s)));
+                    prop_assert_eq!(p.count, count);
+                }
+                Err((field, _)) => prop_assert!(field.starts_with("p.spec.")),
+            }
+        }
+
+        #[test]
+        fn resolved_devices_are_the_allocated_ones(idx in proptest::collection::btree_set(0usize..8, 1..8), split in 1u32..=64) {
+            let inv = inventory();
+            let results: Vec<_> = idx.iter().map(|&i| result("r", "node-1", &device_name(i))).collect();
+            let got = resolve(&inv, DRIVER, &claim(), &fetched(results, vec![
+                config(ConfigSource::FromClaim, None, params(json!({"split": split, "count": idx.len()}))),
+            ])).unwrap();
+            let want: Vec<String> = idx.iter().map(|&i| inv.devices[i].clone()).collect();
+            prop_assert_eq!(&got.claim.devices, &want);
+            prop_assert_eq!(got.claim.children().len(), idx.len() * split as usize);
+        }
+    }
+}
