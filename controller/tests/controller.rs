@@ -711,13 +711,16 @@ async fn leader_election_health_and_graceful_shutdown() {
     assert!(ready.ends_with("ok\n"));
     let standby = eventually("standby serves healthz", || http_get(port_b, "/healthz")).await;
     assert!(standby.starts_with("HTTP/1.1 200"));
-    let metrics = eventually("metrics", || http_get(port_a, "/metrics")).await;
+    // The claims gauge follows the informer cache, which sees the allocation a moment
+    // after the write that made it.
+    let metrics = eventually("metrics with the allocated claim", || async {
+        let m = http_get(port_a, "/metrics").await?;
+        m.contains(r#"fake_dra_controller_claims{state="allocated"} 1"#)
+            .then_some(m)
+    })
+    .await;
     assert!(
         metrics.contains("fake_dra_controller_allocations_total 1"),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains(r#"fake_dra_controller_claims{state="allocated"} 1"#),
         "{metrics}"
     );
 

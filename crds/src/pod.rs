@@ -1,8 +1,11 @@
-//! The Pod as Kubernetes 1.27–1.30 serve it, for classic DRA.
+//! The Pod as Kubernetes 1.27–1.30 serve it, for classic DRA, and as 1.31+ serve it, for
+//! structured DRA.
 //!
 //! k8s-openapi 0.29 models the Pod of 1.34, where `spec.resourceClaims[].source` no longer
 //! exists, so deserializing a 1.30 Pod with it would silently drop the claim references.
-//! [`ClassicPod`] models just the fields classic DRA needs and keeps every other field it
+//! 1.31 moved `resourceClaimName` / `resourceClaimTemplateName` from `source` onto the
+//! entry itself; [`PodResourceClaim`] reads both layouts.
+//! [`ClassicPod`] models just the fields DRA needs and keeps every other field it
 //! reads in `extra` maps, at each level it models, so that writing a Pod back (update,
 //! status update) never loses fields — even ones that no Kubernetes release this crate
 //! knows has.
@@ -92,12 +95,41 @@ pub struct PodResourceClaim {
     /// The name containers use for it, unique within the Pod.
     #[serde(default)]
     pub name: String,
-    /// Where the claim comes from.
+    /// Where the claim comes from (1.27–1.30).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<ClaimSource>,
+    /// An existing claim in the Pod's namespace (1.31+).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_claim_name: Option<String>,
+    /// A template the resource-claim controller creates a claim from (1.31+).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_claim_template_name: Option<String>,
     /// Every other field, kept as read.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+impl PodResourceClaim {
+    /// The existing claim this entry names, in either layout.
+    pub fn direct_claim_name(&self) -> Option<&str> {
+        self.resource_claim_name
+            .as_deref()
+            .or_else(|| self.source.as_ref()?.resource_claim_name.as_deref())
+            .filter(|n| !n.is_empty())
+    }
+
+    /// The template this entry names, in either layout.
+    pub fn template_name(&self) -> Option<&str> {
+        self.resource_claim_template_name
+            .as_deref()
+            .or_else(|| {
+                self.source
+                    .as_ref()?
+                    .resource_claim_template_name
+                    .as_deref()
+            })
+            .filter(|n| !n.is_empty())
+    }
 }
 
 /// Exactly one of the two fields is set.
@@ -217,11 +249,10 @@ impl ClassicPod {
             .resource_claims()
             .iter()
             .find(|c| c.name == pod_claim_name)?;
-        let source = pod_claim.source.as_ref()?;
-        if let Some(name) = source.resource_claim_name.as_deref() {
+        if let Some(name) = pod_claim.direct_claim_name() {
             return Some(name);
         }
-        source.resource_claim_template_name.as_ref()?;
+        pod_claim.template_name()?;
         self.status
             .as_ref()?
             .resource_claim_statuses
@@ -298,6 +329,44 @@ mod tests {
         assert_eq!(p.legacy_generated_claim_name("t").as_deref(), Some("p-t"));
         let used: Vec<_> = p.all_containers().flat_map(|c| c.claim_names()).collect();
         assert_eq!(used, ["a", "t"]);
+    }
+
+    #[test]
+    fn resolves_claim_names_of_the_1_31_layout() {
+        let p = pod(json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {
+                "containers": [{"name": "c", "resources": {"claims": [{"name": "a"}, {"name": "t"}]}}],
+                "resourceClaims": [
+                    {"name": "a", "resourceClaimName": "shared"},
+                    {"name": "t", "resourceClaimTemplateName": "tmpl"},
+                    {"name": "pending", "resourceClaimTemplateName": "tmpl"}
+                ]
+            },
+            "status": {"resourceClaimStatuses": [{"name": "t", "resourceClaimName": "p-t-x7k2q"}]}
+        }));
+        assert_eq!(p.claim_name("a"), Some("shared"));
+        assert_eq!(p.claim_name("t"), Some("p-t-x7k2q"));
+        assert_eq!(p.claim_name("pending"), None);
+        let claims = p.resource_claims();
+        assert_eq!(claims[0].direct_claim_name(), Some("shared"));
+        assert_eq!(claims[0].template_name(), None);
+        assert_eq!(claims[1].template_name(), Some("tmpl"));
+        assert!(claims[1].source.is_none());
+    }
+
+    #[test]
+    fn writes_back_the_layout_it_read() {
+        let value = json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "p"},
+            "spec": {
+                "containers": [{"name": "c", "resources": {"claims": [{"name": "a", "request": "r"}]}}],
+                "resourceClaims": [{"name": "a", "resourceClaimTemplateName": "tmpl"}]
+            }
+        });
+        assert_eq!(serde_json::to_value(pod(value.clone())).unwrap(), value);
     }
 
     #[test]

@@ -86,6 +86,9 @@ pub struct SimConfig {
     /// Where node directories and driver logs go; default: a temporary directory removed
     /// on shutdown.
     pub work_dir: Option<PathBuf>,
+    /// The Kubernetes version the emulator reports and serves the APIs of; default from
+    /// the overlay: classic 1.30, structured 1.34.
+    pub server_version: Option<(u32, u32)>,
     /// Extra env for every kubelet plugin (e.g. `NUM_DEVICES`), after the DaemonSet's.
     pub plugin_env: Vec<(String, String)>,
     /// Labels every Node carries besides `kubernetes.io/hostname`.
@@ -103,7 +106,19 @@ impl Default for SimConfig {
             work_dir: None,
             plugin_env: Vec::new(),
             node_labels: Vec::new(),
+            server_version: None,
         }
+    }
+}
+
+impl SimConfig {
+    /// The newest Kubernetes version of each DRA generation (classic: 1.27–1.30).
+    pub fn kubernetes_version(&self) -> (u32, u32) {
+        self.server_version.unwrap_or(if self.overlay == "classic" {
+            (1, 30)
+        } else {
+            (1, 34)
+        })
     }
 }
 
@@ -152,7 +167,8 @@ impl ProcessSpec {
 #[derive(Debug)]
 pub struct Sim {
     cluster: EmulatedCluster,
-    controller_spec: ProcessSpec,
+    /// `None` when the overlay has no controller (structured DRA).
+    controller_spec: Option<ProcessSpec>,
     controller: Option<Child>,
     plugin_specs: BTreeMap<String, ProcessSpec>,
     plugins: BTreeMap<String, Child>,
@@ -206,7 +222,7 @@ impl Sim {
         // The driver's objects come from deploy/, CRDs included (not the emulator's own copy).
         let server = ApiServer::start_with(ApiServerOptions {
             install_driver_crds: false,
-            ..Default::default()
+            server_version: config.kubernetes_version(),
         })
         .await?;
         let kubeconfig = work_dir.join("kubeconfig");
@@ -226,19 +242,32 @@ impl Sim {
         let cluster = EmulatedCluster::start(server, cluster_config.clone()).await?;
         apply_all(&cluster, &installed).await?;
 
-        let controller_container =
-            driver_container(&driver_workloads, "Deployment", &config.overlay)?;
+        // Structured DRA has no controller: kube-scheduler allocates.
+        let controller_container = if driver_workloads.iter().any(|m| m.kind() == "Deployment") {
+            Some(driver_container(
+                &driver_workloads,
+                "Deployment",
+                &config.overlay,
+            )?)
+        } else {
+            None
+        };
         let plugin_container = driver_container(&driver_workloads, "DaemonSet", &config.overlay)?;
         let controller_pod = PodIdentity {
             name: "fake-dra-controller-0".into(),
             node: config.nodes.first().cloned().unwrap_or_default(),
         };
-        let mut controller_env = container_env(controller_container, &controller_pod, &|_| None)?;
-        controller_env.push(("KUBECONFIG".into(), kubeconfig.display().to_string()));
-        let controller_spec = ProcessSpec {
-            program: controller_bin,
-            env: controller_env,
-            log: logs_dir.join("controller.log"),
+        let controller_spec = match controller_container {
+            Some(container) => {
+                let mut env = container_env(container, &controller_pod, &|_| None)?;
+                env.push(("KUBECONFIG".into(), kubeconfig.display().to_string()));
+                Some(ProcessSpec {
+                    program: controller_bin,
+                    env,
+                    log: logs_dir.join("controller.log"),
+                })
+            }
+            None => None,
         };
         let mut plugin_specs = BTreeMap::new();
         for node in &config.nodes {
@@ -270,7 +299,9 @@ impl Sim {
             work_dir,
             _temp: temp,
         };
-        sim.start_controller()?;
+        if sim.controller_spec.is_some() {
+            sim.start_controller()?;
+        }
         for node in config.nodes.iter() {
             sim.start_plugin(node).await?;
         }
@@ -305,7 +336,13 @@ impl Sim {
     }
 
     pub fn start_controller(&mut self) -> Result<(), SimError> {
-        self.controller = Some(self.controller_spec.spawn()?);
+        let Some(spec) = &self.controller_spec else {
+            return Err(SimError::Deploy {
+                overlay: String::new(),
+                message: "this overlay has no controller".into(),
+            });
+        };
+        self.controller = Some(spec.spawn()?);
         Ok(())
     }
 

@@ -148,9 +148,12 @@ async fn s5_count_4_split_2_gives_8_children_two_per_parent() {
         "children derive from the recorded parents, two each, in order"
     );
     // The plugin records the prepared claim with its parents in the node's NAS.
-    let nas = nas(&sim, &h.node_name).await;
-    let prepared = nas.status.unwrap().prepared_claims;
-    assert_eq!(prepared.len(), 1);
+    // (Its status writes are coalesced, so it may trail the container by a moment.)
+    let prepared = eventually("the NAS lists the prepared claim", || async {
+        let prepared = nas(&sim, &h.node_name).await.status?.prepared_claims;
+        (prepared.len() == 1).then_some(prepared)
+    })
+    .await;
     assert_eq!(
         BTreeSet::from_iter(prepared[0].devices.iter().cloned()),
         BTreeSet::from_iter(h.devices.iter().cloned())
@@ -725,4 +728,75 @@ async fn input_unknown_kind_creates_nothing() {
         .unwrap();
     assert!(ns.is_none(), "the namespace of a refused set was created");
     sim.shutdown().await;
+}
+
+/// `fake-dra-sim run` prints container logs prefixed like stern, and Ctrl-C tears down
+/// everything: containers, driver processes, the work directory.
+#[test]
+fn sim_run_prints_logs_and_ctrl_c_tears_down() {
+    use std::io::{BufRead, BufReader};
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_fake-dra-sim"))
+        .args(["run", "-f"])
+        .arg(examples_dir().join("5-count-4-split-2.yaml"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut printed = Vec::new();
+    for line in BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+    {
+        let done = line.starts_with("pod0 ctr0 export FAKE_NODE_NAME=");
+        printed.push(line);
+        if done {
+            break;
+        }
+    }
+    assert!(
+        printed
+            .iter()
+            .any(|l| l.starts_with("pod0 ctr0 export FAKE_DEVICE_7='FAKE-")),
+        "{printed:?}"
+    );
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = child.wait().unwrap();
+    let messages: Vec<String> = rx.try_iter().collect();
+    assert!(exit.success(), "exit {exit:?}: {messages:?}");
+    let work_dir = messages
+        .iter()
+        .find_map(|m| m.split("driver logs in ").nth(1))
+        .map(|logs| {
+            std::path::PathBuf::from(logs)
+                .parent()
+                .unwrap()
+                .to_path_buf()
+        })
+        .unwrap_or_else(|| panic!("no work dir announced: {messages:?}"));
+    assert!(!work_dir.exists(), "{} left behind", work_dir.display());
+    // The driver processes of that run are gone: none has its kubeconfig in its environment.
+    let marker = work_dir.to_string_lossy().into_owned();
+    let mut leftovers = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(environ) = std::fs::read(entry.path().join("environ"))
+            && String::from_utf8_lossy(&environ).contains(&marker)
+        {
+            leftovers.push(entry.file_name());
+        }
+    }
+    assert!(
+        leftovers.is_empty(),
+        "processes of the run still alive: {leftovers:?}"
+    );
 }

@@ -181,6 +181,7 @@ async fn route(
             json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}),
         )),
         ["apis"] => Some(Ok(group_list(&shared.lock()))),
+        ["apis", group] => Some(api_group(&shared.lock(), group)),
         ["api", "v1"] => Some(resource_list(&shared.lock(), "", "v1")),
         ["apis", group, version] => Some(resource_list(&shared.lock(), group, version)),
         _ => None,
@@ -500,6 +501,26 @@ fn group_list(store: &Store) -> Value {
         })
         .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+/// `GET /apis/<group>`: the group's `APIGroup`, the served versions with the preferred
+/// (storage) one first, as `group_list` has it.
+fn api_group(store: &Store, group: &str) -> ApiResult<Value> {
+    group_list(store)
+        .get("groups")
+        .and_then(Value::as_array)
+        .and_then(|groups| {
+            groups
+                .iter()
+                .find(|g| g.get("name").and_then(Value::as_str) == Some(group))
+        })
+        .map(|g| {
+            let mut g = g.clone();
+            g["kind"] = json!("APIGroup");
+            g["apiVersion"] = json!("v1");
+            g
+        })
+        .ok_or_else(|| ApiError::no_route(&format!("/apis/{group}")))
 }
 
 fn resource_list(store: &Store, group: &str, version: &str) -> ApiResult<Value> {

@@ -6,6 +6,7 @@
 //! and answers anything else with a `Status` error instead of guessing. Every write is one
 //! transaction under the [`Store`] lock, as `GuaranteedUpdate` over etcd is upstream.
 
+pub mod conversion;
 mod error;
 mod http;
 mod managed;
@@ -27,7 +28,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 
 pub use error::{ApiError, ApiResult, FieldCause};
-pub use registry::{ResourceKey, ResourceType};
+pub use registry::{ResourceKey, ResourceType, is_structured, resource_api_versions};
 pub use selectors::Selectors;
 pub use store::{
     DeleteOptions, EventKind, Fault, FaultVerb, PatchType, Store, Target, WatchEvent, WriteOptions,
@@ -54,6 +55,8 @@ pub enum StartError {
     CrdYaml(#[from] serde_yaml_ng::Error),
     #[error("installing a driver CRD: {0}")]
     InstallCrd(#[source] ApiError),
+    #[error("{0}")]
+    UnsupportedVersion(String),
     #[error("building a client for the emulated apiserver: {0}")]
     Client(String),
 }
@@ -61,7 +64,9 @@ pub enum StartError {
 /// How to start the emulator.
 #[derive(Debug, Clone)]
 pub struct ApiServerOptions {
-    /// What `/version` answers (major, minor). Clients pick API generations from it.
+    /// The Kubernetes release emulated (major, minor): what `/version` answers and which
+    /// `resource.k8s.io` versions are served (≤ 1.30 classic `v1alpha2`; 1.32/1.33
+    /// `v1beta1`; ≥ 1.34 `v1` and `v1beta1`), which the control plane follows.
     pub server_version: (u32, u32),
     /// Install fake-dra's CRDs before serving.
     pub install_driver_crds: bool,
@@ -93,7 +98,8 @@ impl ApiServer {
     }
 
     pub async fn start_with(options: ApiServerOptions) -> Result<Self, StartError> {
-        let mut store = Store::new();
+        let mut store =
+            Store::for_version(options.server_version).map_err(StartError::UnsupportedVersion)?;
         if options.install_driver_crds {
             install_crds(&mut store)?;
         }
@@ -125,6 +131,11 @@ impl ApiServer {
             _dir: dir,
             tasks,
         })
+    }
+
+    /// The Kubernetes release this server emulates.
+    pub fn server_version(&self) -> (u32, u32) {
+        self.shared.server_version
     }
 
     pub fn url(&self) -> String {

@@ -97,9 +97,36 @@ fn builtin(
     }
 }
 
-/// The built-in kinds a classic-DRA cluster (Kubernetes 1.27–1.30) gives a driver.
-pub fn builtin_types() -> Vec<ResourceType> {
-    vec![
+/// Which `resource.k8s.io` versions a Kubernetes release serves with DRA enabled, the
+/// storage version first.
+///
+/// - ≤ 1.30: `v1alpha2` (classic DRA, gate `DynamicResourceAllocation` + runtime-config);
+/// - 1.31: `v1alpha3`, whose kubelet API is incompatible with everything else here: refused;
+/// - 1.32, 1.33: `v1beta1` (1.33 also has `v1beta2`, off by default; not served here);
+/// - ≥ 1.34: `v1` (storage) and `v1beta1` (`v1beta2` is not served here: requests for it
+///   answer 404 instead of being half-converted).
+pub fn resource_api_versions(server_version: (u32, u32)) -> Result<Vec<&'static str>, String> {
+    match server_version {
+        (1, minor) if minor <= 30 => Ok(vec!["v1alpha2"]),
+        (1, 31) => Err(
+            "Kubernetes 1.31 (resource.k8s.io/v1alpha3) is not emulated: its kubelet DRA API reuses v1alpha3 with an incompatible layout".into(),
+        ),
+        (1, 32 | 33) => Ok(vec!["v1beta1"]),
+        (1, _) => Ok(vec!["v1", "v1beta1"]),
+        (major, minor) => Err(format!("Kubernetes {major}.{minor} is not emulated")),
+    }
+}
+
+/// Whether `resource.k8s.io` is structured DRA (no `v1alpha2`) for this release.
+pub fn is_structured(server_version: (u32, u32)) -> bool {
+    resource_api_versions(server_version).is_ok_and(|v| !v.contains(&"v1alpha2"))
+}
+
+/// The built-in kinds a DRA cluster of `server_version` gives a driver: classic DRA's
+/// `v1alpha2` kinds up to 1.30, structured DRA's kinds from 1.32.
+pub fn builtin_types(server_version: (u32, u32)) -> Result<Vec<ResourceType>, String> {
+    let resource_versions = resource_api_versions(server_version)?;
+    let mut types = vec![
         builtin("", "v1", "namespaces", "Namespace", &["ns"], false, true),
         builtin("", "v1", "nodes", "Node", &["no"], false, true),
         builtin("", "v1", "pods", "Pod", &["po"], true, true),
@@ -198,6 +225,26 @@ pub fn builtin_types() -> Vec<ResourceType> {
             false,
             false,
         ),
+        // deploy/structured binds the plugin to its node's slices with a policy: stored;
+        // the emulator evaluates no admission policies (it authenticates nobody).
+        builtin(
+            "admissionregistration.k8s.io",
+            "v1",
+            "validatingadmissionpolicies",
+            "ValidatingAdmissionPolicy",
+            &[],
+            false,
+            true,
+        ),
+        builtin(
+            "admissionregistration.k8s.io",
+            "v1",
+            "validatingadmissionpolicybindings",
+            "ValidatingAdmissionPolicyBinding",
+            &[],
+            false,
+            false,
+        ),
         builtin(
             "apiextensions.k8s.io",
             "v1",
@@ -207,43 +254,37 @@ pub fn builtin_types() -> Vec<ResourceType> {
             false,
             true,
         ),
-        builtin(
-            "resource.k8s.io",
-            "v1alpha2",
-            "resourceclasses",
-            "ResourceClass",
-            &[],
-            false,
-            false,
-        ),
-        builtin(
-            "resource.k8s.io",
-            "v1alpha2",
-            "resourceclaims",
-            "ResourceClaim",
-            &[],
-            true,
-            true,
-        ),
-        builtin(
-            "resource.k8s.io",
-            "v1alpha2",
-            "resourceclaimtemplates",
-            "ResourceClaimTemplate",
-            &[],
-            true,
-            false,
-        ),
-        builtin(
-            "resource.k8s.io",
-            "v1alpha2",
-            "podschedulingcontexts",
-            "PodSchedulingContext",
-            &[],
-            true,
-            true,
-        ),
-    ]
+    ];
+    let resource = |plural: &str, kind: &str, namespaced: bool, status: bool| ResourceType {
+        versions: resource_versions.iter().map(|v| v.to_string()).collect(),
+        ..builtin("resource.k8s.io", "", plural, kind, &[], namespaced, status)
+    };
+    if resource_versions.contains(&"v1alpha2") {
+        types.extend([
+            resource("resourceclasses", "ResourceClass", false, false),
+            resource("resourceclaims", "ResourceClaim", true, true),
+            resource(
+                "resourceclaimtemplates",
+                "ResourceClaimTemplate",
+                true,
+                false,
+            ),
+            resource("podschedulingcontexts", "PodSchedulingContext", true, true),
+        ]);
+    } else {
+        types.extend([
+            resource("deviceclasses", "DeviceClass", false, false),
+            resource("resourceclaims", "ResourceClaim", true, true),
+            resource(
+                "resourceclaimtemplates",
+                "ResourceClaimTemplate",
+                true,
+                false,
+            ),
+            resource("resourceslices", "ResourceSlice", false, false),
+        ]);
+    }
+    Ok(types)
 }
 
 /// Reads an `apiextensions.k8s.io/v1` CustomResourceDefinition into the type it registers.

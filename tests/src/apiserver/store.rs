@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
+use super::conversion;
 use super::error::{ApiError, ApiResult, FieldCause};
 use super::managed::ManagedFields;
 use super::registry::{self, ResourceKey, ResourceType};
@@ -166,6 +167,9 @@ pub struct Store {
     events: broadcast::Sender<Arc<WatchEvent>>,
     faults: Vec<Fault>,
     snapshots: VecDeque<ListSnapshot>,
+    /// The Kubernetes release emulated: it decides the kinds and versions served and the
+    /// Pod layout accepted.
+    server_version: (u32, u32),
 }
 
 pub fn now_rfc3339() -> String {
@@ -247,7 +251,22 @@ impl Default for Store {
 }
 
 impl Store {
+    /// A store of Kubernetes 1.30 (classic DRA).
     pub fn new() -> Self {
+        // 1.30 is always emulated; an empty type list cannot happen.
+        Self::for_version((1, 30)).unwrap_or_else(|_| Self::with_types((1, 30), Vec::new()))
+    }
+
+    /// A store serving what Kubernetes `server_version` serves (see
+    /// [`registry::resource_api_versions`]); an unemulated release is refused.
+    pub fn for_version(server_version: (u32, u32)) -> Result<Self, String> {
+        Ok(Self::with_types(
+            server_version,
+            registry::builtin_types(server_version)?,
+        ))
+    }
+
+    fn with_types(server_version: (u32, u32), types: Vec<ResourceType>) -> Self {
         let (events, _) = broadcast::channel(HISTORY_LIMIT);
         let mut store = Self {
             types: BTreeMap::new(),
@@ -258,8 +277,9 @@ impl Store {
             events,
             faults: Vec::new(),
             snapshots: VecDeque::new(),
+            server_version,
         };
-        for rt in registry::builtin_types() {
+        for rt in types {
             store.register(rt);
         }
         // The namespaces every cluster starts with.
@@ -302,6 +322,10 @@ impl Store {
     pub fn register(&mut self, rt: ResourceType) {
         self.objects.entry(rt.key()).or_default();
         self.types.insert(rt.key(), rt);
+    }
+
+    pub fn server_version(&self) -> (u32, u32) {
+        self.server_version
     }
 
     pub fn types(&self) -> impl Iterator<Item = &ResourceType> {
@@ -370,6 +394,7 @@ impl Store {
     /// The object as a client sees it in the requested version.
     fn render(rt: &ResourceType, version: &str, obj: &Value) -> Value {
         let mut out = obj.clone();
+        conversion::from_storage(&rt.key(), version, &mut out);
         if let Some(map) = out.as_object_mut() {
             map.insert("apiVersion".into(), Value::String(rt.api_version(version)));
             map.insert("kind".into(), Value::String(rt.kind.clone()));
@@ -653,6 +678,7 @@ impl Store {
         self.take_fault(FaultVerb::Create, target)?;
         let rt = self.rt(&target.key)?.clone();
         Self::check_body_identity(&rt, target, &body)?;
+        conversion::to_storage(&target.key, &target.version, &mut body)?;
         if target.subresource.is_some() {
             return Err(ApiError::method_not_allowed(format!(
                 "create is not supported on {}/{:?}",
@@ -744,12 +770,15 @@ impl Store {
             }
         }
         apply_create_defaults(&rt, &mut body);
+        if rt.group.is_empty() && rt.plural == "pods" {
+            validation::prune_pod_claims(&mut body, self.server_version);
+        }
         if rt.custom
             && let Some(schema) = rt.schemas.get(&target.version)
         {
             schema::admit(schema, &mut body, &rt.kind_group(), &name)?;
         }
-        validation::validate_write(&rt, None, &body)?;
+        validation::validate_write(&rt, None, &body, self.server_version)?;
         if rt.group == "apiextensions.k8s.io" && rt.plural == "customresourcedefinitions" {
             self.register_crd(&mut body)?;
         }
@@ -832,12 +861,13 @@ impl Store {
     pub fn update(
         &mut self,
         target: &Target,
-        body: Value,
+        mut body: Value,
         opts: &WriteOptions,
     ) -> ApiResult<Value> {
         self.take_fault(FaultVerb::Update, target)?;
         let rt = self.rt(&target.key)?.clone();
         Self::check_body_identity(&rt, target, &body)?;
+        conversion::to_storage(&target.key, &target.version, &mut body)?;
         let old = self.lookup(target)?.clone();
         if let Some(rv) = meta_str(&body, "resourceVersion")
             && Some(rv) != meta_str(&old.object, "resourceVersion")
@@ -946,7 +976,7 @@ impl Store {
                 .unwrap_or(0);
             meta_mut(&mut new).insert("generation".into(), Value::from(generation + 1));
         }
-        validation::validate_write(rt, Some(&old.object), &new)?;
+        validation::validate_write(rt, Some(&old.object), &new, self.server_version)?;
         // An update that changes nothing is not written and bumps nothing (GuaranteedUpdate
         // short-circuits on identical bytes), so controllers do not feed their own loops.
         if new == old.object {
@@ -1034,6 +1064,7 @@ impl Store {
             ));
         }
         Self::check_body_identity(&rt, target, &patched)?;
+        conversion::to_storage(&target.key, &target.version, &mut patched)?;
         let new = Self::merge_into_old(&rt, target, &old.object, patched)?;
         let mut managed = old.managed.clone();
         managed.record_update(&opts.manager(), Some(&old.object), &new);
@@ -1057,7 +1088,7 @@ impl Store {
                 vec![cause],
             ));
         };
-        let config: Value = serde_yaml_ng::from_slice(body)
+        let mut config: Value = serde_yaml_ng::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
         if config.get("apiVersion").and_then(Value::as_str).is_none()
             || config.get("kind").and_then(Value::as_str).is_none()
@@ -1074,6 +1105,7 @@ impl Store {
             let mut body = config.clone();
             meta_mut(&mut body).insert("name".into(), Value::String(name.clone()));
             let created = self.create(&create_target, body, opts)?;
+            conversion::to_storage(&target.key, &target.version, &mut config)?;
             if let Some(stored) = self
                 .objects
                 .get_mut(&target.key)
@@ -1086,6 +1118,8 @@ impl Store {
             }
             return Ok(created);
         };
+        // Managed fields are tracked on the stored layout, whatever version applied.
+        conversion::to_storage(&target.key, &target.version, &mut config)?;
         if let Some(rv) = meta_str(&config, "resourceVersion")
             && Some(rv) != meta_str(&old.object, "resourceVersion")
         {

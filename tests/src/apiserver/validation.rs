@@ -3,15 +3,26 @@
 //! The emulator does not carry kube-apiserver's whole validation; it carries the rules a
 //! classic DRA driver or scheduler is constrained by, so a driver that breaks them fails here
 //! as it would on a cluster. Source: pkg/apis/resource/validation/validation.go (v1alpha2,
-//! Kubernetes 1.28–1.30) and apimachinery's ObjectMeta validation.
+//! Kubernetes 1.28–1.30; resource/v1 and v1beta1, 1.32–1.34, for structured DRA),
+//! pkg/apis/core/validation (Pod claims) and apimachinery's ObjectMeta validation.
 
 use serde_json::Value;
 
 use super::error::{ApiError, ApiResult, FieldCause};
 use super::registry::ResourceType;
 
-/// `ResourceClaimReservedForMaxSize`.
+/// `ResourceClaimReservedForMaxSize` of v1alpha2.
 pub const RESERVED_FOR_MAX: usize = 32;
+/// `ResourceClaimReservedForMaxSize` from 1.32 (structured DRA).
+pub const RESERVED_FOR_MAX_STRUCTURED: usize = 256;
+/// `ResourceSliceMaxDevices`.
+pub const SLICE_DEVICES_MAX: usize = 128;
+/// `ResourceSliceMaxAttributesAndCapacitiesPerDevice`.
+pub const DEVICE_ATTRIBUTES_MAX: usize = 32;
+/// `DeviceRequestsMaxSize` (and `DeviceConfigMaxSize`, `DeviceSelectorsMaxSize`).
+pub const DEVICE_REQUESTS_MAX: usize = 32;
+/// `AllocationResultsMaxSize`.
+pub const ALLOCATION_RESULTS_MAX: usize = 32;
 /// `AllocationResultResourceHandlesMaxSize`.
 pub const RESOURCE_HANDLES_MAX: usize = 32;
 /// `ResourceHandleDataMaxSize`.
@@ -58,10 +69,41 @@ fn len_at(obj: &Value, pointer: &str) -> usize {
 }
 
 /// Checks a write of `new` (replacing `old`, if any) against the kind's rules.
-pub fn validate_write(rt: &ResourceType, old: Option<&Value>, new: &Value) -> ApiResult<()> {
+pub fn validate_write(
+    rt: &ResourceType,
+    old: Option<&Value>,
+    new: &Value,
+    server_version: (u32, u32),
+) -> ApiResult<()> {
     let mut causes = Vec::new();
+    let structured = !rt.serves("v1alpha2");
     match (rt.group.as_str(), rt.plural.as_str()) {
-        ("resource.k8s.io", "resourceclaims") => resource_claim(old, new, &mut causes),
+        ("", "pods") if old.is_none() => pod_claims(new, server_version, &mut causes),
+        ("resource.k8s.io", "resourceclaims") => {
+            resource_claim(old, new, structured, &mut causes);
+            if structured {
+                structured_claim_spec(new.get("spec"), "spec", &mut causes);
+                let results = len_at(new, "/status/allocation/devices/results");
+                if results > ALLOCATION_RESULTS_MAX {
+                    causes.push(FieldCause::too_many(
+                        "status.allocation.devices.results",
+                        results,
+                        ALLOCATION_RESULTS_MAX,
+                    ));
+                }
+            }
+        }
+        ("resource.k8s.io", "resourceclaimtemplates") if structured => {
+            structured_claim_spec(new.pointer("/spec/spec"), "spec.spec", &mut causes);
+        }
+        ("resource.k8s.io", "resourceslices") => resource_slice(new, &mut causes),
+        ("resource.k8s.io", "deviceclasses") => {
+            selectors(
+                new.pointer("/spec/selectors"),
+                "spec.selectors",
+                &mut causes,
+            );
+        }
         ("resource.k8s.io", "podschedulingcontexts") => {
             let potential = len_at(new, "/spec/potentialNodes");
             if potential > SCHEDULING_NODE_LIST_MAX {
@@ -101,7 +143,17 @@ pub fn validate_write(rt: &ResourceType, old: Option<&Value>, new: &Value) -> Ap
     }
 }
 
-fn resource_claim(old: Option<&Value>, new: &Value, causes: &mut Vec<FieldCause>) {
+fn resource_claim(
+    old: Option<&Value>,
+    new: &Value,
+    structured: bool,
+    causes: &mut Vec<FieldCause>,
+) {
+    let reserved_max = if structured {
+        RESERVED_FOR_MAX_STRUCTURED
+    } else {
+        RESERVED_FOR_MAX
+    };
     if let Some(old) = old
         && old.get("spec") != new.get("spec")
     {
@@ -149,11 +201,11 @@ fn resource_claim(old: Option<&Value>, new: &Value, causes: &mut Vec<FieldCause>
         .flatten()
         .map(|r| r.get("uid").and_then(Value::as_str).unwrap_or_default())
         .collect();
-    if reserved.len() > RESERVED_FOR_MAX {
+    if reserved.len() > reserved_max {
         causes.push(FieldCause::too_many(
             "status.reservedFor",
             reserved.len(),
-            RESERVED_FOR_MAX,
+            reserved_max,
         ));
     }
     for (i, uid) in reserved.iter().enumerate() {
@@ -214,5 +266,314 @@ fn resource_claim(old: Option<&Value>, new: &Value, causes: &mut Vec<FieldCause>
         .unwrap_or(false);
     if adds && (old_dealloc || deleting) {
         causes.push(FieldCause::forbidden("status.reservedFor", "new entries may not be added while `deallocationRequested` or `deletionTimestamp` are set"));
+    }
+}
+
+/// Pod `spec.resourceClaims` as the release's Pod API has them: 1.27–1.30
+/// `{name, source{resourceClaimName | resourceClaimTemplateName}}`, 1.31+ the two names on
+/// the entry itself. The other layout's field is unknown to the release, so the decoder
+/// drops it (see `prune_pod_claims`) and the entry then lacks its reference — the 422 a
+/// real apiserver gives.
+fn pod_claims(pod: &Value, server_version: (u32, u32), causes: &mut Vec<FieldCause>) {
+    let flat = server_version >= (1, 31);
+    for (i, claim) in pod
+        .pointer("/spec/resourceClaims")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let (holder, path) = if flat {
+            (Some(claim), format!("spec.resourceClaims[{i}]"))
+        } else {
+            (
+                claim.get("source"),
+                format!("spec.resourceClaims[{i}].source"),
+            )
+        };
+        let set = |f: &str| {
+            holder
+                .and_then(|h| h.get(f))
+                .and_then(Value::as_str)
+                .is_some_and(|s| !s.is_empty())
+        };
+        match (set("resourceClaimName"), set("resourceClaimTemplateName")) {
+            (true, false) | (false, true) => {}
+            (true, true) => causes.push(FieldCause::invalid(
+                &path,
+                holder.unwrap_or(&Value::Null),
+                "at most one of `resourceClaimName` or `resourceClaimTemplateName` may be specified",
+            )),
+            (false, false) => causes.push(FieldCause::required(
+                &path,
+                "must specify one of: `resourceClaimName`, `resourceClaimTemplateName`",
+            )),
+        }
+    }
+}
+
+/// Drops the Pod-claim fields the release does not know (the decoder ignores unknown
+/// fields): `source` from 1.31, the flat names before.
+pub fn prune_pod_claims(pod: &mut Value, server_version: (u32, u32)) {
+    let flat = server_version >= (1, 31);
+    for claim in pod
+        .pointer_mut("/spec/resourceClaims")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        let Some(map) = claim.as_object_mut() else {
+            continue;
+        };
+        if flat {
+            map.remove("source");
+        } else {
+            map.remove("resourceClaimName");
+            map.remove("resourceClaimTemplateName");
+        }
+    }
+}
+
+/// CEL selectors must compile (upstream compiles them at admission and answers 422 with
+/// the compiler's message).
+fn selectors(list: Option<&Value>, path: &str, causes: &mut Vec<FieldCause>) {
+    let Some(list) = list.filter(|v| !v.is_null()) else {
+        return;
+    };
+    let Some(list) = list.as_array() else {
+        causes.push(FieldCause::invalid(path, list, "must be a list"));
+        return;
+    };
+    if list.len() > DEVICE_REQUESTS_MAX {
+        causes.push(FieldCause::too_many(path, list.len(), DEVICE_REQUESTS_MAX));
+    }
+    for (i, selector) in list.iter().enumerate() {
+        let field = format!("{path}[{i}].cel.expression");
+        match selector.pointer("/cel/expression").and_then(Value::as_str) {
+            None | Some("") => causes.push(FieldCause::required(&field, "")),
+            Some(expression) => {
+                if let Err(e) = crate::cluster::structured::compile(expression) {
+                    causes.push(FieldCause::invalid(
+                        &field,
+                        &Value::String(expression.into()),
+                        format!("compilation failed: {e}"),
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// `validateResourceClaimSpec` of v1, for the parts the emulator's scheduler relies on.
+fn structured_claim_spec(spec: Option<&Value>, path: &str, causes: &mut Vec<FieldCause>) {
+    let Some(spec) = spec else { return };
+    if spec.get("resourceClassName").is_some() || spec.get("parametersRef").is_some() {
+        causes.push(FieldCause::invalid(
+            path,
+            spec,
+            "classic DRA fields (resourceClassName, parametersRef) are not part of resource.k8s.io/v1beta1 or v1",
+        ));
+    }
+    let requests = spec
+        .pointer("/devices/requests")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if requests.len() > DEVICE_REQUESTS_MAX {
+        causes.push(FieldCause::too_many(
+            format!("{path}.devices.requests"),
+            requests.len(),
+            DEVICE_REQUESTS_MAX,
+        ));
+    }
+    let mut names: Vec<&str> = Vec::new();
+    for (i, request) in requests.iter().enumerate() {
+        let at = format!("{path}.devices.requests[{i}]");
+        let name = request
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if let Some(problem) = name_problem(name, true) {
+            causes.push(FieldCause::invalid(
+                format!("{at}.name"),
+                &Value::String(name.into()),
+                problem,
+            ));
+        } else if names.contains(&name) {
+            causes.push(FieldCause {
+                reason: "FieldValueDuplicate",
+                field: format!("{at}.name"),
+                message: format!("Duplicate value: {name:?}"),
+            });
+        }
+        names.push(name);
+        let exact = request.get("exactly").filter(|v| !v.is_null());
+        let first = request.get("firstAvailable").filter(|v| !v.is_null());
+        let exact = match (exact, first) {
+            (Some(e), None) => e,
+            (None, Some(_)) => continue,
+            _ => {
+                causes.push(FieldCause::required(
+                    &at,
+                    "exactly one of `exactly` or `firstAvailable` is required",
+                ));
+                continue;
+            }
+        };
+        if exact
+            .get("deviceClassName")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            causes.push(FieldCause::required(
+                format!("{at}.exactly.deviceClassName"),
+                "",
+            ));
+        }
+        match exact.get("allocationMode").and_then(Value::as_str) {
+            Some("ExactCount") => {
+                let count = exact.get("count").and_then(Value::as_i64).unwrap_or(0);
+                if count <= 0 {
+                    causes.push(FieldCause::invalid(
+                        format!("{at}.exactly.count"),
+                        exact.get("count").unwrap_or(&Value::Null),
+                        "must be greater than zero",
+                    ));
+                }
+            }
+            Some("All") => {
+                if exact.get("count").is_some_and(|c| !c.is_null()) {
+                    causes.push(FieldCause::invalid(
+                        format!("{at}.exactly.count"),
+                        exact.get("count").unwrap_or(&Value::Null),
+                        "must not be specified when allocationMode is All",
+                    ));
+                }
+            }
+            other => causes.push(FieldCause {
+                reason: "FieldValueNotSupported",
+                field: format!("{at}.exactly.allocationMode"),
+                message: format!(
+                    "Unsupported value: {:?}: supported values: \"All\", \"ExactCount\"",
+                    other.unwrap_or_default()
+                ),
+            }),
+        }
+        selectors(
+            exact.get("selectors"),
+            &format!("{at}.exactly.selectors"),
+            causes,
+        );
+    }
+}
+
+/// `ValidateResourceSlice` of v1: what a driver publishing slices can get wrong.
+fn resource_slice(slice: &Value, causes: &mut Vec<FieldCause>) {
+    let spec = slice.get("spec").unwrap_or(&Value::Null);
+    if spec
+        .get("driver")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+    {
+        causes.push(FieldCause::required("spec.driver", ""));
+    }
+    if spec
+        .pointer("/pool/name")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+    {
+        causes.push(FieldCause::required("spec.pool.name", ""));
+    }
+    if spec
+        .pointer("/pool/resourceSliceCount")
+        .and_then(Value::as_i64)
+        .unwrap_or(0)
+        <= 0
+    {
+        causes.push(FieldCause::invalid(
+            "spec.pool.resourceSliceCount",
+            spec.pointer("/pool/resourceSliceCount")
+                .unwrap_or(&Value::Null),
+            "must be greater than zero",
+        ));
+    }
+    let node_fields = [
+        spec.get("nodeName")
+            .and_then(Value::as_str)
+            .is_some_and(|s| !s.is_empty()),
+        spec.get("nodeSelector").is_some_and(|v| !v.is_null()),
+        spec.get("allNodes").and_then(Value::as_bool) == Some(true),
+        spec.get("perDeviceNodeSelection").and_then(Value::as_bool) == Some(true),
+    ];
+    if node_fields.iter().filter(|set| **set).count() != 1 {
+        causes.push(FieldCause::required(
+            "spec",
+            "exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required",
+        ));
+    }
+    let devices = spec
+        .get("devices")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    if devices.len() > SLICE_DEVICES_MAX {
+        causes.push(FieldCause::too_many(
+            "spec.devices",
+            devices.len(),
+            SLICE_DEVICES_MAX,
+        ));
+    }
+    let mut names: Vec<&str> = Vec::new();
+    for (i, device) in devices.iter().enumerate() {
+        let name = device
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if let Some(problem) = name_problem(name, true) {
+            causes.push(FieldCause::invalid(
+                format!("spec.devices[{i}].name"),
+                &Value::String(name.into()),
+                problem,
+            ));
+        } else if names.contains(&name) {
+            causes.push(FieldCause {
+                reason: "FieldValueDuplicate",
+                field: format!("spec.devices[{i}].name"),
+                message: format!("Duplicate value: {name:?}"),
+            });
+        }
+        names.push(name);
+        let count = |f: &str| {
+            device
+                .get(f)
+                .and_then(Value::as_object)
+                .map_or(0, |m| m.len())
+        };
+        let total = count("attributes") + count("capacity");
+        if total > DEVICE_ATTRIBUTES_MAX {
+            causes.push(FieldCause::too_many(
+                format!("spec.devices[{i}]"),
+                total,
+                DEVICE_ATTRIBUTES_MAX,
+            ));
+        }
+        for (attr, value) in device
+            .get("attributes")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+        {
+            let set = ["int", "bool", "string", "version"]
+                .iter()
+                .filter(|k| value.get(**k).is_some_and(|v| !v.is_null()))
+                .count();
+            if set != 1 {
+                causes.push(FieldCause::invalid(
+                    format!("spec.devices[{i}].attributes[{attr}]"),
+                    value,
+                    "exactly one value must be specified (int, bool, string or version)",
+                ));
+            }
+        }
     }
 }

@@ -10,8 +10,9 @@ use clap::{Parser, Subcommand, ValueEnum};
 use fake_dra_e2e::manifests::{self, Manifest};
 use fake_dra_e2e::sim::{RuntimeChoice, Sim, SimConfig};
 
-/// The seed demo: count 4, split 2, pod0 in namespace test5.
-const DEMO: &str = "examples/5-count-4-split-2.yaml";
+/// The seed demo: count 4, split 2, pod0 in namespace test5 (per DRA generation).
+const DEMO_CLASSIC: &str = "examples/5-count-4-split-2.yaml";
+const DEMO_STRUCTURED: &str = "examples/structured/5-count-4-split-2.yaml";
 const DEMO_NAMESPACE: &str = "test5";
 const DEMO_POD: &str = "pod0";
 const DEMO_CONTAINER: &str = "ctr0";
@@ -23,6 +24,15 @@ enum Runtime {
     Auto,
     Podman,
     Process,
+}
+
+/// Which DRA generation the emulated cluster runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    /// Kubernetes 1.27–1.30: resource.k8s.io/v1alpha2, the driver's controller allocates.
+    Classic,
+    /// Kubernetes 1.32+: resource.k8s.io/v1 (v1beta1 on 1.32/1.33), kube-scheduler allocates.
+    Structured,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -47,6 +57,18 @@ struct Args {
         global = true
     )]
     nodes: Vec<String>,
+    /// DRA generation: installs deploy/<mode> and emulates a matching Kubernetes.
+    #[arg(
+        long,
+        env = "FAKE_DRA_SIM_MODE",
+        value_enum,
+        default_value = "classic",
+        global = true
+    )]
+    mode: Mode,
+    /// Kubernetes version to emulate, e.g. 1.33 (default: 1.30 classic, 1.34 structured).
+    #[arg(long, env = "FAKE_DRA_SIM_KUBERNETES_VERSION", value_parser = parse_version, global = true)]
+    kubernetes_version: Option<(u32, u32)>,
     /// Container runtime of the nodes (auto: podman when usable).
     #[arg(
         long,
@@ -96,6 +118,23 @@ enum Cmd {
     },
 }
 
+fn parse_version(text: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("{text:?} is not a Kubernetes version like 1.34");
+    let (major, minor) = text
+        .trim_start_matches('v')
+        .split_once('.')
+        .ok_or_else(bad)?;
+    let version = (
+        major.parse().map_err(|_| bad())?,
+        minor.parse().map_err(|_| bad())?,
+    );
+    match version {
+        (1, 27..=30) | (1, 32..=37) => Ok(version),
+        (1, 31) => Err("Kubernetes 1.31 is not supported (its kubelet reuses the v1alpha3 service name with another message layout)".into()),
+        _ => Err(format!("{text} is outside the supported versions 1.27–1.30 (classic) and 1.32–1.37 (structured)")),
+    }
+}
+
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,fake_dra_e2e::sim=info"));
@@ -141,7 +180,12 @@ async fn run(args: Args) -> Result<(), String> {
     // Every manifest is read and checked before anything starts.
     let manifests: Vec<Manifest> = match &args.command {
         Cmd::Demo { .. } => {
-            manifests::load(&args.deploy_dir.join(DEMO)).map_err(|e| e.to_string())?
+            let demo = if args.mode == Mode::Classic {
+                DEMO_CLASSIC
+            } else {
+                DEMO_STRUCTURED
+            };
+            manifests::load(&args.deploy_dir.join(demo)).map_err(|e| e.to_string())?
         }
         Cmd::Run { files } => {
             let mut all = Vec::new();
@@ -154,7 +198,22 @@ async fn run(args: Args) -> Result<(), String> {
             all
         }
     };
+    let overlay = match args.mode {
+        Mode::Classic => "classic",
+        Mode::Structured => "structured",
+    };
+    if let Some(version) = args.kubernetes_version {
+        let classic = version.1 <= 30;
+        if classic != (args.mode == Mode::Classic) {
+            return Err(format!(
+                "Kubernetes 1.{} does not run {overlay} DRA: classic is 1.27–1.30, structured 1.32–1.37",
+                version.1
+            ));
+        }
+    }
     let config = SimConfig {
+        overlay: overlay.into(),
+        server_version: args.kubernetes_version,
         nodes: args.nodes.clone(),
         runtime: match args.runtime {
             Runtime::Auto => RuntimeChoice::Auto,
@@ -200,7 +259,11 @@ async fn drive(sim: &Sim, args: &Args, manifests: &[Manifest]) -> Result<(), Str
         tokio::select! {
             line = lines.recv() => match line {
                 Ok(line) => {
-                    println!("{} {} {}", line.pod, line.container, line.line);
+                    use std::io::Write;
+                    // A closed stdout (`| head`) ends the run quietly, as for any CLI.
+                    if writeln!(std::io::stdout().lock(), "{} {} {}", line.pod, line.container, line.line).is_err() {
+                        return Ok(());
+                    }
                     // `export` prints sorted: FAKE_NODE_NAME comes after every FAKE_DEVICE_*.
                     if demo.is_some() && line.namespace == DEMO_NAMESPACE && line.pod == DEMO_POD && line.container == DEMO_CONTAINER && line.line.starts_with("export FAKE_NODE_NAME=") {
                         demo_done = true;

@@ -1,5 +1,5 @@
-//! kube-controller-manager's resourceclaim controller, 1.28–1.30
-//! (`pkg/controller/resourceclaim/controller.go`):
+//! kube-controller-manager's resourceclaim controller
+//! (`pkg/controller/resourceclaim/controller.go`), 1.28–1.30 and, for structured DRA, 1.32+:
 //!
 //! - creates the claims of a Pod's `resourceClaimTemplateName` entries, owned by the Pod,
 //!   annotated `resource.kubernetes.io/pod-claim-name`, and records their names in
@@ -9,6 +9,12 @@
 //!   (classic DRA: the driver deallocates);
 //! - deletes the generated claims of done Pods (a deleted Pod's claims go with the garbage
 //!   collector through their owner reference).
+//!
+//! Structured DRA differs in one place: there is no driver controller, so when the last
+//! consumer of an allocated claim goes away the controller itself deallocates it (clears
+//! `status.allocation`, only for claims carrying the scheduler's
+//! `resource.kubernetes.io/delete-protection` finalizer), then removes that finalizer; a
+//! claim being deleted loses the finalizer once it is unallocated (`syncClaim`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,19 +23,32 @@ use fake_dra_crds::pod::ClassicPod;
 use fake_dra_crds::v1alpha2::{AllocationMode, ResourceClaim, ResourceClaimTemplate};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
+use super::structured::{
+    self, DELETE_PROTECTION_FINALIZER, ResourceApi, ResourceClaim as StructuredClaim,
+    ResourceClaimTemplate as StructuredTemplate,
+};
 use super::{Events, level_triggered, object_ref};
 use crate::apiserver::WatchEvent;
 
 /// The annotation upstream puts on generated claims (1.28+).
 pub const POD_CLAIM_NAME_ANNOTATION: &str = "resource.kubernetes.io/pod-claim-name";
 
-pub async fn run(client: kube::Client, changes: broadcast::Receiver<Arc<WatchEvent>>) {
+/// Runs the controller of Kubernetes `server_version` (classic up to 1.30, structured from 1.32).
+pub async fn run(
+    client: kube::Client,
+    changes: broadcast::Receiver<Arc<WatchEvent>>,
+    server_version: (u32, u32),
+) {
     let events = Events::new(client.clone(), "resource_claim", None);
-    level_triggered("resourceclaim-controller", changes, || {
-        pass(&client, &events)
+    let structured = ResourceApi::for_server(client.clone(), server_version);
+    level_triggered("resourceclaim-controller", changes, || async {
+        match &structured {
+            Some(api) => structured_pass(&client, &events, api).await,
+            None => pass(&client, &events).await,
+        }
     })
     .await;
 }
@@ -89,11 +108,7 @@ async fn create_pod_claims(
     let mut statuses: Vec<(String, String)> = Vec::new();
     let mut missing_status = false;
     for pod_claim in pod.resource_claims() {
-        let Some(template_name) = pod_claim
-            .source
-            .as_ref()
-            .and_then(|s| s.resource_claim_template_name.as_deref())
-        else {
+        let Some(template_name) = pod_claim.template_name() else {
             continue;
         };
         if let Some(existing) = pod.claim_name(&pod_claim.name) {
@@ -240,6 +255,233 @@ async fn sync_claim(
     {
         api.delete(name, &DeleteParams::default()).await?;
     }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Structured DRA (1.32+)
+
+async fn structured_pass(
+    client: &kube::Client,
+    events: &Events,
+    api: &ResourceApi,
+) -> Result<(), kube::Error> {
+    let pods = Api::<ClassicPod>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
+    let claims: Vec<StructuredClaim> = api.list(None).await?;
+    for pod in &pods {
+        if let Err(error) = create_structured_pod_claims(client, api, events, pod, &claims).await {
+            tracing::debug!(pod = ?pod.metadata.name, %error, "creating the claims of a pod failed");
+        }
+    }
+    for claim in &claims {
+        if let Err(error) = sync_structured_claim(api, claim, &pods).await {
+            tracing::debug!(claim = ?claim.metadata.name, %error, "syncing a claim failed");
+        }
+    }
+    Ok(())
+}
+
+/// The pod a generated claim belongs to: its controlling owner reference of kind Pod.
+fn owning_pod(metadata: &ObjectMeta) -> Option<(&str, &str)> {
+    metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true) && o.kind == "Pod" && o.api_version == "v1")
+        .map(|o| (o.name.as_str(), o.uid.as_str()))
+}
+
+async fn create_structured_pod_claims(
+    client: &kube::Client,
+    api: &ResourceApi,
+    events: &Events,
+    pod: &ClassicPod,
+    claims: &[StructuredClaim],
+) -> Result<(), kube::Error> {
+    if pod.metadata.deletion_timestamp.is_some() || pod.is_done() {
+        return Ok(());
+    }
+    let (Some(namespace), Some(pod_name), Some(pod_uid)) = (
+        pod.metadata.namespace.as_deref(),
+        pod.metadata.name.as_deref(),
+        pod.metadata.uid.as_deref(),
+    ) else {
+        return Ok(());
+    };
+    let mut statuses: Vec<(String, String)> = Vec::new();
+    let mut missing_status = false;
+    for pod_claim in pod.resource_claims() {
+        let Some(template_name) = pod_claim.template_name() else {
+            continue;
+        };
+        if let Some(existing) = pod.claim_name(&pod_claim.name) {
+            statuses.push((pod_claim.name.clone(), existing.to_string()));
+            continue;
+        }
+        missing_status = true;
+        let adopted = claims.iter().find(|c| {
+            c.metadata.namespace.as_deref() == Some(namespace)
+                && c.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(POD_CLAIM_NAME_ANNOTATION))
+                    == Some(&pod_claim.name)
+                && owning_pod(&c.metadata).is_some_and(|(_, uid)| uid == pod_uid)
+        });
+        if let Some(claim) = adopted {
+            statuses.push((
+                pod_claim.name.clone(),
+                claim.metadata.name.clone().unwrap_or_default(),
+            ));
+            continue;
+        }
+        let Some(template) = api
+            .get::<StructuredTemplate>(Some(namespace), template_name)
+            .await?
+        else {
+            let note = format!(
+                "PodResourceClaim {}: resource claim template \"{template_name}\": resourceclaimtemplates.resource.k8s.io \"{template_name}\" not found",
+                pod_claim.name
+            );
+            events
+                .warn(
+                    object_ref(pod),
+                    "FailedResourceClaimCreation",
+                    "CreateResourceClaim",
+                    note,
+                )
+                .await;
+            return Ok(());
+        };
+        let template_meta = template.spec.metadata.as_ref();
+        let mut annotations = template_meta
+            .and_then(|m| m.annotations.clone())
+            .unwrap_or_default();
+        annotations.insert(POD_CLAIM_NAME_ANNOTATION.into(), pod_claim.name.clone());
+        let claim = StructuredClaim {
+            metadata: ObjectMeta {
+                generate_name: Some(generate_name(pod_name, &pod_claim.name)),
+                namespace: Some(namespace.into()),
+                labels: template_meta.and_then(|m| m.labels.clone()),
+                annotations: Some(annotations),
+                owner_references: Some(vec![OwnerReference {
+                    api_version: "v1".into(),
+                    kind: "Pod".into(),
+                    name: pod_name.into(),
+                    uid: pod_uid.into(),
+                    controller: Some(true),
+                    block_owner_deletion: Some(true),
+                }]),
+                ..Default::default()
+            },
+            spec: template.spec.spec.clone(),
+            status: None,
+        };
+        let created = api.create(Some(namespace), &claim).await?;
+        statuses.push((
+            pod_claim.name.clone(),
+            created.metadata.name.unwrap_or_default(),
+        ));
+    }
+    if missing_status {
+        let entries: Vec<_> = statuses
+            .iter()
+            .map(|(name, claim)| json!({"name": name, "resourceClaimName": claim}))
+            .collect();
+        let patch = json!({"metadata": {"resourceVersion": pod.metadata.resource_version}, "status": {"resourceClaimStatuses": entries}});
+        Api::<ClassicPod>::namespaced(client.clone(), namespace)
+            .patch_status(pod_name, &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
+    }
+    Ok(())
+}
+
+/// `syncClaim` for structured claims.
+async fn sync_structured_claim(
+    api: &ResourceApi,
+    claim: &StructuredClaim,
+    pods: &[ClassicPod],
+) -> Result<(), kube::Error> {
+    let (Some(namespace), Some(name)) = (
+        claim.metadata.namespace.as_deref(),
+        claim.metadata.name.as_deref(),
+    ) else {
+        return Ok(());
+    };
+    let pod_by_uid = |uid: &str| pods.iter().find(|p| p.metadata.uid.as_deref() == Some(uid));
+    let reserved = structured::reserved_for(claim);
+    let valid: Vec<_> = reserved
+        .iter()
+        .filter(|r| r.api_group.as_deref().unwrap_or_default().is_empty() && r.resource == "pods")
+        .filter(|r| pod_by_uid(&r.uid).is_some_and(|p| !p.is_done()))
+        .cloned()
+        .collect();
+    let has_finalizer = claim
+        .metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == DELETE_PROTECTION_FINALIZER);
+    let mut allocated = structured::is_allocated(claim);
+    let mut resource_version = claim.metadata.resource_version.clone();
+    if valid.len() < reserved.len() {
+        let mut status =
+            json!({"reservedFor": if valid.is_empty() { Value::Null } else { json!(valid) }});
+        // The last consumer is gone: deallocate, so the devices are free again and a
+        // future consumer is not bound to this node ("DRA always performs delayed
+        // allocations"). Only claims the scheduler allocated carry the finalizer.
+        if valid.is_empty() && has_finalizer && allocated {
+            status["allocation"] = Value::Null;
+            allocated = false;
+        }
+        let patch = json!({"metadata": {"resourceVersion": resource_version}, "status": status});
+        resource_version = api
+            .patch_status::<StructuredClaim>(Some(namespace), name, &patch)
+            .await?;
+        if has_finalizer && !allocated {
+            remove_finalizer(api, claim, namespace, name, resource_version).await?;
+        }
+    } else if claim.metadata.deletion_timestamp.is_some() && has_finalizer && !allocated {
+        remove_finalizer(api, claim, namespace, name, resource_version).await?;
+        return Ok(());
+    }
+    if valid.is_empty()
+        && claim.metadata.deletion_timestamp.is_none()
+        && let Some((pod_name, pod_uid)) = owning_pod(&claim.metadata)
+        && let Some(pod) = pods.iter().find(|p| {
+            p.metadata.namespace.as_deref() == Some(namespace)
+                && p.metadata.name.as_deref() == Some(pod_name)
+        })
+        && (pod.metadata.uid.as_deref() != Some(pod_uid) || pod.is_done())
+    {
+        // The owning pod was replaced or will not run again; a pod that is gone is the
+        // garbage collector's business.
+        api.delete::<StructuredClaim>(Some(namespace), name).await?;
+    }
+    Ok(())
+}
+
+async fn remove_finalizer(
+    api: &ResourceApi,
+    claim: &StructuredClaim,
+    namespace: &str,
+    name: &str,
+    resource_version: Option<String>,
+) -> Result<(), kube::Error> {
+    let finalizers: Vec<&String> = claim
+        .metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .filter(|f| *f != DELETE_PROTECTION_FINALIZER)
+        .collect();
+    let patch =
+        json!({"metadata": {"resourceVersion": resource_version, "finalizers": finalizers}});
+    api.patch_metadata::<StructuredClaim>(Some(namespace), name, &patch)
+        .await?;
     Ok(())
 }
 

@@ -1,4 +1,5 @@
-//! The kubelet of one emulated node, as far as classic DRA needs it (kubelet 1.30):
+//! The kubelet of one emulated node, as far as DRA needs it: kubelet 1.30 for classic DRA,
+//! 1.32–1.34 for structured DRA (the differences are listed after the classic behaviour):
 //!
 //! - **plugin registration** (`pkg/kubelet/pluginmanager`): sockets appearing in the
 //!   registration dir (names starting with `.` ignored) are dialled, `GetInfo` (1 s) must
@@ -18,6 +19,18 @@
 //!   status (phase, conditions, container statuses) is reported; `restartPolicy` is
 //!   honoured; a deleted pod's containers are stopped, its claims unprepared, and the pod
 //!   removed with grace period 0, as the kubelet finishes a graceful deletion.
+//!
+//! Structured DRA (emulated release ≥ 1.32):
+//!
+//! - registration picks the gRPC service like `pkg/kubelet/cm/dra/plugin/registration.go`
+//!   (`validateSupportedServices`, 1.33+): the kubelet's known services, newest first
+//!   (1.34: `v1.DRAPlugin`, `v1beta1.DRAPlugin`; 1.32/1.33: `v1beta1.DRAPlugin`), the first
+//!   one the plugin lists wins; a plugin listing none of them is rejected. (1.32's kubelet
+//!   still read a semantic version here; the emulator uses the 1.33 rule for it.)
+//! - preparing a claim (allocated, the pod in `reservedFor`) calls
+//!   `NodePrepareResources(Claim{namespace, uid, name})` on every driver named in
+//!   `status.allocation.devices.results`; the container gets the union of the returned
+//!   devices' CDI ids. A container claim naming one `request` is refused, not guessed.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::os::unix::fs::MetadataExt;
@@ -35,6 +48,7 @@ use tokio::sync::{Mutex, RwLock, broadcast, watch};
 use tokio::task::JoinSet;
 
 use super::runtime::{ContainerSpec, RunningContainer};
+use super::structured::{self, ResourceApi, ResourceClaim as StructuredClaim};
 use super::{ContainerRuntime, Events, LogSink, NodeDirs, level_triggered, object_ref};
 use crate::apiserver::WatchEvent;
 
@@ -67,8 +81,12 @@ struct NodeContext {
     runtime: ContainerRuntime,
     logs: LogSink,
     events: Events,
-    /// Registered DRA plugins by driver name: their DRA socket.
-    plugins: RwLock<BTreeMap<String, PathBuf>>,
+    /// Registered DRA plugins by driver name: their DRA socket and the API chosen for them.
+    plugins: RwLock<BTreeMap<String, (PathBuf, PluginApi)>>,
+    /// The emulated release: which registration rule and DRA APIs this kubelet has.
+    server_version: (u32, u32),
+    /// `resource.k8s.io` for structured releases; `None` on classic ones.
+    structured: Option<ResourceApi>,
     /// Successful registrations so far (a restarted plugin registers again).
     registrations: AtomicU64,
     /// The claim-info cache: claims prepared on this node, by claim uid. Held across DRA
@@ -93,8 +111,10 @@ impl std::fmt::Debug for NodeContext {
 struct PreparedClaim {
     namespace: String,
     name: String,
-    /// (driver, handle data) pairs as prepared.
+    /// (driver, handle data) pairs as prepared; the data is empty for structured claims.
     handles: Vec<(String, String)>,
+    /// Prepared through a structured DRA service (the plugin reads the allocation itself).
+    structured: bool,
     cdi_ids: Vec<String>,
     pods: BTreeSet<String>,
 }
@@ -107,9 +127,13 @@ impl Kubelet {
         changes: broadcast::Receiver<Arc<WatchEvent>>,
         runtime: ContainerRuntime,
         logs: LogSink,
+        server_version: (u32, u32),
     ) -> Self {
         let events = Events::new(client.clone(), "kubelet", Some(node.clone()));
+        let structured = ResourceApi::for_server(client.clone(), server_version);
         let ctx = Arc::new(NodeContext {
+            server_version,
+            structured,
             node: node.clone(),
             dirs,
             client,
@@ -197,10 +221,13 @@ async fn watch_registry(ctx: Arc<NodeContext>) {
             if known.contains_key(&id) {
                 continue;
             }
-            let registered = match register(&id.0).await {
-                Ok((driver, endpoint)) => {
-                    tracing::info!(node = %ctx.node, %driver, endpoint = %endpoint.display(), "DRA plugin registered");
-                    ctx.plugins.write().await.insert(driver.clone(), endpoint);
+            let registered = match register(&id.0, ctx.server_version).await {
+                Ok((driver, endpoint, api)) => {
+                    tracing::info!(node = %ctx.node, %driver, endpoint = %endpoint.display(), ?api, "DRA plugin registered");
+                    ctx.plugins
+                        .write()
+                        .await
+                        .insert(driver.clone(), (endpoint, api));
                     ctx.registrations.fetch_add(1, Ordering::SeqCst);
                     Some(driver)
                 }
@@ -232,8 +259,57 @@ fn scan_sockets(dir: &Path) -> BTreeSet<SocketId> {
         .collect()
 }
 
-/// `GetInfo`, validation, `NotifyRegistrationStatus`; returns the driver and its DRA socket.
-async fn register(socket: &Path) -> Result<(String, PathBuf), String> {
+/// The DRA gRPC service the kubelet talks to a plugin through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PluginApi {
+    /// `v1alpha3.Node`, falling back to `v1alpha2.Node` (kubelets 1.27–1.30).
+    Classic,
+    /// `k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin`.
+    V1Beta1,
+    /// `k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin`.
+    V1,
+}
+
+/// The structured services a kubelet of `server_version` knows, newest first.
+pub fn known_services(server_version: (u32, u32)) -> Vec<(&'static str, PluginApi)> {
+    if server_version >= (1, 34) {
+        vec![
+            (fake_dra_proto::SUPPORTED_V1, PluginApi::V1),
+            (fake_dra_proto::SUPPORTED_V1BETA1, PluginApi::V1Beta1),
+        ]
+    } else {
+        vec![(fake_dra_proto::SUPPORTED_V1BETA1, PluginApi::V1Beta1)]
+    }
+}
+
+/// `validateSupportedServices`: the first of the kubelet's services the plugin lists.
+pub fn choose_service(
+    server_version: (u32, u32),
+    supported: &[String],
+) -> Result<PluginApi, String> {
+    if supported.is_empty() {
+        return Err("empty list of supported versions".into());
+    }
+    let known = known_services(server_version);
+    known
+        .iter()
+        .find(|(name, _)| supported.iter().any(|s| s == name))
+        .map(|(_, api)| *api)
+        .ok_or_else(|| {
+            let names: Vec<&str> = known.iter().map(|(n, _)| *n).collect();
+            format!(
+                "none of the supported versions {supported:?} is a DRA service this kubelet knows ({})",
+                names.join(", ")
+            )
+        })
+}
+
+/// `GetInfo`, validation, `NotifyRegistrationStatus`; returns the driver, its DRA socket
+/// and the API chosen for it.
+async fn register(
+    socket: &Path,
+    server_version: (u32, u32),
+) -> Result<(String, PathBuf, PluginApi), String> {
     let channel = fake_dra_proto::connect_unix(socket)
         .await
         .map_err(|e| format!("dialling {}: {e}", socket.display()))?;
@@ -243,7 +319,7 @@ async fn register(socket: &Path) -> Result<(String, PathBuf), String> {
         .map_err(|_| "GetInfo timed out".to_string())?
         .map_err(|e| format!("GetInfo: {e}"))?
         .into_inner();
-    let verdict = validate(&info);
+    let verdict = validate(&info, server_version);
     let status = reg::RegistrationStatus {
         plugin_registered: verdict.is_ok(),
         error: verdict.clone().err().unwrap_or_default(),
@@ -252,12 +328,13 @@ async fn register(socket: &Path) -> Result<(String, PathBuf), String> {
         .await
         .map_err(|_| "NotifyRegistrationStatus timed out".to_string())?
         .map_err(|e| format!("NotifyRegistrationStatus: {e}"))?;
-    verdict?;
-    Ok((info.name, PathBuf::from(info.endpoint)))
+    let api = verdict?;
+    Ok((info.name, PathBuf::from(info.endpoint), api))
 }
 
-/// What kubelet 1.28–1.30 accept from a DRA plugin.
-fn validate(info: &reg::PluginInfo) -> Result<(), String> {
+/// What the kubelet accepts from a DRA plugin: 1.28–1.30 a semantic version, 1.32+ a
+/// structured service it knows.
+fn validate(info: &reg::PluginInfo, server_version: (u32, u32)) -> Result<PluginApi, String> {
     if info.r#type != DRA_PLUGIN_TYPE {
         return Err(format!(
             "plugin type {:?} is not {DRA_PLUGIN_TYPE}",
@@ -270,13 +347,16 @@ fn validate(info: &reg::PluginInfo) -> Result<(), String> {
     if info.endpoint.is_empty() {
         return Err("plugin endpoint is empty".into());
     }
+    if crate::apiserver::is_structured(server_version) {
+        return choose_service(server_version, &info.supported_versions);
+    }
     if !info.supported_versions.iter().any(|v| parses_as_semver(v)) {
         return Err(format!(
             "none of the versions {:?} is a semantic version this kubelet supports",
             info.supported_versions
         ));
     }
-    Ok(())
+    Ok(PluginApi::Classic)
 }
 
 /// `utilversion.ParseGeneric`-like: an optional `v`, then 1–3 dot-separated numbers, major 1.
@@ -541,6 +621,28 @@ impl PodWorker {
                     pod_claim.name
                 ))
             })?;
+            if let Some(api) = self.ctx.structured.clone() {
+                let claim = api
+                    .get::<StructuredClaim>(Some(&namespace), claim_name)
+                    .await
+                    .map_err(|e| {
+                        Failure::prepare(format!("fetching ResourceClaim {claim_name}: {e}"))
+                    })?
+                    .ok_or_else(|| {
+                        Failure::prepare(format!("ResourceClaim {claim_name} not found"))
+                    })?;
+                if !structured::reserved_for(&claim)
+                    .iter()
+                    .any(|r| r.uid == self.uid)
+                {
+                    return Err(Failure::prepare(format!(
+                        "pod {namespace}/{pod_name} is not listed in the reservedFor of ResourceClaim {claim_name}"
+                    )));
+                }
+                let ids = self.prepare_structured_claim(&claim).await?;
+                ids_by_pod_claim.insert(pod_claim.name.clone(), ids);
+                continue;
+            }
             let claim = Api::<ResourceClaim>::namespaced(self.ctx.client.clone(), &namespace)
                 .get_opt(claim_name)
                 .await
@@ -556,6 +658,22 @@ impl PodWorker {
         }
         let mut containers = Vec::new();
         for container in pod.all_containers() {
+            if let Some(claim) = container
+                .resources
+                .as_ref()
+                .and_then(|r| r.claims.as_ref())
+                .into_iter()
+                .flatten()
+                .find(|c| c.extra.get("request").is_some_and(|r| !r.is_null()))
+            {
+                return Err(Failure::new(
+                    "CreateContainerConfigError",
+                    format!(
+                        "container {} uses claim {:?} for one request only; the emulated kubelet gives containers whole claims and does not implement resources.claims[].request",
+                        container.name, claim.name
+                    ),
+                ));
+            }
             let mut cdi_devices: Vec<String> = Vec::new();
             for claim in container.claim_names() {
                 let ids = ids_by_pod_claim.get(claim).ok_or_else(|| {
@@ -643,7 +761,7 @@ impl PodWorker {
                 .read()
                 .await
                 .get(driver)
-                .cloned()
+                .map(|(socket, _)| socket.clone())
                 .ok_or_else(|| {
                     Failure::prepare(format!(
                         "prepare dynamic resources: DRA driver {driver} is not registered"
@@ -669,6 +787,88 @@ impl PodWorker {
                 namespace,
                 name,
                 handles,
+                structured: false,
+                cdi_ids: cdi_ids.clone(),
+                pods: BTreeSet::from([self.uid.clone()]),
+            },
+        );
+        self.claims.push(uid);
+        Ok(cdi_ids)
+    }
+
+    /// `NodePrepareResources` of a structured claim on every driver of its allocation,
+    /// unless another pod of the node prepared it.
+    async fn prepare_structured_claim(
+        &mut self,
+        claim: &StructuredClaim,
+    ) -> Result<Vec<String>, Failure> {
+        let uid = claim.metadata.uid.clone().unwrap_or_default();
+        let namespace = claim.metadata.namespace.clone().unwrap_or_default();
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let mut cache = self.ctx.claims.lock().await;
+        if let Some(prepared) = cache.get_mut(&uid) {
+            prepared.pods.insert(self.uid.clone());
+            if !self.claims.contains(&uid) {
+                self.claims.push(uid.clone());
+            }
+            return Ok(prepared.cdi_ids.clone());
+        }
+        let Some(allocation) = claim.status.as_ref().and_then(|s| s.allocation.as_ref()) else {
+            return Err(Failure::prepare(format!(
+                "ResourceClaim {name} is not allocated"
+            )));
+        };
+        let mut drivers: Vec<String> = Vec::new();
+        for result in allocation
+            .devices
+            .as_ref()
+            .and_then(|d| d.results.as_ref())
+            .into_iter()
+            .flatten()
+        {
+            if !drivers.contains(&result.driver) {
+                drivers.push(result.driver.clone());
+            }
+        }
+        let mut cdi_ids: Vec<String> = Vec::new();
+        for driver in &drivers {
+            let (socket, api) = self
+                .ctx
+                .plugins
+                .read()
+                .await
+                .get(driver)
+                .cloned()
+                .ok_or_else(|| {
+                    Failure::prepare(format!(
+                        "prepare dynamic resources: DRA driver {driver} is not registered"
+                    ))
+                })?;
+            let ids = call_structured(&socket, api, Call::Prepare, &namespace, &uid, &name)
+                .await
+                .map_err(|m| {
+                    Failure::prepare(format!(
+                        "NodePrepareResources failed for ResourceClaim {namespace}/{name}: {m}"
+                    ))
+                })?;
+            for id in ids {
+                if !is_qualified_cdi_id(&id) {
+                    return Err(Failure::prepare(format!(
+                        "driver {driver} returned CDI device id {id:?}, which is not fully qualified (vendor/class=name)"
+                    )));
+                }
+                if !cdi_ids.contains(&id) {
+                    cdi_ids.push(id);
+                }
+            }
+        }
+        cache.insert(
+            uid.clone(),
+            PreparedClaim {
+                namespace,
+                name,
+                handles: drivers.into_iter().map(|d| (d, String::new())).collect(),
+                structured: true,
                 cdi_ids: cdi_ids.clone(),
                 pods: BTreeSet::from([self.uid.clone()]),
             },
@@ -693,9 +893,19 @@ impl PodWorker {
             }
             let mut ok = true;
             for (driver, data) in &prepared.handles {
-                let socket = self.ctx.plugins.read().await.get(driver).cloned();
-                let result = match socket {
-                    Some(socket) => {
+                let plugin = self.ctx.plugins.read().await.get(driver).cloned();
+                let result = match plugin {
+                    Some((socket, api)) if prepared.structured => call_structured(
+                        &socket,
+                        api,
+                        Call::Unprepare,
+                        &prepared.namespace,
+                        &uid,
+                        &prepared.name,
+                    )
+                    .await
+                    .map(|_| ()),
+                    Some((socket, _)) => {
                         call_unprepare(&socket, &prepared.namespace, &uid, &prepared.name, data)
                             .await
                     }
@@ -995,6 +1205,90 @@ async fn call_prepare(
     }
 }
 
+/// Which structured DRA call to make.
+#[derive(Debug, Clone, Copy)]
+enum Call {
+    Prepare,
+    Unprepare,
+}
+
+/// One structured call on the plugin's chosen service; returns the CDI ids of every
+/// device prepared (none for unprepare). Per-claim errors come back as `Err`.
+macro_rules! structured_call {
+    ($module:ident, $channel:expr, $call:expr, $namespace:expr, $uid:expr, $name:expr) => {{
+        use fake_dra_proto::$module as api;
+        let mut client = api::dra_plugin_client::DraPluginClient::new($channel);
+        let claims = vec![api::Claim {
+            namespace: $namespace.into(),
+            uid: $uid.into(),
+            name: $name.into(),
+        }];
+        match $call {
+            Call::Prepare => {
+                let call =
+                    client.node_prepare_resources(api::NodePrepareResourcesRequest { claims });
+                let mut response = tokio::time::timeout(DRA_CALL_TIMEOUT, call)
+                    .await
+                    .map_err(|_| "timed out".to_string())?
+                    .map_err(|s| s.message().to_string())?
+                    .into_inner();
+                let result = response
+                    .claims
+                    .remove($uid)
+                    .ok_or_else(|| "the response has no entry for the claim".to_string())?;
+                if !result.error.is_empty() {
+                    return Err(result.error);
+                }
+                Ok(result
+                    .devices
+                    .into_iter()
+                    .flat_map(|d| d.cdi_device_ids)
+                    .collect())
+            }
+            Call::Unprepare => {
+                let call =
+                    client.node_unprepare_resources(api::NodeUnprepareResourcesRequest { claims });
+                let mut response = tokio::time::timeout(DRA_CALL_TIMEOUT, call)
+                    .await
+                    .map_err(|_| "timed out".to_string())?
+                    .map_err(|s| s.message().to_string())?
+                    .into_inner();
+                let result = response
+                    .claims
+                    .remove($uid)
+                    .ok_or_else(|| "the response has no entry for the claim".to_string())?;
+                if result.error.is_empty() {
+                    Ok(Vec::new())
+                } else {
+                    Err(result.error)
+                }
+            }
+        }
+    }};
+}
+
+async fn call_structured(
+    socket: &Path,
+    api: PluginApi,
+    call: Call,
+    namespace: &str,
+    uid: &str,
+    name: &str,
+) -> Result<Vec<String>, String> {
+    let channel = fake_dra_proto::connect_unix(socket)
+        .await
+        .map_err(|e| format!("dialling {}: {e}", socket.display()))?;
+    match api {
+        PluginApi::V1 => structured_call!(dra_v1, channel, call, namespace, uid, name),
+        PluginApi::V1Beta1 => structured_call!(dra_v1beta1, channel, call, namespace, uid, name),
+        PluginApi::Classic => Err(format!(
+            "the plugin registered for classic DRA only; a structured claim needs {} or {}",
+            fake_dra_proto::SUPPORTED_V1,
+            fake_dra_proto::SUPPORTED_V1BETA1
+        )),
+    }
+}
+
 async fn call_unprepare(
     socket: &Path,
     namespace: &str,
@@ -1060,6 +1354,20 @@ mod tests {
         assert!(!parses_as_semver("v1.DRAPlugin"));
         assert!(!parses_as_semver("2.0.0"));
         assert!(!parses_as_semver(""));
+    }
+
+    #[test]
+    fn chooses_services_as_kubelet_1_34() {
+        let both = vec!["v1.DRAPlugin".to_string(), "v1beta1.DRAPlugin".to_string()];
+        assert_eq!(choose_service((1, 34), &both), Ok(PluginApi::V1));
+        assert_eq!(choose_service((1, 33), &both), Ok(PluginApi::V1Beta1));
+        assert_eq!(choose_service((1, 32), &both), Ok(PluginApi::V1Beta1));
+        let beta = vec!["v1beta1.DRAPlugin".to_string()];
+        assert_eq!(choose_service((1, 34), &beta), Ok(PluginApi::V1Beta1));
+        let v1 = vec!["v1.DRAPlugin".to_string()];
+        assert!(choose_service((1, 33), &v1).is_err());
+        assert!(choose_service((1, 34), &["1.0.0".to_string()]).is_err());
+        assert!(choose_service((1, 34), &[]).is_err());
     }
 
     #[test]

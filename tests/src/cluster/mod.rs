@@ -11,6 +11,7 @@ pub mod claims;
 pub mod kubelet;
 pub mod runtime;
 pub mod scheduler;
+pub mod structured;
 pub mod workloads;
 
 use std::future::Future;
@@ -142,8 +143,9 @@ impl EmulatedCluster {
         }
         let logs = LogSink::default();
         let mut components = JoinSet::new();
-        components.spawn(claims::run(server.client()?, changes(&server)));
-        components.spawn(scheduler::run(server.client()?, changes(&server)));
+        let version = server.server_version();
+        components.spawn(claims::run(server.client()?, changes(&server), version));
+        components.spawn(scheduler::run(server.client()?, changes(&server), version));
         components.spawn(workloads::run(server.client()?, changes(&server)));
         let mut kubelets = Vec::new();
         for node in &config.nodes {
@@ -154,6 +156,7 @@ impl EmulatedCluster {
                 changes(&server),
                 config.runtime.clone(),
                 logs.clone(),
+                version,
             ));
         }
         Ok(Self {

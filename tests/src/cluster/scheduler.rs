@@ -31,7 +31,16 @@ use tokio::sync::broadcast;
 use super::{Events, level_triggered, object_ref};
 use crate::apiserver::WatchEvent;
 
-pub async fn run(client: kube::Client, changes: broadcast::Receiver<Arc<WatchEvent>>) {
+/// Runs the scheduler of Kubernetes `server_version`: the classic plugin up to 1.30, the
+/// structured one ([`super::structured`]) from 1.32.
+pub async fn run(
+    client: kube::Client,
+    changes: broadcast::Receiver<Arc<WatchEvent>>,
+    server_version: (u32, u32),
+) {
+    if let Some(api) = super::structured::ResourceApi::for_server(client.clone(), server_version) {
+        return super::structured::run_scheduler(api, client, changes).await;
+    }
     let events = Events::new(client.clone(), "default-scheduler", None);
     let reported = Arc::new(tokio::sync::Mutex::new(HashMap::new()));
     level_triggered("kube-scheduler", changes, || {
@@ -141,10 +150,7 @@ async fn schedule(
     // PreFilter.
     let mut claims = Vec::new();
     for pod_claim in pod.resource_claims() {
-        let from_template = pod_claim
-            .source
-            .as_ref()
-            .is_some_and(|s| s.resource_claim_template_name.is_some());
+        let from_template = pod_claim.template_name().is_some();
         let Some(claim_name) = pod.claim_name(&pod_claim.name) else {
             return Err(unschedulable(format!(
                 "waiting for resource claim {} of the pod to be created",
