@@ -580,10 +580,33 @@ async fn apply_all(cluster: &EmulatedCluster, objects: &[Manifest]) -> Result<()
         }
     }
     for m in objects {
-        let (group, version) = match m.api_version().split_once('/') {
+        let (group, mut version) = match m.api_version().split_once('/') {
             Some((g, v)) => (g.to_string(), v.to_string()),
             None => (String::new(), m.api_version().to_string()),
         };
+        let mut object = m.object.clone();
+        // Kubernetes 1.32/1.33 serve resource.k8s.io/v1beta1 only: the v1 manifests of
+        // deploy/ are rewritten to it, as hack/deploy.sh does on such a cluster.
+        if group == "resource.k8s.io" && version == "v1" {
+            let older = cluster
+                .server()
+                .store()
+                .types()
+                .find(|t| {
+                    t.group == group && t.kind == m.kind() && !t.serves("v1") && t.serves("v1beta1")
+                })
+                .map(|t| t.key());
+            if let Some(key) = older {
+                crate::apiserver::conversion::from_storage(&key, "v1beta1", &mut object);
+                object["apiVersion"] = Value::String("resource.k8s.io/v1beta1".into());
+                version = "v1beta1".into();
+                tracing::info!(
+                    kind = m.kind(),
+                    name = m.name(),
+                    "this Kubernetes serves resource.k8s.io/v1beta1 only: applying the v1 manifest as v1beta1"
+                );
+            }
+        }
         let found = cluster
             .server()
             .store()
@@ -611,9 +634,9 @@ async fn apply_all(cluster: &EmulatedCluster, objects: &[Manifest]) -> Result<()
                 });
             }
         };
-        resolved.push((m, group, version, plural, namespaced));
+        resolved.push((m, object, group, version, plural, namespaced));
     }
-    for (m, group, version, plural, namespaced) in resolved {
+    for (m, object, group, version, plural, namespaced) in resolved {
         let (plural, namespaced) = if plural.is_empty() {
             let t = cluster
                 .server()
@@ -631,9 +654,13 @@ async fn apply_all(cluster: &EmulatedCluster, objects: &[Manifest]) -> Result<()
             (plural, namespaced)
         };
         let resource = ApiResource {
+            api_version: if group.is_empty() {
+                version.clone()
+            } else {
+                format!("{group}/{version}")
+            },
             group: group.clone(),
             version: version.clone(),
-            api_version: m.api_version().into(),
             kind: m.kind().into(),
             plural,
         };
@@ -647,7 +674,7 @@ async fn apply_all(cluster: &EmulatedCluster, objects: &[Manifest]) -> Result<()
             Api::all_with(client.clone(), &resource)
         };
         let object: DynamicObject =
-            serde_json::from_value(m.object.clone()).map_err(|e| SimError::Apply {
+            serde_json::from_value(object).map_err(|e| SimError::Apply {
                 origin: m.origin.clone(),
                 kind: m.kind().into(),
                 name: m.name().into(),

@@ -13,9 +13,6 @@ use fake_dra_crds::v1alpha2::ResourceClaim;
 use fake_dra_e2e::sim::SimConfig;
 use kube::api::{Api, DeleteParams};
 
-const DRIVER: &str = "fake.resource.3-shake.com";
-const NODES: [&str; 2] = ["kind-worker", "kind-worker2"];
-
 /// The generated claim of a pod's `fake` pod claim.
 async fn claim_of(sim: &fake_dra_e2e::sim::Sim, namespace: &str, pod_name: &str) -> ResourceClaim {
     let pod = pod(sim, namespace, pod_name).await.unwrap();
@@ -24,22 +21,6 @@ async fn claim_of(sim: &fake_dra_e2e::sim::Sim, namespace: &str, pod_name: &str)
         .get(&name)
         .await
         .unwrap()
-}
-
-fn common_env_ok(env: &std::collections::BTreeMap<String, String>) {
-    assert_eq!(
-        env.get("DRA_RESOURCE_DRIVER_NAME").map(String::as_str),
-        Some(DRIVER),
-        "{env:?}"
-    );
-    assert!(
-        NODES.contains(
-            &env.get("FAKE_NODE_NAME")
-                .map(String::as_str)
-                .unwrap_or_default()
-        ),
-        "{env:?}"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

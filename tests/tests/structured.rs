@@ -15,9 +15,6 @@ use fake_dra_e2e::sim::{Sim, SimConfig};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use kube::api::{Api, DeleteParams, ListParams};
 
-const DRIVER: &str = "fake.resource.3-shake.com";
-const NODES: [&str; 2] = ["kind-worker", "kind-worker2"];
-
 fn structured() -> SimConfig {
     SimConfig {
         overlay: "structured".into(),
@@ -110,22 +107,6 @@ async fn parent_ids(sim: &Sim, devices: &[(String, String)]) -> Vec<String> {
                 .unwrap_or_else(|| panic!("{device}: no uuid attribute: {attrs:?}"))
         })
         .collect()
-}
-
-fn common_env_ok(env: &BTreeMap<String, String>) {
-    assert_eq!(
-        env.get("DRA_RESOURCE_DRIVER_NAME").map(String::as_str),
-        Some(DRIVER),
-        "{env:?}"
-    );
-    assert!(
-        NODES.contains(
-            &env.get("FAKE_NODE_NAME")
-                .map(String::as_str)
-                .unwrap_or_default()
-        ),
-        "{env:?}"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -453,5 +434,36 @@ async fn s11_kill_9_of_a_plugin_and_a_deleted_slice_converge() {
         "prepared before the kill, still prepared"
     );
     assert_no_device_twice_structured(&sim).await;
+    sim.shutdown().await;
+}
+
+/// Kubernetes 1.33: only resource.k8s.io/v1beta1 is served, the kubelet knows only
+/// `v1beta1.DRAPlugin`, and the v1 manifests are applied as v1beta1; the container sees
+/// the same devices.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s5_on_kubernetes_1_33_through_v1beta1() {
+    let sim = start(SimConfig {
+        server_version: Some((1, 33)),
+        ..structured()
+    })
+    .await;
+    sim.apply(&example_s("5-count-4-split-2.yaml"))
+        .await
+        .unwrap();
+    let env = env_of(&sim, "test5", "pod0", "ctr0").await;
+    common_env_ok(&env);
+    let ids = devices(&env);
+    assert_eq!(ids.len(), 8, "{env:?}");
+    assert!(distinct(&ids));
+    let slices: Api<k8s_openapi::api::resource::v1beta1::ResourceSlice> =
+        Api::all(sim.client().unwrap());
+    let published = slices.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(published.len(), 2, "one slice per node, through v1beta1");
+    assert!(
+        published
+            .iter()
+            .all(|s| s.spec.devices.iter().flatten().all(|d| d.basic.is_some())),
+        "v1beta1 layout"
+    );
     sim.shutdown().await;
 }

@@ -331,6 +331,37 @@ impl Events {
     }
 }
 
+/// `POST pods/<name>/binding`, the scheduler's last step (Bind plugin).
+pub(crate) async fn bind(
+    client: &kube::Client,
+    namespace: &str,
+    pod_name: &str,
+    node: &str,
+) -> Result<(), kube::Error> {
+    let binding = k8s_openapi::api::core::v1::Binding {
+        metadata: ObjectMeta {
+            name: Some(pod_name.into()),
+            namespace: Some(namespace.into()),
+            ..Default::default()
+        },
+        target: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(node.into()),
+            ..Default::default()
+        },
+    };
+    let body = serde_json::to_vec(&binding).map_err(kube::Error::SerdeError)?;
+    let request = http::Request::post(format!(
+        "/api/v1/namespaces/{namespace}/pods/{pod_name}/binding"
+    ))
+    .header(http::header::CONTENT_TYPE, "application/json")
+    .body(body)
+    .map_err(kube::Error::HttpError)?;
+    client.request::<serde_json::Value>(request).await?;
+    Ok(())
+}
+
 /// The reference an Event names its object by.
 pub(crate) fn object_ref<K: kube::Resource<DynamicType = ()>>(object: &K) -> ObjectReference {
     object.object_ref(&())

@@ -22,7 +22,7 @@ use fake_dra_crds::v1alpha2::{
     AllocationMode, MAX_SCHEDULING_NODES, PodSchedulingContext, PodSchedulingContextSpec,
     ResourceClaim, ResourceClaimConsumerReference, ResourceClass,
 };
-use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -379,27 +379,7 @@ async fn schedule(
             )
             .await?;
     }
-    let binding = Binding {
-        metadata: ObjectMeta {
-            name: Some(pod_name.clone()),
-            namespace: Some(namespace.clone()),
-            ..Default::default()
-        },
-        target: ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Node".into()),
-            name: Some(node.clone()),
-            ..Default::default()
-        },
-    };
-    let body = serde_json::to_vec(&binding).map_err(kube::Error::SerdeError)?;
-    let request = http::Request::post(format!(
-        "/api/v1/namespaces/{namespace}/pods/{pod_name}/binding"
-    ))
-    .header(http::header::CONTENT_TYPE, "application/json")
-    .body(body)
-    .map_err(kube::Error::HttpError)?;
-    client.request::<serde_json::Value>(request).await?;
+    super::bind(client, &namespace, &pod_name, &node).await?;
     *load.entry(node.clone()).or_default() += 1;
     Ok(Some(node))
 }

@@ -28,14 +28,13 @@ use std::sync::{Arc, LazyLock};
 
 use fake_dra_crds::node_selector::{self, NodeView};
 use fake_dra_crds::pod::ClassicPod;
-use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::{Device, DeviceSelector};
 pub use k8s_openapi::api::resource::v1::{
     DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
 };
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams,
-    PostParams,
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
 };
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Value, json};
@@ -1006,7 +1005,7 @@ async fn schedule(
             .await?;
         world.taken.extend(allocated_devices_of(&allocation));
     }
-    bind(client, &namespace, &pod_name, &node).await?;
+    super::bind(client, &namespace, &pod_name, &node).await?;
     *world.load.entry(node.clone()).or_default() += 1;
     Ok(node)
 }
@@ -1048,34 +1047,4 @@ pub fn reserved_for(
         .as_ref()
         .and_then(|s| s.reserved_for.as_deref())
         .unwrap_or_default()
-}
-
-async fn bind(
-    client: &kube::Client,
-    namespace: &str,
-    pod_name: &str,
-    node: &str,
-) -> Result<(), kube::Error> {
-    let binding = Binding {
-        metadata: ObjectMeta {
-            name: Some(pod_name.into()),
-            namespace: Some(namespace.into()),
-            ..Default::default()
-        },
-        target: ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Node".into()),
-            name: Some(node.into()),
-            ..Default::default()
-        },
-    };
-    let body = serde_json::to_vec(&binding).map_err(kube::Error::SerdeError)?;
-    let request = http::Request::post(format!(
-        "/api/v1/namespaces/{namespace}/pods/{pod_name}/binding"
-    ))
-    .header(http::header::CONTENT_TYPE, "application/json")
-    .body(body)
-    .map_err(kube::Error::HttpError)?;
-    client.request::<Value>(request).await?;
-    Ok(())
 }

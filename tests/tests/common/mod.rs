@@ -15,6 +15,24 @@ use fake_dra_e2e::sim::{Sim, SimConfig};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams};
 
+/// The driver and the seed's nodes, as the default [`SimConfig`] has them.
+pub const DRIVER: &str = "fake.resource.3-shake.com";
+pub const NODES: [&str; 2] = ["kind-worker", "kind-worker2"];
+
+/// What every container using a claim gets besides its devices.
+pub fn common_env_ok(env: &BTreeMap<String, String>) {
+    assert_eq!(
+        env.get("DRA_RESOURCE_DRIVER_NAME").map(String::as_str),
+        Some(DRIVER),
+        "{env:?}"
+    );
+    let node = env
+        .get("FAKE_NODE_NAME")
+        .map(String::as_str)
+        .unwrap_or_default();
+    assert!(NODES.contains(&node), "{env:?}");
+}
+
 /// A safety net for waits; tests normally finish in seconds. Never an assertion on speed.
 pub const PATIENCE: Duration = Duration::from_secs(120);
 
