@@ -62,8 +62,11 @@ async fn pass(client: &kube::Client, events: &Events) -> Result<(), kube::Error>
         .list(&ListParams::default())
         .await?
         .items;
+    let existing: Vec<&ObjectMeta> = claims.iter().map(|c| &c.metadata).collect();
     for pod in &pods {
-        if let Err(error) = create_pod_claims(client, events, pod, &claims).await {
+        if let Err(error) =
+            create_pod_claims(client, &ClassicClaims(client), events, pod, &existing).await
+        {
             tracing::debug!(pod = ?pod.metadata.name, %error, "creating the claims of a pod failed");
         }
     }
@@ -89,11 +92,108 @@ fn generate_name(pod: &str, pod_claim: &str) -> String {
     format!("{pod}-{claim}-")
 }
 
-async fn create_pod_claims(
+/// How one DRA generation stores claims and templates, for [`create_pod_claims`].
+trait ClaimStore {
+    /// The template's `spec.metadata` and `spec.spec`, `None` when it does not exist.
+    type Spec;
+    async fn template(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<(Option<ObjectMeta>, Self::Spec)>, kube::Error>;
+    /// Creates the claim; returns its generated name.
+    async fn create(
+        &self,
+        namespace: &str,
+        metadata: ObjectMeta,
+        spec: Self::Spec,
+    ) -> Result<String, kube::Error>;
+}
+
+/// Classic DRA: resource.k8s.io/v1alpha2.
+struct ClassicClaims<'a>(&'a kube::Client);
+
+impl ClaimStore for ClassicClaims<'_> {
+    type Spec = fake_dra_crds::v1alpha2::ResourceClaimSpec;
+
+    async fn template(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<(Option<ObjectMeta>, Self::Spec)>, kube::Error> {
+        let templates: Api<ResourceClaimTemplate> = Api::namespaced(self.0.clone(), namespace);
+        Ok(templates
+            .get_opt(name)
+            .await?
+            .map(|t| (t.spec.metadata, t.spec.spec)))
+    }
+
+    async fn create(
+        &self,
+        namespace: &str,
+        metadata: ObjectMeta,
+        spec: Self::Spec,
+    ) -> Result<String, kube::Error> {
+        let claim = ResourceClaim {
+            metadata,
+            spec,
+            status: None,
+        };
+        let created = Api::<ResourceClaim>::namespaced(self.0.clone(), namespace)
+            .create(&PostParams::default(), &claim)
+            .await?;
+        Ok(created.metadata.name.unwrap_or_default())
+    }
+}
+
+/// Structured DRA: resource.k8s.io/v1 (v1beta1 on 1.32/1.33).
+struct StructuredClaims<'a>(&'a ResourceApi);
+
+impl ClaimStore for StructuredClaims<'_> {
+    type Spec = k8s_openapi::api::resource::v1::ResourceClaimSpec;
+
+    async fn template(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<(Option<ObjectMeta>, Self::Spec)>, kube::Error> {
+        Ok(self
+            .0
+            .get::<StructuredTemplate>(Some(namespace), name)
+            .await?
+            .map(|t| (t.spec.metadata, t.spec.spec)))
+    }
+
+    async fn create(
+        &self,
+        namespace: &str,
+        metadata: ObjectMeta,
+        spec: Self::Spec,
+    ) -> Result<String, kube::Error> {
+        let claim = StructuredClaim {
+            metadata,
+            spec,
+            status: None,
+        };
+        Ok(self
+            .0
+            .create(Some(namespace), &claim)
+            .await?
+            .metadata
+            .name
+            .unwrap_or_default())
+    }
+}
+
+/// Creates the claims of a Pod's `resourceClaimTemplateName` entries and records their
+/// names in `status.resourceClaimStatuses` (`pkg/controller/resourceclaim`
+/// `handleClaim`), whichever generation stores them. `existing` are the claims there are.
+async fn create_pod_claims<S: ClaimStore>(
     client: &kube::Client,
+    store: &S,
     events: &Events,
     pod: &ClassicPod,
-    claims: &[ResourceClaim],
+    existing: &[&ObjectMeta],
 ) -> Result<(), kube::Error> {
     if pod.metadata.deletion_timestamp.is_some() || pod.is_done() {
         return Ok(());
@@ -118,82 +218,58 @@ async fn create_pod_claims(
         missing_status = true;
         // A claim created earlier whose status update was lost: reuse it (upstream looks it
         // up by owner and annotation for the same reason).
-        let adopted = claims.iter().find(|c| {
-            c.metadata.namespace.as_deref() == Some(namespace)
-                && c.metadata
-                    .annotations
+        let adopted = existing.iter().find(|m| {
+            m.namespace.as_deref() == Some(namespace)
+                && m.annotations
                     .as_ref()
                     .and_then(|a| a.get(POD_CLAIM_NAME_ANNOTATION))
                     == Some(&pod_claim.name)
-                && c.metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .any(|o| o.uid == pod_uid && o.controller == Some(true))
+                && owning_pod(m).is_some_and(|(_, uid)| uid == pod_uid)
         });
         if let Some(claim) = adopted {
             statuses.push((
                 pod_claim.name.clone(),
-                claim.metadata.name.clone().unwrap_or_default(),
+                claim.name.clone().unwrap_or_default(),
             ));
             continue;
         }
-        let templates: Api<ResourceClaimTemplate> = Api::namespaced(client.clone(), namespace);
-        let template = match templates.get_opt(template_name).await? {
-            Some(t) => t,
-            None => {
-                let note = format!(
-                    "PodResourceClaim {}: resource claim template \"{template_name}\": resourceclaimtemplates.resource.k8s.io \"{template_name}\" not found",
-                    pod_claim.name
-                );
-                events
-                    .warn(
-                        object_ref(pod),
-                        "FailedResourceClaimCreation",
-                        "CreateResourceClaim",
-                        note,
-                    )
-                    .await;
-                return Ok(());
-            }
+        let Some((template_meta, spec)) = store.template(namespace, template_name).await? else {
+            let note = format!(
+                "PodResourceClaim {}: resource claim template \"{template_name}\": resourceclaimtemplates.resource.k8s.io \"{template_name}\" not found",
+                pod_claim.name
+            );
+            events
+                .warn(
+                    object_ref(pod),
+                    "FailedResourceClaimCreation",
+                    "CreateResourceClaim",
+                    note,
+                )
+                .await;
+            return Ok(());
         };
-        let mut annotations = template
-            .spec
-            .metadata
+        let mut annotations = template_meta
             .as_ref()
             .and_then(|m| m.annotations.clone())
             .unwrap_or_default();
         annotations.insert(POD_CLAIM_NAME_ANNOTATION.into(), pod_claim.name.clone());
-        let claim = ResourceClaim {
-            metadata: ObjectMeta {
-                generate_name: Some(generate_name(pod_name, &pod_claim.name)),
-                namespace: Some(namespace.into()),
-                labels: template
-                    .spec
-                    .metadata
-                    .as_ref()
-                    .and_then(|m| m.labels.clone()),
-                annotations: Some(annotations),
-                owner_references: Some(vec![OwnerReference {
-                    api_version: "v1".into(),
-                    kind: "Pod".into(),
-                    name: pod_name.into(),
-                    uid: pod_uid.into(),
-                    controller: Some(true),
-                    block_owner_deletion: Some(true),
-                }]),
-                ..Default::default()
-            },
-            spec: template.spec.spec.clone(),
-            status: None,
+        let metadata = ObjectMeta {
+            generate_name: Some(generate_name(pod_name, &pod_claim.name)),
+            namespace: Some(namespace.into()),
+            labels: template_meta.and_then(|m| m.labels),
+            annotations: Some(annotations),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+                name: pod_name.into(),
+                uid: pod_uid.into(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            }]),
+            ..Default::default()
         };
-        let created = Api::<ResourceClaim>::namespaced(client.clone(), namespace)
-            .create(&PostParams::default(), &claim)
-            .await?;
-        statuses.push((
-            pod_claim.name.clone(),
-            created.metadata.name.unwrap_or_default(),
-        ));
+        let created = store.create(namespace, metadata, spec).await?;
+        statuses.push((pod_claim.name.clone(), created));
     }
     if missing_status {
         let entries: Vec<_> = statuses
@@ -271,8 +347,11 @@ async fn structured_pass(
         .await?
         .items;
     let claims: Vec<StructuredClaim> = api.list(None).await?;
+    let existing: Vec<&ObjectMeta> = claims.iter().map(|c| &c.metadata).collect();
     for pod in &pods {
-        if let Err(error) = create_structured_pod_claims(client, api, events, pod, &claims).await {
+        if let Err(error) =
+            create_pod_claims(client, &StructuredClaims(api), events, pod, &existing).await
+        {
             tracing::debug!(pod = ?pod.metadata.name, %error, "creating the claims of a pod failed");
         }
     }
@@ -292,111 +371,6 @@ fn owning_pod(metadata: &ObjectMeta) -> Option<(&str, &str)> {
         .flatten()
         .find(|o| o.controller == Some(true) && o.kind == "Pod" && o.api_version == "v1")
         .map(|o| (o.name.as_str(), o.uid.as_str()))
-}
-
-async fn create_structured_pod_claims(
-    client: &kube::Client,
-    api: &ResourceApi,
-    events: &Events,
-    pod: &ClassicPod,
-    claims: &[StructuredClaim],
-) -> Result<(), kube::Error> {
-    if pod.metadata.deletion_timestamp.is_some() || pod.is_done() {
-        return Ok(());
-    }
-    let (Some(namespace), Some(pod_name), Some(pod_uid)) = (
-        pod.metadata.namespace.as_deref(),
-        pod.metadata.name.as_deref(),
-        pod.metadata.uid.as_deref(),
-    ) else {
-        return Ok(());
-    };
-    let mut statuses: Vec<(String, String)> = Vec::new();
-    let mut missing_status = false;
-    for pod_claim in pod.resource_claims() {
-        let Some(template_name) = pod_claim.template_name() else {
-            continue;
-        };
-        if let Some(existing) = pod.claim_name(&pod_claim.name) {
-            statuses.push((pod_claim.name.clone(), existing.to_string()));
-            continue;
-        }
-        missing_status = true;
-        let adopted = claims.iter().find(|c| {
-            c.metadata.namespace.as_deref() == Some(namespace)
-                && c.metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(POD_CLAIM_NAME_ANNOTATION))
-                    == Some(&pod_claim.name)
-                && owning_pod(&c.metadata).is_some_and(|(_, uid)| uid == pod_uid)
-        });
-        if let Some(claim) = adopted {
-            statuses.push((
-                pod_claim.name.clone(),
-                claim.metadata.name.clone().unwrap_or_default(),
-            ));
-            continue;
-        }
-        let Some(template) = api
-            .get::<StructuredTemplate>(Some(namespace), template_name)
-            .await?
-        else {
-            let note = format!(
-                "PodResourceClaim {}: resource claim template \"{template_name}\": resourceclaimtemplates.resource.k8s.io \"{template_name}\" not found",
-                pod_claim.name
-            );
-            events
-                .warn(
-                    object_ref(pod),
-                    "FailedResourceClaimCreation",
-                    "CreateResourceClaim",
-                    note,
-                )
-                .await;
-            return Ok(());
-        };
-        let template_meta = template.spec.metadata.as_ref();
-        let mut annotations = template_meta
-            .and_then(|m| m.annotations.clone())
-            .unwrap_or_default();
-        annotations.insert(POD_CLAIM_NAME_ANNOTATION.into(), pod_claim.name.clone());
-        let claim = StructuredClaim {
-            metadata: ObjectMeta {
-                generate_name: Some(generate_name(pod_name, &pod_claim.name)),
-                namespace: Some(namespace.into()),
-                labels: template_meta.and_then(|m| m.labels.clone()),
-                annotations: Some(annotations),
-                owner_references: Some(vec![OwnerReference {
-                    api_version: "v1".into(),
-                    kind: "Pod".into(),
-                    name: pod_name.into(),
-                    uid: pod_uid.into(),
-                    controller: Some(true),
-                    block_owner_deletion: Some(true),
-                }]),
-                ..Default::default()
-            },
-            spec: template.spec.spec.clone(),
-            status: None,
-        };
-        let created = api.create(Some(namespace), &claim).await?;
-        statuses.push((
-            pod_claim.name.clone(),
-            created.metadata.name.unwrap_or_default(),
-        ));
-    }
-    if missing_status {
-        let entries: Vec<_> = statuses
-            .iter()
-            .map(|(name, claim)| json!({"name": name, "resourceClaimName": claim}))
-            .collect();
-        let patch = json!({"metadata": {"resourceVersion": pod.metadata.resource_version}, "status": {"resourceClaimStatuses": entries}});
-        Api::<ClassicPod>::namespaced(client.clone(), namespace)
-            .patch_status(pod_name, &PatchParams::default(), &Patch::Merge(patch))
-            .await?;
-    }
-    Ok(())
 }
 
 /// `syncClaim` for structured claims.
