@@ -163,7 +163,7 @@ fn bench(c: &mut Criterion) {
     run("prepare_batch_100_claims_1x2", batch);
 
     // Republishing the node's slice of 128 devices after it was deleted.
-    let slices: Api<v1::ResourceSlice> = Api::all(api.client().unwrap());
+    let slices: Api<v1::ResourceSlice> = rt.block_on(async { Api::all(api.client().unwrap()) });
     let current = || {
         rt.block_on(slices.list(&ListParams::default()))
             .unwrap()
