@@ -278,15 +278,18 @@ impl DraPluginService {
         claims: &[ClaimRef],
     ) -> Result<Vec<Result<Vec<DeviceOutcome>, String>>, Status> {
         let mut results: Vec<Option<Result<Vec<DeviceOutcome>, String>>> = vec![None; claims.len()];
-        let mut requests = Vec::new();
-        let mut pending = Vec::new();
+        // Before anything uses the uid (it names files).
+        let mut valid = Vec::new();
         for (i, claim) in claims.iter().enumerate() {
-            // Before anything uses the uid (it names files).
-            if let Err(e) = validate_claim_uid(&claim.uid) {
-                results[i] = Some(Err(e.to_string()));
-                continue;
+            match validate_claim_uid(&claim.uid) {
+                Ok(()) => valid.push((i, claim)),
+                Err(e) => results[i] = Some(Err(e.to_string())),
             }
-            let resolved = match self.claims.get(&claim.namespace, &claim.name).await {
+        }
+        // The claims of a batch are read concurrently: one API round trip for the batch
+        // instead of one per claim.
+        let resolved = futures::future::join_all(valid.iter().map(|(_, claim)| async move {
+            match self.claims.get(&claim.namespace, &claim.name).await {
                 Err(e) => Err(format!(
                     "claim {}: {e}",
                     describe(&claim.uid, &claim.namespace, &claim.name)
@@ -298,7 +301,12 @@ impl DraPluginService {
                     &fetched,
                 )
                 .map_err(|e| e.to_string()),
-            };
+            }
+        }))
+        .await;
+        let mut requests = Vec::new();
+        let mut pending = Vec::new();
+        for ((i, claim), resolved) in valid.into_iter().zip(resolved) {
             match resolved {
                 Err(e) => {
                     self.node.metrics.claim("prepare", false);
