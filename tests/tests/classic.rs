@@ -25,69 +25,17 @@ async fn claim_of(sim: &fake_dra_e2e::sim::Sim, namespace: &str, pod_name: &str)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn s1_two_pods_get_distinct_devices() {
-    let sim = start_default().await;
-    sim.apply(&example("1-two-pods-own-claims.yaml"))
-        .await
-        .unwrap();
-    let a = env_of(&sim, "test1", "pod0", "ctr0").await;
-    let b = env_of(&sim, "test1", "pod1", "ctr0").await;
-    common_env_ok(&a);
-    common_env_ok(&b);
-    let (da, db) = (devices(&a), devices(&b));
-    assert_eq!((da.len(), db.len()), (1, 1), "{a:?} {b:?}");
-    assert_ne!(da[0], db[0]);
-    assert_no_device_twice(&sim).await;
-    sim.shutdown().await;
+    scenarios::two_pods_get_distinct_devices(Generation::Classic).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn s2_two_containers_of_a_pod_share_the_device() {
-    let sim = start_default().await;
-    sim.apply(&example("2-two-containers-share.yaml"))
-        .await
-        .unwrap();
-    let a = env_of(&sim, "test2", "pod0", "ctr0").await;
-    let b = env_of(&sim, "test2", "pod0", "ctr1").await;
-    common_env_ok(&a);
-    assert_eq!(devices(&a).len(), 1);
-    assert_eq!(devices(&a), devices(&b));
-    assert_eq!(a["FAKE_NODE_NAME"], b["FAKE_NODE_NAME"]);
-    sim.shutdown().await;
+    scenarios::two_containers_of_a_pod_share_the_device(Generation::Classic).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn s3_global_claim_is_shared_and_deallocated_after_its_last_user() {
-    let sim = start_default().await;
-    sim.apply(&example("3-global-claim-shared.yaml"))
-        .await
-        .unwrap();
-    let a = env_of(&sim, "test3", "pod0", "ctr0").await;
-    let b = env_of(&sim, "test3", "pod1", "ctr0").await;
-    assert_eq!(devices(&a).len(), 1);
-    assert_eq!(devices(&a), devices(&b));
-    assert_eq!(a["FAKE_NODE_NAME"], b["FAKE_NODE_NAME"]);
-    let claims_api = Api::<ResourceClaim>::namespaced(sim.client().unwrap(), "test3");
-
-    delete_pod(&sim, "test3", "pod0").await;
-    wait_pod_gone(&sim, "test3", "pod0").await;
-    let claim = eventually("pod0 out of reservedFor", || async {
-        let c = claims_api.get("fake").await.unwrap();
-        (c.reserved_for().len() == 1).then_some(c)
-    })
-    .await;
-    assert!(
-        claim.is_allocated(),
-        "still used by pod1, so still allocated"
-    );
-    assert_eq!(handle(&claim).unwrap().devices.len(), 1);
-
-    delete_pod(&sim, "test3", "pod1").await;
-    wait_pod_gone(&sim, "test3", "pod1").await;
-    eventually("claim deallocated after its last user", || async {
-        (!claims_api.get("fake").await.unwrap().is_allocated()).then_some(())
-    })
-    .await;
-    sim.shutdown().await;
+    scenarios::global_claim_is_shared_and_released_after_its_last_user(Generation::Classic).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -144,48 +92,7 @@ async fn s5_count_4_split_2_gives_8_children_two_per_parent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn s6_deployment_replicas_get_20_ids_each_and_share_no_parent() {
-    let sim = start_default().await;
-    sim.apply(&example("6-deployment-count-4-split-5.yaml"))
-        .await
-        .unwrap();
-    let pods = eventually("two replicas", || async {
-        let pods =
-            Api::<fake_dra_crds::pod::ClassicPod>::namespaced(sim.client().unwrap(), "test6")
-                .list(&Default::default())
-                .await
-                .unwrap()
-                .items;
-        (pods.len() == 2).then_some(pods)
-    })
-    .await;
-    let mut all_ids = Vec::new();
-    let mut parents: Vec<(String, String)> = Vec::new();
-    for p in &pods {
-        let name = p.metadata.name.clone().unwrap();
-        assert!(
-            p.metadata
-                .owner_references
-                .as_ref()
-                .unwrap()
-                .iter()
-                .any(|o| o.kind == "ReplicaSet"),
-            "replica owned by its ReplicaSet"
-        );
-        let env = env_of(&sim, "test6", &name, "ctr0").await;
-        let ids = devices(&env);
-        assert_eq!(ids.len(), 20, "{name}: {env:?}");
-        all_ids.extend(ids);
-        let h = handle(&claim_of(&sim, "test6", &name).await).unwrap();
-        assert_eq!((h.devices.len(), h.split), (4, 5));
-        parents.extend(h.devices.iter().map(|d| (h.node_name.clone(), d.clone())));
-    }
-    assert!(distinct(&all_ids), "no id shared between replicas");
-    assert_eq!(
-        parents.iter().collect::<BTreeSet<_>>().len(),
-        8,
-        "no parent shared between replicas"
-    );
-    sim.shutdown().await;
+    scenarios::deployment_replicas_get_20_ids_each_and_share_no_parent(Generation::Classic).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -345,7 +252,7 @@ spec:
         four["FAKE_NODE_NAME"], a["FAKE_NODE_NAME"],
         "lands where devices were freed"
     );
-    assert_no_device_twice(&sim).await;
+    Generation::Classic.assert_no_device_twice(&sim).await;
     sim.shutdown().await;
 }
 
@@ -473,7 +380,7 @@ async fn s11_kill_9_of_controller_and_plugin_converges_without_double_allocation
             .iter()
             .any(|f| f.contains(&uid))
     );
-    assert_no_device_twice(&sim).await;
+    Generation::Classic.assert_no_device_twice(&sim).await;
     sim.shutdown().await;
 }
 
@@ -637,7 +544,7 @@ spec:
             "{p} bound without devices"
         );
     }
-    assert_no_device_twice(&sim).await;
+    Generation::Classic.assert_no_device_twice(&sim).await;
     sim.shutdown().await;
 }
 

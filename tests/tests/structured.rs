@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use common::*;
 use fake_dra_e2e::manifests::Manifest;
@@ -16,14 +16,11 @@ use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use kube::api::{Api, DeleteParams, ListParams};
 
 fn structured() -> SimConfig {
-    SimConfig {
-        overlay: "structured".into(),
-        ..SimConfig::default()
-    }
+    Generation::Structured.config()
 }
 
 fn example_s(name: &str) -> Vec<Manifest> {
-    example(&format!("structured/{name}"))
+    Generation::Structured.example(name)
 }
 
 async fn v1_claims(sim: &Sim, namespace: Option<&str>) -> Vec<ResourceClaim> {
@@ -51,23 +48,6 @@ fn allocated(claim: &ResourceClaim) -> Vec<(String, String)> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-/// No device is in two claims' allocations.
-async fn assert_no_device_twice_structured(sim: &Sim) {
-    let mut owner: BTreeMap<(String, String), String> = BTreeMap::new();
-    for claim in v1_claims(sim, None).await {
-        let name = format!(
-            "{}/{}",
-            claim.metadata.namespace.clone().unwrap_or_default(),
-            claim.metadata.name.clone().unwrap_or_default()
-        );
-        for key in allocated(&claim) {
-            if let Some(previous) = owner.insert(key.clone(), name.clone()) {
-                panic!("device {key:?} is allocated to both {previous} and {name}");
-            }
-        }
-    }
 }
 
 async fn claim_of(sim: &Sim, namespace: &str, pod_name: &str) -> ResourceClaim {
@@ -111,60 +91,18 @@ async fn parent_ids(sim: &Sim, devices: &[(String, String)]) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn s1_two_pods_get_distinct_devices() {
-    let sim = start(structured()).await;
-    sim.apply(&example_s("1-two-pods-own-claims.yaml"))
-        .await
-        .unwrap();
-    let a = env_of(&sim, "test1", "pod0", "ctr0").await;
-    let b = env_of(&sim, "test1", "pod1", "ctr0").await;
-    common_env_ok(&a);
-    common_env_ok(&b);
-    let (da, db) = (devices(&a), devices(&b));
-    assert_eq!((da.len(), db.len()), (1, 1), "{a:?} {b:?}");
-    assert_ne!(da[0], db[0]);
-    assert_no_device_twice_structured(&sim).await;
-    sim.shutdown().await;
+    scenarios::two_pods_get_distinct_devices(Generation::Structured).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn s2_two_containers_of_a_pod_share_the_device() {
-    let sim = start(structured()).await;
-    sim.apply(&example_s("2-two-containers-share.yaml"))
-        .await
-        .unwrap();
-    let a = env_of(&sim, "test2", "pod0", "ctr0").await;
-    let b = env_of(&sim, "test2", "pod0", "ctr1").await;
-    common_env_ok(&a);
-    assert_eq!(devices(&a).len(), 1);
-    assert_eq!(devices(&a), devices(&b));
-    sim.shutdown().await;
+    scenarios::two_containers_of_a_pod_share_the_device(Generation::Structured).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn s3_global_claim_is_shared_and_freed_after_its_last_user() {
-    let sim = start(structured()).await;
-    sim.apply(&example_s("3-global-claim-shared.yaml"))
-        .await
-        .unwrap();
-    let a = env_of(&sim, "test3", "pod0", "ctr0").await;
-    let b = env_of(&sim, "test3", "pod1", "ctr0").await;
-    assert_eq!(devices(&a).len(), 1);
-    assert_eq!(devices(&a), devices(&b));
-    assert_eq!(a["FAKE_NODE_NAME"], b["FAKE_NODE_NAME"]);
-    let api = Api::<ResourceClaim>::namespaced(sim.client().unwrap(), "test3");
-    delete_pod(&sim, "test3", "pod0").await;
-    wait_pod_gone(&sim, "test3", "pod0").await;
-    let claim = api.get("fake").await.unwrap();
-    assert_eq!(allocated(&claim).len(), 1, "still used by pod1");
-    delete_pod(&sim, "test3", "pod1").await;
-    wait_pod_gone(&sim, "test3", "pod1").await;
-    eventually("allocation cleared after the last user", || async {
-        allocated(&api.get("fake").await.unwrap())
-            .is_empty()
-            .then_some(())
-    })
-    .await;
-    sim.shutdown().await;
+    scenarios::global_claim_is_shared_and_released_after_its_last_user(Generation::Structured)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -219,38 +157,8 @@ async fn s5_count_4_split_2_gives_8_children_two_per_parent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn s6_deployment_replicas_get_20_ids_each_and_share_no_parent() {
-    let sim = start(structured()).await;
-    sim.apply(&example_s("6-deployment-count-4-split-5.yaml"))
-        .await
-        .unwrap();
-    let pods = eventually("two replicas", || async {
-        let pods =
-            Api::<fake_dra_crds::pod::ClassicPod>::namespaced(sim.client().unwrap(), "test6")
-                .list(&Default::default())
-                .await
-                .unwrap()
-                .items;
-        (pods.len() == 2).then_some(pods)
-    })
-    .await;
-    let mut all_ids = Vec::new();
-    let mut all_devices = Vec::new();
-    for p in &pods {
-        let name = p.metadata.name.clone().unwrap();
-        let ids = devices(&env_of(&sim, "test6", &name, "ctr0").await);
-        assert_eq!(ids.len(), 20, "{name}");
-        all_ids.extend(ids);
-        let results = allocated(&claim_of(&sim, "test6", &name).await);
-        assert_eq!(results.len(), 4);
-        all_devices.extend(results);
-    }
-    assert!(distinct(&all_ids), "no id shared between replicas");
-    assert_eq!(
-        all_devices.iter().collect::<BTreeSet<_>>().len(),
-        8,
-        "no parent shared between replicas"
-    );
-    sim.shutdown().await;
+    scenarios::deployment_replicas_get_20_ids_each_and_share_no_parent(Generation::Structured)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -433,7 +341,7 @@ async fn s11_kill_9_of_a_plugin_and_a_deleted_slice_converge() {
         cdi_specs(&sim, &node).iter().any(|f| f.contains(&uid)),
         "prepared before the kill, still prepared"
     );
-    assert_no_device_twice_structured(&sim).await;
+    Generation::Structured.assert_no_device_twice(&sim).await;
     sim.shutdown().await;
 }
 

@@ -13,7 +13,8 @@ use fake_dra_crds::v1alpha2::ResourceClaim;
 use fake_dra_e2e::manifests::{self, Manifest};
 use fake_dra_e2e::sim::{Sim, SimConfig};
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams};
+use serde_json::Value;
 
 /// The driver and the seed's nodes, as the default [`SimConfig`] has them.
 pub const DRIVER: &str = "fake.resource.3-shake.com";
@@ -181,24 +182,112 @@ pub fn handle(claim: &ResourceClaim) -> Option<AllocationHandle> {
     Some(AllocationHandle::parse(data).unwrap())
 }
 
-/// The single source of truth holds: no parent device is allocated to two claims.
-pub async fn assert_no_device_twice(sim: &Sim) {
-    let mut owner: BTreeMap<(String, String), String> = BTreeMap::new();
-    for claim in claims(sim).await {
-        let Some(h) = handle(&claim) else { continue };
-        let name = format!(
-            "{}/{}",
-            claim.metadata.namespace.clone().unwrap_or_default(),
-            claim.metadata.name.clone().unwrap_or_default()
-        );
-        for device in h.devices {
-            if let Some(previous) =
-                owner.insert((h.node_name.clone(), device.clone()), name.clone())
-            {
-                panic!(
-                    "device {device} on {} is held by both {previous} and {name}",
-                    h.node_name
-                );
+/// Which DRA generation a suite runs; what differs between the two suites' shared
+/// scenarios is how a claim records its devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Generation {
+    /// The allocation handle our controller writes (node, parent ids).
+    Classic,
+    /// The scheduler's allocation results (pool = node, device name).
+    Structured,
+}
+
+impl Generation {
+    pub fn config(self) -> SimConfig {
+        match self {
+            Self::Classic => SimConfig::default(),
+            Self::Structured => SimConfig {
+                overlay: "structured".into(),
+                ..SimConfig::default()
+            },
+        }
+    }
+
+    /// A manifest of deploy/examples (or deploy/examples/structured).
+    pub fn example(self, name: &str) -> Vec<Manifest> {
+        match self {
+            Self::Classic => example(name),
+            Self::Structured => example(&format!("structured/{name}")),
+        }
+    }
+
+    /// The (node, device) pairs a claim (as JSON, either API version) holds of our driver.
+    pub fn held(self, claim: &Value) -> Vec<(String, String)> {
+        let allocation = &claim["status"]["allocation"];
+        match self {
+            Self::Classic => allocation["resourceHandles"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|h| h["driverName"] == DRIVER)
+                .filter_map(|h| AllocationHandle::parse(h["data"].as_str()?).ok())
+                .flat_map(|h| h.devices.into_iter().map(move |d| (h.node_name.clone(), d)))
+                .collect(),
+            Self::Structured => allocation["devices"]["results"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|r| r["driver"] == DRIVER)
+                .map(|r| {
+                    (
+                        r["pool"].as_str().unwrap_or_default().to_string(),
+                        r["device"].as_str().unwrap_or_default().to_string(),
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    /// Every ResourceClaim of the cluster (or of `namespace`) as JSON.
+    pub async fn claims(self, sim: &Sim, namespace: Option<&str>) -> Vec<Value> {
+        let (group, version) = match self {
+            Self::Classic => ("resource.k8s.io", "v1alpha2"),
+            Self::Structured => ("resource.k8s.io", "v1"),
+        };
+        let resource = ApiResource {
+            group: group.into(),
+            version: version.into(),
+            api_version: format!("{group}/{version}"),
+            kind: "ResourceClaim".into(),
+            plural: "resourceclaims".into(),
+        };
+        let client = sim.client().unwrap();
+        let api: Api<DynamicObject> = match namespace {
+            Some(ns) => Api::namespaced_with(client, ns, &resource),
+            None => Api::all_with(client, &resource),
+        };
+        api.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|o| serde_json::to_value(o).unwrap())
+            .collect()
+    }
+
+    /// What the claim `namespace/name` holds.
+    pub async fn held_by(self, sim: &Sim, namespace: &str, name: &str) -> Vec<(String, String)> {
+        let claims = self.claims(sim, Some(namespace)).await;
+        let claim = claims
+            .iter()
+            .find(|c| c["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no claim {namespace}/{name}"));
+        self.held(claim)
+    }
+
+    /// The single source of truth holds: no device is allocated to two claims.
+    pub async fn assert_no_device_twice(self, sim: &Sim) {
+        let mut owner: BTreeMap<(String, String), String> = BTreeMap::new();
+        for claim in self.claims(sim, None).await {
+            let name = format!(
+                "{}/{}",
+                claim["metadata"]["namespace"].as_str().unwrap_or_default(),
+                claim["metadata"]["name"].as_str().unwrap_or_default()
+            );
+            for device in self.held(&claim) {
+                if let Some(previous) = owner.insert(device.clone(), name.clone()) {
+                    panic!("device {device:?} is held by both {previous} and {name}");
+                }
             }
         }
     }
@@ -297,3 +386,4 @@ pub fn cdi_specs(sim: &Sim, node: &str) -> Vec<String> {
     names.sort();
     names
 }
+pub mod scenarios;
