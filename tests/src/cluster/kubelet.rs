@@ -767,7 +767,7 @@ impl PodWorker {
                         "prepare dynamic resources: DRA driver {driver} is not registered"
                     ))
                 })?;
-            let ids = call_prepare(&socket, &namespace, &uid, &name, data)
+            let ids = call_classic(&socket, Call::Prepare, &namespace, &uid, &name, data)
                 .await
                 .map_err(|m| {
                     Failure::prepare(format!("NodePrepareResources for claim {name}: {m}"))
@@ -905,10 +905,16 @@ impl PodWorker {
                     )
                     .await
                     .map(|_| ()),
-                    Some((socket, _)) => {
-                        call_unprepare(&socket, &prepared.namespace, &uid, &prepared.name, data)
-                            .await
-                    }
+                    Some((socket, _)) => call_classic(
+                        &socket,
+                        Call::Unprepare,
+                        &prepared.namespace,
+                        &uid,
+                        &prepared.name,
+                        data,
+                    )
+                    .await
+                    .map(|_| ()),
                     None => Err(format!("DRA driver {driver} is not registered")),
                 };
                 if let Err(error) = result {
@@ -1152,59 +1158,6 @@ fn is_qualified_cdi_id(id: &str) -> bool {
 // ---------------------------------------------------------------------------------------
 // DRA gRPC calls, as kubelet 1.28–1.30 make them
 
-async fn call_prepare(
-    socket: &Path,
-    namespace: &str,
-    uid: &str,
-    name: &str,
-    handle: &str,
-) -> Result<Vec<String>, String> {
-    let channel = fake_dra_proto::connect_unix(socket)
-        .await
-        .map_err(|e| format!("dialling {}: {e}", socket.display()))?;
-    let claim = v1alpha3::Claim {
-        namespace: namespace.into(),
-        uid: uid.into(),
-        name: name.into(),
-        resource_handle: handle.into(),
-    };
-    let mut client = v1alpha3::node_client::NodeClient::new(channel.clone());
-    let call = client.node_prepare_resources(v1alpha3::NodePrepareResourcesRequest {
-        claims: vec![claim],
-    });
-    match tokio::time::timeout(DRA_CALL_TIMEOUT, call)
-        .await
-        .map_err(|_| "timed out".to_string())?
-    {
-        Ok(response) => {
-            let mut claims = response.into_inner().claims;
-            let result = claims
-                .remove(uid)
-                .ok_or_else(|| "the response has no entry for the claim".to_string())?;
-            if !result.error.is_empty() {
-                return Err(result.error);
-            }
-            Ok(result.cdi_devices)
-        }
-        Err(status) if status.code() == tonic::Code::Unimplemented => {
-            let mut client = v1alpha2::node_client::NodeClient::new(channel);
-            let request = v1alpha2::NodePrepareResourceRequest {
-                namespace: namespace.into(),
-                claim_uid: uid.into(),
-                claim_name: name.into(),
-                resource_handle: handle.into(),
-            };
-            let call = client.node_prepare_resource(request);
-            let response = tokio::time::timeout(DRA_CALL_TIMEOUT, call)
-                .await
-                .map_err(|_| "timed out".to_string())?
-                .map_err(|s| s.message().to_string())?;
-            Ok(response.into_inner().cdi_devices)
-        }
-        Err(status) => Err(status.message().to_string()),
-    }
-}
-
 /// Which structured DRA call to make.
 #[derive(Debug, Clone, Copy)]
 enum Call {
@@ -1227,11 +1180,7 @@ macro_rules! structured_call {
             Call::Prepare => {
                 let call =
                     client.node_prepare_resources(api::NodePrepareResourcesRequest { claims });
-                let mut response = tokio::time::timeout(DRA_CALL_TIMEOUT, call)
-                    .await
-                    .map_err(|_| "timed out".to_string())?
-                    .map_err(|s| s.message().to_string())?
-                    .into_inner();
+                let mut response = timed(call).await?.map_err(|s| s.message().to_string())?;
                 let result = response
                     .claims
                     .remove($uid)
@@ -1248,11 +1197,7 @@ macro_rules! structured_call {
             Call::Unprepare => {
                 let call =
                     client.node_unprepare_resources(api::NodeUnprepareResourcesRequest { claims });
-                let mut response = tokio::time::timeout(DRA_CALL_TIMEOUT, call)
-                    .await
-                    .map_err(|_| "timed out".to_string())?
-                    .map_err(|s| s.message().to_string())?
-                    .into_inner();
+                let mut response = timed(call).await?.map_err(|s| s.message().to_string())?;
                 let result = response
                     .claims
                     .remove($uid)
@@ -1289,58 +1234,87 @@ async fn call_structured(
     }
 }
 
-async fn call_unprepare(
+/// A classic call as kubelets 1.28–1.30 make it: `v1alpha3` (batched, here one claim),
+/// and the single-claim `v1alpha2` service when that is `Unimplemented`. Returns the CDI
+/// ids prepared (none for unprepare); a per-claim error comes back as `Err`.
+async fn call_classic(
     socket: &Path,
+    call: Call,
     namespace: &str,
     uid: &str,
     name: &str,
     handle: &str,
-) -> Result<(), String> {
+) -> Result<Vec<String>, String> {
     let channel = fake_dra_proto::connect_unix(socket)
         .await
         .map_err(|e| format!("dialling {}: {e}", socket.display()))?;
-    let claim = v1alpha3::Claim {
+    let claims = vec![v1alpha3::Claim {
         namespace: namespace.into(),
         uid: uid.into(),
         name: name.into(),
         resource_handle: handle.into(),
-    };
-    let mut client = v1alpha3::node_client::NodeClient::new(channel.clone());
-    let call = client.node_unprepare_resources(v1alpha3::NodeUnprepareResourcesRequest {
-        claims: vec![claim],
-    });
-    match tokio::time::timeout(DRA_CALL_TIMEOUT, call)
-        .await
-        .map_err(|_| "timed out".to_string())?
-    {
-        Ok(response) => {
-            let mut claims = response.into_inner().claims;
-            let result = claims
-                .remove(uid)
-                .ok_or_else(|| "the response has no entry for the claim".to_string())?;
-            if result.error.is_empty() {
-                Ok(())
-            } else {
-                Err(result.error)
-            }
+    }];
+    let mut batched = v1alpha3::node_client::NodeClient::new(channel.clone());
+    // (per-claim error, CDI ids) of the claim's entry in the response.
+    let entry = match call {
+        Call::Prepare => {
+            timed(batched.node_prepare_resources(v1alpha3::NodePrepareResourcesRequest { claims }))
+                .await?
+                .map(|mut r| r.claims.remove(uid).map(|c| (c.error, c.cdi_devices)))
         }
+        Call::Unprepare => timed(
+            batched.node_unprepare_resources(v1alpha3::NodeUnprepareResourcesRequest { claims }),
+        )
+        .await?
+        .map(|mut r| r.claims.remove(uid).map(|c| (c.error, Vec::new()))),
+    };
+    match entry {
+        Ok(Some((error, ids))) if error.is_empty() => Ok(ids),
+        Ok(Some((error, _))) => Err(error),
+        Ok(None) => Err("the response has no entry for the claim".into()),
         Err(status) if status.code() == tonic::Code::Unimplemented => {
-            let mut client = v1alpha2::node_client::NodeClient::new(channel);
-            let request = v1alpha2::NodeUnprepareResourceRequest {
-                namespace: namespace.into(),
-                claim_uid: uid.into(),
-                claim_name: name.into(),
-                resource_handle: handle.into(),
-            };
-            let call = client.node_unprepare_resource(request);
-            tokio::time::timeout(DRA_CALL_TIMEOUT, call)
-                .await
-                .map_err(|_| "timed out".to_string())?
-                .map_err(|s| s.message().to_string())?;
-            Ok(())
+            let mut single = v1alpha2::node_client::NodeClient::new(channel);
+            let (namespace, claim_uid, claim_name, resource_handle) =
+                (namespace.into(), uid.into(), name.into(), handle.into());
+            match call {
+                Call::Prepare => {
+                    let request = v1alpha2::NodePrepareResourceRequest {
+                        namespace,
+                        claim_uid,
+                        claim_name,
+                        resource_handle,
+                    };
+                    Ok(timed(single.node_prepare_resource(request))
+                        .await?
+                        .map_err(|s| s.message().to_string())?
+                        .cdi_devices)
+                }
+                Call::Unprepare => {
+                    let request = v1alpha2::NodeUnprepareResourceRequest {
+                        namespace,
+                        claim_uid,
+                        claim_name,
+                        resource_handle,
+                    };
+                    timed(single.node_unprepare_resource(request))
+                        .await?
+                        .map_err(|s| s.message().to_string())?;
+                    Ok(Vec::new())
+                }
+            }
         }
         Err(status) => Err(status.message().to_string()),
     }
+}
+
+/// Awaits a DRA call within the kubelet's timeout.
+async fn timed<T>(
+    call: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<Result<T, tonic::Status>, String> {
+    tokio::time::timeout(DRA_CALL_TIMEOUT, call)
+        .await
+        .map(|r| r.map(tonic::Response::into_inner))
+        .map_err(|_| "timed out".to_string())
 }
 
 #[cfg(test)]
