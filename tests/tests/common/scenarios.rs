@@ -113,7 +113,9 @@ pub async fn deployment_replicas_get_20_ids_each_and_share_no_parent(generation:
         let ids = devices(&env);
         assert_eq!(ids.len(), 20, "{name}: {env:?}");
         all_ids.extend(ids);
-        let claim = p.claim_name("fake").unwrap().to_string();
+        // Read again: the pod listed above may predate its claim's status entry.
+        let current = pod(&sim, "test6", &name).await.unwrap();
+        let claim = current.claim_name("fake").unwrap().to_string();
         let held = generation.held_by(&sim, "test6", &claim).await;
         assert_eq!(held.len(), 4, "{name}: 4 parents");
         parents.extend(held);
