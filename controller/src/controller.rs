@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use fake_dra_crds::handle::AllocationHandle;
@@ -34,7 +34,6 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::allocator::{Allocator, ClaimAsk, NodeInput};
-use crate::http::Health;
 use crate::metrics::{ControllerLabel, Label, Metrics, StateLabel};
 use crate::params::{self, Problem};
 use crate::{Error, Result};
@@ -763,13 +762,13 @@ fn error_policy<K: Resource<DynamicType = ()>>(
     Action::requeue(delay)
 }
 
-/// Runs both controllers until `shutdown` resolves. `health.ready` is set once every
-/// cache has synced.
+/// Runs both controllers until `shutdown` resolves. `ready` is set once every cache has
+/// synced.
 pub async fn run(
     client: Client,
     config: Config,
     metrics: Arc<Metrics>,
-    health: Arc<Health>,
+    ready: Arc<AtomicBool>,
     shutdown: impl Future<Output = ()> + Send + Sync + Clone + 'static,
 ) {
     let wc = watcher::Config::default();
@@ -854,12 +853,12 @@ pub async fn run(
         let _ = classes.wait_until_ready().await;
         let _ = nas.wait_until_ready().await;
         let _ = nodes.wait_until_ready().await;
-        let ready = async {
+        let synced = async {
             let _ = claims.wait_until_ready().await;
-            health.ready.store(true, Ordering::Relaxed);
+            ready.store(true, Ordering::SeqCst);
             tracing::info!("caches synced");
         };
-        tokio::join!(claim_run, psc_run, ready);
+        tokio::join!(claim_run, psc_run, synced);
     };
     let background = async {
         tokio::join!(classes_task, nas_task, nodes_task);

@@ -7,7 +7,6 @@
 
 pub mod allocator;
 pub mod controller;
-pub mod http;
 pub mod metrics;
 pub mod params;
 

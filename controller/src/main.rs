@@ -3,11 +3,13 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use clap::{Parser, ValueEnum};
-use fake_dra_controller::http::{self, Health};
 use fake_dra_controller::metrics::Metrics;
 use fake_dra_controller::{Config, run};
+use fake_dra_ops::conn::{Limits, Pool};
+use fake_dra_ops::health::{self, Endpoints};
 use futures::FutureExt;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
@@ -53,6 +55,13 @@ struct Flags {
     /// Address serving /metrics, /healthz and /readyz.
     #[arg(long, env = "FAKE_DRA_HTTP_ADDRESS", default_value = "0.0.0.0:8080")]
     http_address: SocketAddr,
+    /// Most connections open at once on the HTTP port; admitting one more closes the
+    /// quietest. 0: as many as the open-files limit leaves room for.
+    #[arg(long, env = "FAKE_DRA_MAX_CONNECTIONS", default_value_t = 0)]
+    max_connections: usize,
+    /// Seconds an HTTP connection may stay quiet before it is closed.
+    #[arg(long, env = "FAKE_DRA_CONNECTION_IDLE_TIMEOUT", default_value_t = fake_dra_ops::conn::DEFAULT_IDLE_TIMEOUT.as_secs())]
+    connection_idle_timeout: u64,
     /// Log format.
     #[arg(long, env = "FAKE_DRA_LOG_FORMAT", value_enum, default_value = "text")]
     log_format: LogFormat,
@@ -111,10 +120,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| format!("fake-dra-controller-{}", std::process::id()));
     let metrics = Arc::new(Metrics::default());
-    let health = Arc::new(Health::default());
-    let (addr, serve) = http::bind(flags.http_address, metrics.clone(), health.clone()).await?;
-    tracing::info!(%addr, "serving /metrics, /healthz, /readyz");
-    tokio::spawn(serve);
+    let ready = Arc::new(AtomicBool::new(false));
+    let listener = tokio::net::TcpListener::bind(flags.http_address).await?;
+    let endpoints = Endpoints {
+        ready: ready.clone(),
+        not_ready: "caches not synced",
+        metrics: {
+            let metrics = metrics.clone();
+            Arc::new(move || metrics.encode())
+        },
+    };
+    let pool = Pool::new(Limits::from_flags(
+        flags.max_connections,
+        flags.connection_idle_timeout,
+    ));
+    tokio::spawn(health::serve(listener, pool, endpoints));
 
     let shutdown = terminated().boxed().shared();
     let config = Config {
@@ -125,7 +145,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
 
     if !flags.leader_elect {
-        run(client, config, metrics, health, shutdown).await;
+        run(client, config, metrics, ready, shutdown).await;
         return Ok(());
     }
 
@@ -160,7 +180,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .boxed()
         .shared()
     };
-    run(client, config, metrics, health, stop).await;
+    run(client, config, metrics, ready, stop).await;
     let lost_lead = !*leading.borrow();
     drop(leading);
     if let Ok(Ok(manager)) = lease_task.await {

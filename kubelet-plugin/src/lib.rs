@@ -8,7 +8,7 @@
 //! - adapters: [`driver`] (files: CDI specs, checkpoint), [`grpc`] (registration and
 //!   DRA services on unix sockets), [`publish`] (the NodeAllocationState, classic),
 //!   [`publish_slices`] (the ResourceSlice, structured), [`resourceclaims`] (reading
-//!   claims, structured), [`http`] (health and metrics);
+//!   claims, structured); health and metrics are `fake_dra_ops::health`;
 //! - [`run`] wires them; `main.rs` only parses flags.
 
 pub mod cdi;
@@ -18,7 +18,6 @@ pub mod devices;
 pub mod driver;
 pub mod fsutil;
 pub mod grpc;
-pub mod http;
 pub mod metrics;
 pub mod mode;
 pub mod publish;
@@ -34,8 +33,10 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use fake_dra_crds::nas::NodePhase;
+use fake_dra_ops::conn::{self, Limits, Pool};
+use fake_dra_proto::authority::RewriteIo;
 use fake_dra_proto::{dra_v1, dra_v1beta1, pluginregistration, v1alpha2, v1alpha3};
-use tokio_stream::wrappers::UnixListenerStream;
+use tokio_stream::StreamExt;
 use tracing::{error, info, warn};
 
 use crate::cdi::CdiKind;
@@ -106,6 +107,8 @@ pub struct Config {
     pub crash_point: Option<CrashPoint>,
     /// `--mode`.
     pub mode: ModeFlag,
+    /// Open connections and idle timeout, over the sockets and the HTTP port.
+    pub connection_limits: Limits,
 }
 
 /// Why the plugin stopped with an error.
@@ -183,6 +186,30 @@ async fn choose_mode(flag: ModeFlag, client: &kube::Client) -> Result<Mode, Erro
     Ok(mode)
 }
 
+/// How often the gRPC servers ping a connection, and how long they wait for the answer:
+/// a kubelet's connection answers and stays open however long it idles; one that does
+/// not is closed.
+const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
+const KEEPALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
+fn grpc_server() -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+}
+
+/// The connections of a plugin socket, whatever `:authority` the kubelet sends (see
+/// [`fake_dra_proto::authority`]): a real kubelet sends the socket path, which h2 would
+/// refuse.
+fn kubelet_connections(
+    listener: tokio::net::UnixListener,
+    pool: &Pool,
+) -> impl futures::Stream<Item = std::io::Result<RewriteIo<conn::Guarded<tokio::net::UnixStream>>>>
++ Send
++ 'static {
+    conn::incoming(listener, pool.clone()).map(|c| c.map(RewriteIo::server))
+}
+
 /// Runs the plugin until `shutdown` completes, then removes the sockets and marks the
 /// node NotReady.
 pub async fn run(
@@ -234,6 +261,7 @@ pub async fn run(
         }
     };
 
+    let pool = Pool::new(config.connection_limits);
     let http_task = match config.http_address {
         Some(addr) => {
             let listener = tokio::net::TcpListener::bind(addr)
@@ -242,10 +270,16 @@ pub async fn run(
                     path: PathBuf::from(addr.to_string()),
                     source,
                 })?;
-            Some(tokio::spawn(http::serve(
+            let metrics = metrics.clone();
+            let endpoints = fake_dra_ops::health::Endpoints {
+                ready: ready.clone(),
+                not_ready: "not ready",
+                metrics: Arc::new(move || metrics.encode()),
+            };
+            Some(tokio::spawn(fake_dra_ops::health::serve(
                 listener,
-                metrics.clone(),
-                ready.clone(),
+                pool.clone(),
+                endpoints,
             )))
         }
         None => None,
@@ -276,7 +310,7 @@ pub async fn run(
                 .set_serving::<v1alpha2::node_server::NodeServer<grpc::NodeService>>()
                 .await;
             (
-                tonic::transport::Server::builder()
+                grpc_server()
                     .add_service(health_service)
                     .add_service(v1alpha3::node_server::NodeServer::new(node.clone()))
                     .add_service(v1alpha2::node_server::NodeServer::new(node)),
@@ -296,7 +330,7 @@ pub async fn run(
                 .set_serving::<dra_v1beta1::dra_plugin_server::DraPluginServer<grpc::DraPluginService>>()
                 .await;
             (
-                tonic::transport::Server::builder()
+                grpc_server()
                     .add_service(health_service)
                     .add_service(dra_v1::dra_plugin_server::DraPluginServer::new(dra.clone()))
                     .add_service(dra_v1beta1::dra_plugin_server::DraPluginServer::new(dra)),
@@ -312,7 +346,7 @@ pub async fn run(
 
     let dra_listener = bind(&dra_path)?;
     let dra_server = services.serve_with_incoming_shutdown(
-        UnixListenerStream::new(dra_listener),
+        kubelet_connections(dra_listener, &pool),
         stopped(stop_rx.clone()),
     );
     let dra_task = tokio::spawn(dra_server);
@@ -325,9 +359,9 @@ pub async fn run(
         registered: Arc::new(AtomicBool::new(false)),
         supported_versions,
     };
-    let reg_server = tonic::transport::Server::builder()
+    let reg_server = grpc_server()
         .add_service(pluginregistration::registration_server::RegistrationServer::new(registration))
-        .serve_with_incoming_shutdown(UnixListenerStream::new(reg_listener), stopped(stop_rx));
+        .serve_with_incoming_shutdown(kubelet_connections(reg_listener, &pool), stopped(stop_rx));
     let reg_task = tokio::spawn(reg_server);
     info!(registration = %reg_path.display(), dra = %dra_path.display(), versions = ?supported_versions, "serving");
 

@@ -8,6 +8,7 @@ use clap::{Parser, ValueEnum};
 use fake_dra_kubelet_plugin::driver::CrashPoint;
 use fake_dra_kubelet_plugin::mode::ModeFlag;
 use fake_dra_kubelet_plugin::{Config, devices};
+use fake_dra_ops::conn::Limits;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum LogFormat {
@@ -66,6 +67,14 @@ struct Args {
     /// resource.k8s.io versions the API server serves).
     #[arg(long, env = "DRA_MODE", default_value = "auto")]
     mode: ModeFlag,
+    /// Most connections open at once over the sockets and the HTTP port; admitting one
+    /// more closes the quietest. 0: as many as the open-files limit leaves room for.
+    #[arg(long, env = "MAX_CONNECTIONS", default_value_t = 0)]
+    max_connections: usize,
+    /// Seconds a connection may stay quiet before it is closed (the kubelet's connection
+    /// answers the plugin's keepalive pings and stays).
+    #[arg(long, env = "CONNECTION_IDLE_TIMEOUT", default_value_t = fake_dra_ops::conn::DEFAULT_IDLE_TIMEOUT.as_secs())]
+    connection_idle_timeout: u64,
     /// Test only: abort at this point of prepare/unprepare.
     #[arg(long, env = "FAKE_DRA_TEST_CRASH_POINT", hide = true)]
     test_crash_point: Option<CrashPoint>,
@@ -124,6 +133,7 @@ async fn main() -> ExitCode {
         http_address: args.http_address,
         crash_point: args.test_crash_point,
         mode: args.mode,
+        connection_limits: Limits::from_flags(args.max_connections, args.connection_idle_timeout),
     };
     match fake_dra_kubelet_plugin::run(config, shutdown_signal()).await {
         Ok(()) => ExitCode::SUCCESS,

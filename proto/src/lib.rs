@@ -5,6 +5,8 @@
 //! node services (`v1alpha2`, `v1alpha3`) and the structured-DRA `DRAPlugin` services
 //! (`k8s.io.kubelet.pkg.apis.dra.v1beta1` / `.v1`).
 
+pub mod authority;
+
 /// `pluginregistration` (all kubelets): how a plugin announces itself.
 pub mod pluginregistration {
     #![allow(missing_docs, missing_debug_implementations, clippy::all)]
@@ -61,18 +63,33 @@ pub mod services {
     pub const DRA_V1: &str = "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin";
 }
 
-/// Dials a gRPC server on a unix socket, as the kubelet does. The URI is a placeholder:
-/// every connection goes to `path`.
+/// Dials a gRPC server on a unix socket as kubelets 1.29–1.33 dial plugin sockets
+/// (`grpc.Dial(<socket path>)`): `:authority` is the %-encoded socket path.
 pub async fn connect_unix(
     path: impl AsRef<std::path::Path>,
 ) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    let authority = authority::grpc_go_encoded_authority(&path.as_ref().to_string_lossy());
+    connect_unix_with_authority(path, authority).await
+}
+
+/// Dials a gRPC server on a unix socket, sending `authority` as `:authority` whatever it
+/// is (tonic itself only sends valid URI authorities). The URI is a placeholder: every
+/// connection goes to `path`.
+pub async fn connect_unix_with_authority(
+    path: impl AsRef<std::path::Path>,
+    authority: impl Into<Vec<u8>>,
+) -> Result<tonic::transport::Channel, tonic::transport::Error> {
     let path = path.as_ref().to_owned();
+    let authority = authority.into();
     tonic::transport::Endpoint::from_static("http://localhost")
         .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
             let path = path.clone();
+            let authority = authority.clone();
             async move {
                 let stream = tokio::net::UnixStream::connect(path).await?;
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(authority::RewriteIo::client(
+                    stream, authority,
+                )))
             }
         }))
         .await

@@ -304,15 +304,53 @@ pub fn choose_service(
         })
 }
 
+/// Which plugin socket a kubelet dials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Socket {
+    Registration,
+    Dra,
+}
+
+/// The `:authority` a kubelet of `server_version` sends on a plugin socket.
+///
+/// The plugin watcher (`pkg/kubelet/pluginmanager/operationexecutor/operation_generator.go`,
+/// `dial`: `grpc.DialContext(ctx, unixSocketPath, …, WithContextDialer)`, every release)
+/// and the DRA client up to 1.33 (`pkg/kubelet/cm/dra/plugin`, `grpc.Dial(endpoint, …)`)
+/// hand grpc-go the bare socket path, which grpc-go sends as the authority: raw before
+/// grpc-go 1.57 (kubelet 1.27: v1.51.0, 1.28: v1.54.0), %-encoded since (`clientconn.go`,
+/// `encodeAuthority`; kubelet 1.29: v1.58.3). The 1.34+ DRA client dials `"unix:" + path`
+/// (`grpc.NewClient`), for which grpc-go sends `localhost`.
+fn dial_authority(server_version: (u32, u32), socket: &Path, kind: Socket) -> String {
+    if kind == Socket::Dra && server_version >= (1, 34) {
+        return "localhost".into();
+    }
+    let path = socket.to_string_lossy();
+    if server_version >= (1, 29) {
+        fake_dra_proto::authority::grpc_go_encoded_authority(&path)
+    } else {
+        path.into_owned()
+    }
+}
+
+/// Connects to a plugin socket as the kubelet of `server_version` does.
+async fn dial(
+    server_version: (u32, u32),
+    socket: &Path,
+    kind: Socket,
+) -> Result<tonic::transport::Channel, String> {
+    let authority = dial_authority(server_version, socket, kind);
+    fake_dra_proto::connect_unix_with_authority(socket, authority)
+        .await
+        .map_err(|e| format!("dialling {}: {e}", socket.display()))
+}
+
 /// `GetInfo`, validation, `NotifyRegistrationStatus`; returns the driver, its DRA socket
 /// and the API chosen for it.
 async fn register(
     socket: &Path,
     server_version: (u32, u32),
 ) -> Result<(String, PathBuf, PluginApi), String> {
-    let channel = fake_dra_proto::connect_unix(socket)
-        .await
-        .map_err(|e| format!("dialling {}: {e}", socket.display()))?;
+    let channel = dial(server_version, socket, Socket::Registration).await?;
     let mut client = reg::registration_client::RegistrationClient::new(channel);
     let info = tokio::time::timeout(GET_INFO_TIMEOUT, client.get_info(reg::InfoRequest {}))
         .await
@@ -767,11 +805,17 @@ impl PodWorker {
                         "prepare dynamic resources: DRA driver {driver} is not registered"
                     ))
                 })?;
-            let ids = call_classic(&socket, Call::Prepare, &namespace, &uid, &name, data)
-                .await
-                .map_err(|m| {
-                    Failure::prepare(format!("NodePrepareResources for claim {name}: {m}"))
-                })?;
+            let ids = call_classic(
+                self.ctx.server_version,
+                &socket,
+                Call::Prepare,
+                &namespace,
+                &uid,
+                &name,
+                data,
+            )
+            .await
+            .map_err(|m| Failure::prepare(format!("NodePrepareResources for claim {name}: {m}")))?;
             for id in &ids {
                 if !is_qualified_cdi_id(id) {
                     return Err(Failure::prepare(format!(
@@ -844,13 +888,21 @@ impl PodWorker {
                         "prepare dynamic resources: DRA driver {driver} is not registered"
                     ))
                 })?;
-            let ids = call_structured(&socket, api, Call::Prepare, &namespace, &uid, &name)
-                .await
-                .map_err(|m| {
-                    Failure::prepare(format!(
-                        "NodePrepareResources failed for ResourceClaim {namespace}/{name}: {m}"
-                    ))
-                })?;
+            let ids = call_structured(
+                self.ctx.server_version,
+                &socket,
+                api,
+                Call::Prepare,
+                &namespace,
+                &uid,
+                &name,
+            )
+            .await
+            .map_err(|m| {
+                Failure::prepare(format!(
+                    "NodePrepareResources failed for ResourceClaim {namespace}/{name}: {m}"
+                ))
+            })?;
             for id in ids {
                 if !is_qualified_cdi_id(&id) {
                     return Err(Failure::prepare(format!(
@@ -896,6 +948,7 @@ impl PodWorker {
                 let plugin = self.ctx.plugins.read().await.get(driver).cloned();
                 let result = match plugin {
                     Some((socket, api)) if prepared.structured => call_structured(
+                        self.ctx.server_version,
                         &socket,
                         api,
                         Call::Unprepare,
@@ -906,6 +959,7 @@ impl PodWorker {
                     .await
                     .map(|_| ()),
                     Some((socket, _)) => call_classic(
+                        self.ctx.server_version,
                         &socket,
                         Call::Unprepare,
                         &prepared.namespace,
@@ -1213,6 +1267,7 @@ macro_rules! structured_call {
 }
 
 async fn call_structured(
+    server_version: (u32, u32),
     socket: &Path,
     api: PluginApi,
     call: Call,
@@ -1220,9 +1275,7 @@ async fn call_structured(
     uid: &str,
     name: &str,
 ) -> Result<Vec<String>, String> {
-    let channel = fake_dra_proto::connect_unix(socket)
-        .await
-        .map_err(|e| format!("dialling {}: {e}", socket.display()))?;
+    let channel = dial(server_version, socket, Socket::Dra).await?;
     match api {
         PluginApi::V1 => structured_call!(dra_v1, channel, call, namespace, uid, name),
         PluginApi::V1Beta1 => structured_call!(dra_v1beta1, channel, call, namespace, uid, name),
@@ -1238,6 +1291,7 @@ async fn call_structured(
 /// and the single-claim `v1alpha2` service when that is `Unimplemented`. Returns the CDI
 /// ids prepared (none for unprepare); a per-claim error comes back as `Err`.
 async fn call_classic(
+    server_version: (u32, u32),
     socket: &Path,
     call: Call,
     namespace: &str,
@@ -1245,9 +1299,7 @@ async fn call_classic(
     name: &str,
     handle: &str,
 ) -> Result<Vec<String>, String> {
-    let channel = fake_dra_proto::connect_unix(socket)
-        .await
-        .map_err(|e| format!("dialling {}: {e}", socket.display()))?;
+    let channel = dial(server_version, socket, Socket::Dra).await?;
     let claims = vec![v1alpha3::Claim {
         namespace: namespace.into(),
         uid: uid.into(),
