@@ -15,6 +15,14 @@
 //!     `_`. These never collide between claims, so a container with several claims sees
 //!     every device of each.
 //!   - `FAKE_CLAIM_<UID>_DEVICE_COUNT`, so a program can iterate without guessing.
+//! - in the same claim spec, one device per **parent** device of the claim,
+//!   `<claim uid>:<k>` (`k` the parent's position in the claim): the same variables for
+//!   that parent's children only, with the claim-wide numbering `i` and the claim-wide
+//!   model and count. A structured kubelet gives a container the CDI ids of the devices
+//!   of the requests it names (`claiminfo.go`, `cdiDevicesAsList`), so each allocated
+//!   device answers with its own parent's id: a container naming one request of a claim
+//!   sees that request's devices and no others; one naming the whole claim sees them all.
+//!   (The shared variables repeat with equal values; runtimes keep one per name.)
 
 use serde::{Deserialize, Serialize};
 
@@ -93,6 +101,39 @@ impl CdiKind {
             .strip_prefix(self.spec_file_prefix().as_str())
             .and_then(|rest| rest.strip_suffix(".json"))
     }
+}
+
+/// The length of a Kubernetes object uid (an RFC 4122 UUID).
+const KUBERNETES_UID_LEN: usize = 36;
+/// The longest name part of a CDI annotation key.
+const MAX_ANNOTATION_NAME_LEN: usize = 63;
+
+/// Why classic kubelets cannot hand a driver's CDI ids to the runtime.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "--driver-name {driver:?} is {len} characters: classic kubelets (1.27–1.30) pass CDI ids as the annotation cdi.k8s.io/<driver>_<claim uid>, whose name part may have at most {MAX_ANNOTATION_NAME_LEN} characters, so with 36-character claim uids the driver name may have at most {max}; use a shorter --driver-name (or structured DRA, which has no such limit)"
+)]
+pub struct DriverNameTooLongForClassic {
+    /// The name.
+    pub driver: String,
+    /// Its length.
+    pub len: usize,
+    /// The most it may have.
+    pub max: usize,
+}
+
+/// Checks the driver name against the CDI annotation key classic kubelets build for every
+/// claim (`pkg/kubelet/cm/dra/cdi.go`, `AnnotationKey`: `<driver>_<claim uid>` ≤ 63).
+pub fn check_classic_annotation_key(driver: &str) -> Result<(), DriverNameTooLongForClassic> {
+    let max = MAX_ANNOTATION_NAME_LEN - 1 - KUBERNETES_UID_LEN;
+    if driver.len() > max {
+        return Err(DriverNameTooLongForClassic {
+            driver: driver.to_owned(),
+            len: driver.len(),
+            max,
+        });
+    }
+    Ok(())
 }
 
 /// A CDI spec document: the fields we use.
@@ -185,26 +226,58 @@ pub fn claim_env_key(claim_uid: &str) -> String {
         .collect()
 }
 
-/// The spec of one claim: device `<claim_uid>` with the env described in the module docs.
-pub fn claim_spec(kind: &CdiKind, claim_uid: &str, model: &str, devices: &[ChildDevice]) -> Spec {
-    let key = claim_env_key(claim_uid);
+/// The CDI device of the `k`-th parent device of a claim. `:` never occurs in a claim uid
+/// (see [`crate::claims::validate_claim_uid`]), so these names never meet another
+/// claim's.
+pub fn parent_device_name(claim_uid: &str, k: usize) -> String {
+    format!("{claim_uid}:{k}")
+}
+
+/// The env of the children `devices` (claim-wide index, child) of a claim with `count`
+/// children in all.
+fn claim_env(
+    key: &str,
+    model: &str,
+    devices: &[(usize, &ChildDevice)],
+    count: usize,
+) -> Vec<String> {
     let mut env = Vec::with_capacity(devices.len() * 2 + 3);
-    for (i, d) in devices.iter().enumerate() {
+    for (i, d) in devices {
         env.push(format!("FAKE_DEVICE_{i}={}", d.id));
     }
     env.push(format!("FAKE_DEVICE_MODEL={model}"));
-    for (i, d) in devices.iter().enumerate() {
+    for (i, d) in devices {
         env.push(format!("FAKE_CLAIM_{key}_DEVICE_{i}={}", d.id));
     }
     env.push(format!("FAKE_CLAIM_{key}_DEVICE_MODEL={model}"));
-    env.push(format!("FAKE_CLAIM_{key}_DEVICE_COUNT={}", devices.len()));
-    spec(
-        kind,
-        vec![Device {
-            name: claim_uid.to_owned(),
-            container_edits: ContainerEdits { env },
-        }],
-    )
+    env.push(format!("FAKE_CLAIM_{key}_DEVICE_COUNT={count}"));
+    env
+}
+
+/// The spec of one claim: device `<claim_uid>` with every child, then one device per
+/// parent with that parent's children (see the module docs). `devices` lists the children
+/// parent by parent, as [`crate::devices::children`] gives them.
+pub fn claim_spec(kind: &CdiKind, claim_uid: &str, model: &str, devices: &[ChildDevice]) -> Spec {
+    let key = claim_env_key(claim_uid);
+    let indexed: Vec<(usize, &ChildDevice)> = devices.iter().enumerate().collect();
+    let mut cdi_devices = vec![Device {
+        name: claim_uid.to_owned(),
+        container_edits: ContainerEdits {
+            env: claim_env(&key, model, &indexed, devices.len()),
+        },
+    }];
+    for (k, children) in indexed
+        .chunk_by(|a, b| a.1.parent == b.1.parent)
+        .enumerate()
+    {
+        cdi_devices.push(Device {
+            name: parent_device_name(claim_uid, k),
+            container_edits: ContainerEdits {
+                env: claim_env(&key, model, children, devices.len()),
+            },
+        });
+    }
+    spec(kind, cdi_devices)
 }
 
 #[cfg(test)]
@@ -240,6 +313,18 @@ mod tests {
     }
 
     #[test]
+    fn classic_needs_room_for_the_annotation_key() {
+        assert_eq!(
+            check_classic_annotation_key(fake_dra_crds::DEFAULT_DRIVER_NAME),
+            Ok(())
+        );
+        assert_eq!(check_classic_annotation_key(&"d".repeat(26)), Ok(()));
+        let err = check_classic_annotation_key(&"d".repeat(27)).unwrap_err();
+        assert_eq!((err.len, err.max), (27, 26));
+        assert!(err.to_string().contains("at most 26"), "{err}");
+    }
+
+    #[test]
     fn version_is_the_lowest_that_covers_the_names() {
         assert_eq!(min_version(["common"]), "0.3.0");
         assert_eq!(min_version(["common", "0a1b"]), "0.5.0");
@@ -257,6 +342,7 @@ mod tests {
         let kids = children(&parents, 2);
         let s = claim_spec(&kind(), "7a-b.c", "ULTRA_10", &kids);
         assert_eq!(s.cdi_version, "0.5.0");
+        assert_eq!(s.devices.len(), 3, "the claim and its two parents");
         assert_eq!(s.devices[0].name, "7a-b.c");
         let env = &s.devices[0].container_edits.env;
         assert_eq!(env.len(), 4 + 1 + 4 + 2);
@@ -269,5 +355,37 @@ mod tests {
         assert_eq!(s.to_bytes(), s.to_bytes());
         let back: Spec = serde_json::from_slice(&s.to_bytes()).unwrap();
         assert_eq!(back, s);
+    }
+
+    #[test]
+    fn each_parent_has_a_device_with_its_children_numbered_claim_wide() {
+        let parents = vec![parent_id("n", 0), parent_id("n", 5), parent_id("n", 2)];
+        let kids = children(&parents, 2);
+        let s = claim_spec(&kind(), "u", "M", &kids);
+        let names: Vec<&str> = s.devices.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["u", "u:0", "u:1", "u:2"]);
+        let second = &s.devices[2].container_edits.env;
+        assert_eq!(
+            second,
+            &vec![
+                format!("FAKE_DEVICE_2={}", kids[2].id),
+                format!("FAKE_DEVICE_3={}", kids[3].id),
+                "FAKE_DEVICE_MODEL=M".to_string(),
+                format!("FAKE_CLAIM_U_DEVICE_2={}", kids[2].id),
+                format!("FAKE_CLAIM_U_DEVICE_3={}", kids[3].id),
+                "FAKE_CLAIM_U_DEVICE_MODEL=M".to_string(),
+                "FAKE_CLAIM_U_DEVICE_COUNT=6".to_string(),
+            ]
+        );
+        // Together the parents' devices set exactly what the whole claim's device sets.
+        let mut whole: Vec<&String> = s.devices[0].container_edits.env.iter().collect();
+        let mut parts: Vec<&String> = s.devices[1..]
+            .iter()
+            .flat_map(|d| &d.container_edits.env)
+            .collect();
+        whole.sort();
+        parts.sort();
+        parts.dedup();
+        assert_eq!(whole, parts);
     }
 }

@@ -108,8 +108,9 @@ pub enum PrepareError {
 }
 
 /// Checks that a claim uid is safe as a file name, a CDI device name and an env name part:
-/// 1 to [`MAX_CLAIM_UID_LEN`] of `[A-Za-z0-9._-]`, starting with a letter or digit, not
-/// `..`-containing, not `common`.
+/// 1 to [`MAX_CLAIM_UID_LEN`] of `[A-Za-z0-9._-]`, starting and ending with a letter or
+/// digit (the CDI device-name rule, which podman and containerd enforce), not
+/// `..`-containing, not `common`. No `:`: it separates a claim's per-parent CDI devices.
 pub fn validate_claim_uid(uid: &str) -> Result<(), PrepareError> {
     let fail = |reason: String| PrepareError::InvalidUid {
         uid: shorten(uid),
@@ -134,6 +135,11 @@ pub fn validate_claim_uid(uid: &str) -> Result<(), PrepareError> {
     }
     if !uid.starts_with(|c: char| c.is_ascii_alphanumeric()) {
         return Err(fail("must start with a letter or digit".into()));
+    }
+    if !uid.ends_with(|c: char| c.is_ascii_alphanumeric()) {
+        return Err(fail(
+            "must end with a letter or digit (a CDI device name does)".into(),
+        ));
     }
     if uid.contains("..") {
         return Err(fail("must not contain \"..\"".into()));
@@ -184,9 +190,20 @@ impl PreparedClaim {
         cdi::claim_spec(kind, uid, &self.model, &self.children())
     }
 
-    /// The ids the kubelet gets: the common device and the claim's device.
+    /// The ids a classic kubelet gets: the common device and the claim's device.
     pub fn cdi_ids(kind: &CdiKind, uid: &str) -> Vec<String> {
         vec![kind.qualified(COMMON_DEVICE), kind.qualified(uid)]
+    }
+
+    /// The ids a structured kubelet gets for the allocated device that is parent `parent`:
+    /// the common device and that parent's device, or `None` if the claim has no such
+    /// parent.
+    pub fn device_cdi_ids(&self, kind: &CdiKind, uid: &str, parent: &str) -> Option<Vec<String>> {
+        let k = self.devices.iter().position(|d| d == parent)?;
+        Some(vec![
+            kind.qualified(COMMON_DEVICE),
+            kind.qualified(&cdi::parent_device_name(uid, k)),
+        ])
     }
 }
 

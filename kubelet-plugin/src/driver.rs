@@ -292,15 +292,16 @@ impl Driver {
             let outcome = match planned {
                 Err(e) => Err(e.to_string()),
                 Ok(Plan::AlreadyPrepared) => {
-                    // Nothing to write, unless someone removed the spec under us.
+                    // Nothing to write, unless the spec was removed or altered under us.
                     let path = self.spec_path(uid);
-                    match path.try_exists() {
-                        Ok(true) => Ok(()),
-                        _ => working
-                            .get(uid)
-                            .map(|c| c.spec(kind, uid).to_bytes())
-                            .map_or(Ok(()), |bytes| write_atomic(&path, &bytes, true))
-                            .map_err(|e| spec_write_error(&req.claim, &path, &e)),
+                    let wanted = working.get(uid).map(|c| c.spec(kind, uid).to_bytes());
+                    match wanted {
+                        Some(bytes) if fs::read(&path).ok().as_deref() != Some(&bytes[..]) => {
+                            warn!(file = %path.display(), "CDI spec of a prepared claim was missing or altered; rewriting it");
+                            write_atomic(&path, &bytes, true)
+                                .map_err(|e| spec_write_error(&req.claim, &path, &e))
+                        }
+                        _ => Ok(()),
                     }
                 }
                 Ok(Plan::Prepare(claim)) => {

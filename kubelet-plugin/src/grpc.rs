@@ -322,14 +322,30 @@ impl DraPluginService {
                 }
             }
         }
-        let prepared = self.node.prepare(requests).await?;
-        for ((i, devices), outcome) in pending.into_iter().zip(prepared) {
-            results[i] = Some(outcome.map(|cdi_device_ids| {
+        let kind = self.node.driver.kind().clone();
+        let prepared = self.node.prepare(requests.clone()).await?;
+        for (((i, devices), request), outcome) in pending.into_iter().zip(&requests).zip(prepared) {
+            let Allocation::Resolved(claim) = &request.allocation else {
+                continue;
+            };
+            // Each device answers with its own parent's CDI device, so the kubelet can give
+            // a container the devices of the requests it names.
+            results[i] = Some(outcome.and_then(|_| {
                 devices
                     .into_iter()
-                    .map(|device| DeviceOutcome {
-                        device,
-                        cdi_device_ids: cdi_device_ids.clone(),
+                    .map(|device| {
+                        let ids = claim
+                            .device_cdi_ids(&kind, &request.claim.uid, &device.parent)
+                            .ok_or_else(|| {
+                                format!(
+                                    "internal error: device {} is not in claim {}",
+                                    device.device, request.claim.uid
+                                )
+                            })?;
+                        Ok(DeviceOutcome {
+                            device,
+                            cdi_device_ids: ids,
+                        })
                     })
                     .collect()
             }));

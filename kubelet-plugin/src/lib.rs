@@ -120,6 +120,9 @@ pub enum Error {
     /// Bad driver name.
     #[error(transparent)]
     Vendor(#[from] cdi::BadVendor),
+    /// A driver name classic kubelets cannot use.
+    #[error(transparent)]
+    ClassicDriverName(#[from] cdi::DriverNameTooLongForClassic),
     /// Checkpoint or CDI dir trouble at start.
     #[error(transparent)]
     Start(#[from] driver::StartError),
@@ -220,6 +223,9 @@ pub async fn run(
     let kind = CdiKind::for_driver(&config.driver_name)?;
     let client = kube_client(config.kubeconfig.as_ref()).await?;
     let mode = choose_mode(config.mode, &client).await?;
+    if mode == Mode::Classic {
+        cdi::check_classic_annotation_key(&config.driver_name)?;
+    }
     info!(node = %inventory.node_name, model = %inventory.model, devices = inventory.devices.len(), "inventory");
     let driver_config = DriverConfig {
         inventory: inventory.clone(),

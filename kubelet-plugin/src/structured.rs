@@ -95,6 +95,8 @@ pub struct PreparedDevice {
     pub pool: String,
     /// The device name in the pool.
     pub device: String,
+    /// The parent device id it stands for.
+    pub parent: String,
 }
 
 /// The outcome of [`resolve`]: what to prepare, and the per-device answer.
@@ -371,6 +373,7 @@ pub fn resolve(
         });
     }
     let mut parents: Vec<String> = Vec::with_capacity(ours.len());
+    let mut devices: Vec<PreparedDevice> = Vec::with_capacity(ours.len());
     let mut per_request: BTreeMap<&str, usize> = BTreeMap::new();
     for r in &ours {
         if &r.pool != node {
@@ -395,6 +398,12 @@ pub fn resolve(
         if !parents.contains(parent) {
             parents.push(parent.clone());
         }
+        devices.push(PreparedDevice {
+            request: r.request.clone(),
+            pool: r.pool.clone(),
+            device: r.device.clone(),
+            parent: parent.clone(),
+        });
         *per_request.entry(r.request.as_str()).or_default() += 1;
     }
 
@@ -477,14 +486,7 @@ pub fn resolve(
             split,
             devices: parents,
         },
-        devices: ours
-            .iter()
-            .map(|r| PreparedDevice {
-                request: r.request.clone(),
-                pool: r.pool.clone(),
-                device: r.device.clone(),
-            })
-            .collect(),
+        devices,
     })
 }
 

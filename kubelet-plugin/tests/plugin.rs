@@ -650,3 +650,29 @@ async fn serves_health_readiness_and_metrics() {
     ));
     assert!(http_get(&addr, "/nope").await.starts_with("HTTP/1.1 404"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn classic_mode_refuses_a_driver_name_too_long_for_the_cdi_annotation() {
+    let api = start_api().await;
+    let dirs = Dirs::new();
+    let long = "a-very-long-driver.example.com"; // 30 characters
+    let out = Plugin::command(
+        &dirs,
+        &Options {
+            extra_args: vec![
+                "--mode".into(),
+                "classic".into(),
+                "--driver-name".into(),
+                long.into(),
+            ],
+            ..opts(&api)
+        },
+    )
+    .output()
+    .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(long), "{stderr}");
+    assert!(stderr.contains("at most 26"), "{stderr}");
+    assert!(!dirs.registry_dir().join(format!("{long}.sock")).exists());
+}

@@ -306,13 +306,26 @@ async fn kubernetes_1_34_slices_and_prepare_through_v1() {
     assert_eq!(ok.error, "");
     assert_eq!(ok.devices.len(), 4);
     let kind = kind();
-    let ids = vec![kind.qualified("common"), kind.qualified(&good)];
     for (i, d) in ok.devices.iter().enumerate() {
         assert_eq!(d.request_names, vec!["req".to_string()]);
         assert_eq!(d.pool_name, NODE);
         assert_eq!(d.device_name, format!("fake-{i}"));
-        assert_eq!(d.cdi_device_ids, ids);
+        // Each device answers with its own parent's CDI device.
+        assert_eq!(
+            d.cdi_device_ids,
+            vec![
+                kind.qualified("common"),
+                kind.qualified(&format!("{good}:{i}"))
+            ]
+        );
     }
+    // What a kubelet hands the runtime for a container using the whole claim: every
+    // device's ids, in order, repeats included (`cdiDevicesAsList`).
+    let ids: Vec<String> = ok
+        .devices
+        .iter()
+        .flat_map(|d| d.cdi_device_ids.clone())
+        .collect();
     let env = inject(&dirs.cdi_root, &ids);
     for (i, kid) in children(&inv.devices[..4], 2).iter().enumerate() {
         assert!(
@@ -341,7 +354,12 @@ async fn kubernetes_1_34_slices_and_prepare_through_v1() {
         .claims;
     assert_eq!(again[&good].error, "");
     assert_eq!(again[&good].devices.len(), 4);
-    assert_eq!(again[&good].devices[0].cdi_device_ids, ids);
+    let ids_again: Vec<String> = again[&good]
+        .devices
+        .iter()
+        .flat_map(|d| d.cdi_device_ids.clone())
+        .collect();
+    assert_eq!(ids_again, ids);
 
     // A slice deleted by hand comes back, with a newer pool generation.
     let slices: Api<v1::ResourceSlice> = Api::all(api.client().unwrap());

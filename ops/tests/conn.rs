@@ -120,9 +120,11 @@ async fn health_answers_while_idle_clients_hold_every_slot() {
     }
     let get = |path: &'static str| async move {
         let mut s = TcpStream::connect(addr).await.unwrap();
-        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-            .await
-            .unwrap();
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
         let mut response = String::new();
         s.read_to_string(&mut response).await.unwrap();
         response
@@ -144,5 +146,8 @@ fn limits_follow_the_open_files_limit_or_the_flag() {
     assert!(auto.max_connections >= 4, "{auto:?}");
     assert_eq!(auto.idle_timeout, Duration::from_secs(30));
     assert_eq!(Limits::from_flags(7, 0).max_connections, 7);
-    assert_eq!(Limits::from_flags(7, 0).idle_timeout, Duration::from_secs(1));
+    assert_eq!(
+        Limits::from_flags(7, 0).idle_timeout,
+        Duration::from_secs(1)
+    );
 }
