@@ -10,38 +10,18 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use common::*;
-use fake_dra_e2e::apiserver::{ApiServer, ApiServerOptions};
+use fake_dra_e2e::apiserver::ApiServer;
 use fake_dra_kubelet_plugin::devices::children;
 use fake_dra_proto::{dra_v1, dra_v1beta1, pluginregistration as reg};
 use k8s_openapi::api::resource::{v1, v1beta1};
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, PostParams};
-use serde_json::{Value, json};
+use kube::api::{DeleteParams, ListParams};
+use serde_json::json;
 
 const NODE: &str = "node-1";
-const CLAIM_NS: &str = "default";
 
 /// Guards against a hang only.
 const LIMIT: Duration = Duration::from_secs(30);
-
-async fn start(version: (u32, u32)) -> ApiServer {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let api = ApiServer::start_with(ApiServerOptions {
-        server_version: version,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(api.client().unwrap());
-    for ns in [NAMESPACE, CLAIM_NS] {
-        let obj = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}
-        }))
-        .unwrap();
-        let _ = namespaces.create(&Default::default(), &obj).await;
-    }
-    api
-}
 
 fn opts<'a>(api: &'a ApiServer, args: &[&str]) -> Options<'a> {
     Options {
@@ -50,74 +30,6 @@ fn opts<'a>(api: &'a ApiServer, args: &[&str]) -> Options<'a> {
         env: vec![],
         extra_args: args.iter().map(|s| s.to_string()).collect(),
     }
-}
-
-fn params(spec: Value) -> Value {
-    json!({"apiVersion": "fake.resource.3-shake.com/v1alpha1", "kind": "FakeClaimParameters", "spec": spec})
-}
-
-/// Creates a claim through `version` and writes its allocation as the scheduler would:
-/// devices `fake-<i>` of `pool` for request `req`, with `config` (`None`: no allocation).
-async fn allocated_claim(
-    api: &ApiServer,
-    version: &str,
-    name: &str,
-    pool: &str,
-    idx: &[usize],
-    config: Option<Value>,
-) -> String {
-    let request = if version == "v1" {
-        json!({"name": "req", "exactly": {"deviceClassName": "fake.3-shake.com", "count": idx.len()}})
-    } else {
-        json!({"name": "req", "deviceClassName": "fake.3-shake.com", "count": idx.len()})
-    };
-    let claim = json!({
-        "apiVersion": format!("resource.k8s.io/{version}"), "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": CLAIM_NS},
-        "spec": {"devices": {"requests": [request]}},
-    });
-    let client = api.client().unwrap();
-    let results: Vec<Value> = idx
-        .iter()
-        .map(|i| json!({"request": "req", "driver": DRIVER, "pool": pool, "device": format!("fake-{i}")}))
-        .collect();
-    let status = config.map(|config| {
-        json!({"allocation": {
-            "devices": {"results": results, "config": config},
-            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
-                {"key": "metadata.name", "operator": "In", "values": [pool]}
-            ]}]},
-        }})
-    });
-    macro_rules! create {
-        ($ty:ty) => {{
-            let claims: Api<$ty> = Api::namespaced(client, CLAIM_NS);
-            let mut created = claims
-                .create(
-                    &PostParams::default(),
-                    &serde_json::from_value(claim).unwrap(),
-                )
-                .await
-                .unwrap();
-            if let Some(status) = status {
-                created.status = Some(serde_json::from_value(status).unwrap());
-                created = claims
-                    .replace_status(name, &PostParams::default(), &created)
-                    .await
-                    .unwrap();
-            }
-            created.metadata.uid.unwrap()
-        }};
-    }
-    if version == "v1" {
-        create!(v1::ResourceClaim)
-    } else {
-        create!(v1beta1::ResourceClaim)
-    }
-}
-
-fn claim_config(spec: Value) -> Value {
-    json!([{"source": "FromClaim", "opaque": {"driver": DRIVER, "parameters": params(spec)}}])
 }
 
 fn v1_claim(uid: &str, name: &str) -> dra_v1::Claim {
@@ -190,7 +102,7 @@ async fn wait_slice(api: &ApiServer, newer_than: i64) -> v1::ResourceSlice {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubernetes_1_34_slices_and_prepare_through_v1() {
-    let api = start((1, 34)).await;
+    let api = start_api_version((1, 34)).await;
     let dirs = Dirs::new();
     let _plugin = Plugin::start(&dirs, opts(&api, &[])).await;
     assert_eq!(
@@ -387,7 +299,7 @@ async fn kubernetes_1_34_slices_and_prepare_through_v1() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubernetes_1_32_uses_v1beta1_and_keeps_claims_across_kill9() {
-    let api = start((1, 32)).await;
+    let api = start_api_version((1, 32)).await;
     let dirs = Dirs::new();
     let plugin = Plugin::start(&dirs, opts(&api, &["--mode", "structured"])).await;
     assert_eq!(
@@ -454,7 +366,7 @@ async fn kubernetes_1_32_uses_v1beta1_and_keeps_claims_across_kill9() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auto_mode_on_1_30_is_classic_and_structured_mode_refuses() {
-    let api = start((1, 30)).await;
+    let api = start_api_version((1, 30)).await;
     let dirs = Dirs::new();
     let plugin = Plugin::start(&dirs, opts(&api, &[])).await;
     assert_eq!(supported_versions(&dirs).await, vec!["1.0.0".to_string()]);

@@ -328,3 +328,104 @@ pub async fn start_api() -> fake_dra_e2e::apiserver::ApiServer {
     namespaces.create(&Default::default(), &ns).await.unwrap();
     api
 }
+
+/// The namespace of the structured tests' ResourceClaims.
+pub const CLAIM_NS: &str = "default";
+
+/// The emulated apiserver of Kubernetes `version` (which decides the `resource.k8s.io`
+/// versions served) with the driver's namespace and [`CLAIM_NS`].
+pub async fn start_api_version(version: (u32, u32)) -> fake_dra_e2e::apiserver::ApiServer {
+    use fake_dra_e2e::apiserver::{ApiServer, ApiServerOptions};
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let api = ApiServer::start_with(ApiServerOptions {
+        server_version: version,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+        kube::Api::all(api.client().unwrap());
+    for ns in [NAMESPACE, CLAIM_NS] {
+        let obj = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}
+        }))
+        .unwrap();
+        let _ = namespaces.create(&Default::default(), &obj).await;
+    }
+    api
+}
+
+/// Opaque claim parameters of ours with `spec`.
+pub fn params(spec: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({"apiVersion": "fake.resource.3-shake.com/v1alpha1", "kind": "FakeClaimParameters", "spec": spec})
+}
+
+/// An allocation's `config` with one `FromClaim` entry of ours.
+pub fn claim_config(spec: serde_json::Value) -> serde_json::Value {
+    serde_json::json!([{"source": "FromClaim", "opaque": {"driver": DRIVER, "parameters": params(spec)}}])
+}
+
+/// Creates a claim through `version` and writes its allocation as the scheduler would:
+/// devices `fake-<i>` of `pool` for request `req`, with `config` (`None`: no allocation).
+/// Returns the claim's uid.
+pub async fn allocated_claim(
+    api: &fake_dra_e2e::apiserver::ApiServer,
+    version: &str,
+    name: &str,
+    pool: &str,
+    idx: &[usize],
+    config: Option<serde_json::Value>,
+) -> String {
+    use k8s_openapi::api::resource::{v1, v1beta1};
+    use kube::Api;
+    use kube::api::PostParams;
+    use serde_json::{Value, json};
+    let request = if version == "v1" {
+        json!({"name": "req", "exactly": {"deviceClassName": "fake.3-shake.com", "count": idx.len()}})
+    } else {
+        json!({"name": "req", "deviceClassName": "fake.3-shake.com", "count": idx.len()})
+    };
+    let claim = json!({
+        "apiVersion": format!("resource.k8s.io/{version}"), "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": CLAIM_NS},
+        "spec": {"devices": {"requests": [request]}},
+    });
+    let client = api.client().unwrap();
+    let results: Vec<Value> = idx
+        .iter()
+        .map(|i| json!({"request": "req", "driver": DRIVER, "pool": pool, "device": format!("fake-{i}")}))
+        .collect();
+    let status = config.map(|config| {
+        json!({"allocation": {
+            "devices": {"results": results, "config": config},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": [pool]}
+            ]}]},
+        }})
+    });
+    macro_rules! create {
+        ($ty:ty) => {{
+            let claims: Api<$ty> = Api::namespaced(client, CLAIM_NS);
+            let mut created = claims
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(claim).unwrap(),
+                )
+                .await
+                .unwrap();
+            if let Some(status) = status {
+                created.status = Some(serde_json::from_value(status).unwrap());
+                created = claims
+                    .replace_status(name, &PostParams::default(), &created)
+                    .await
+                    .unwrap();
+            }
+            created.metadata.uid.unwrap()
+        }};
+    }
+    if version == "v1" {
+        create!(v1::ResourceClaim)
+    } else {
+        create!(v1beta1::ResourceClaim)
+    }
+}
