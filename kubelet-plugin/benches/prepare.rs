@@ -107,7 +107,11 @@ fn bench(c: &mut Criterion) {
                         .unwrap()
                         .into_inner();
                     total += start.elapsed();
-                    assert!(resp.claims.values().all(|r| r.error.is_empty()));
+                    assert!(
+                        resp.claims
+                            .iter()
+                            .all(|e| e.value.as_ref().is_some_and(|r| r.error.is_empty()))
+                    );
                     rt.block_on(node.node_unprepare_resources(
                         v1alpha3::NodeUnprepareResourcesRequest {
                             claims: claims.clone(),
@@ -144,7 +148,11 @@ fn bench(c: &mut Criterion) {
         .block_on(node.node_prepare_resources(v1alpha3::NodePrepareResourcesRequest { claims }))
         .unwrap()
         .into_inner();
-    assert!(resp.claims.values().all(|r| r.error.is_empty()));
+    assert!(
+        resp.claims
+            .iter()
+            .all(|e| e.value.as_ref().is_some_and(|r| r.error.is_empty()))
+    );
     let status = std::fs::read_to_string(format!("/proc/{}/status", plugin.child.id())).unwrap();
     let hwm = status
         .lines()

@@ -134,7 +134,12 @@ fn bench(c: &mut Criterion) {
                         .unwrap()
                         .into_inner();
                     total += start.elapsed();
-                    assert!(resp.claims.values().all(|r| r.error.is_empty()), "{resp:?}");
+                    assert!(
+                        resp.claims
+                            .iter()
+                            .all(|e| e.value.as_ref().is_some_and(|r| r.error.is_empty())),
+                        "{resp:?}"
+                    );
                     rt.block_on(node.node_unprepare_resources(
                         dra_v1::NodeUnprepareResourcesRequest {
                             claims: claims.clone(),

@@ -208,7 +208,7 @@ impl v1alpha3::node_server::Node for NodeService {
                     error,
                 },
             };
-            response.claims.insert(claim.uid, entry);
+            response.insert(claim.uid, entry);
         }
         self.metrics
             .observe("NodePrepareResources", start.elapsed().as_secs_f64());
@@ -226,7 +226,7 @@ impl v1alpha3::node_server::Node for NodeService {
             .await?;
         let mut response = v1alpha3::NodeUnprepareResourcesResponse::default();
         for (claim, result) in claims.into_iter().zip(results) {
-            response.claims.insert(
+            response.insert(
                 claim.uid,
                 v1alpha3::NodeUnprepareResourceResponse {
                     error: result.err().unwrap_or_default(),
@@ -361,6 +361,8 @@ impl DraPluginService {
 /// converting to and from the neutral types.
 macro_rules! dra_plugin {
     ($pkg:ident) => {
+        // `..Default::default()` fills v1's `share_id`; v1beta1 has nothing to fill.
+        #[allow(clippy::needless_update)]
         #[tonic::async_trait]
         impl $pkg::dra_plugin_server::DraPlugin for DraPluginService {
             async fn node_prepare_resources(
@@ -389,6 +391,8 @@ macro_rules! dra_plugin {
                                     pool_name: d.device.pool,
                                     device_name: d.device.device,
                                     cdi_device_ids: d.cdi_device_ids,
+                                    // v1's share_id: none, a fake device is whole.
+                                    ..Default::default()
                                 })
                                 .collect(),
                             error: String::new(),
@@ -398,7 +402,7 @@ macro_rules! dra_plugin {
                             error,
                         },
                     };
-                    response.claims.insert(claim.uid, entry);
+                    response.insert(claim.uid, entry);
                 }
                 self.node
                     .metrics
@@ -423,7 +427,7 @@ macro_rules! dra_plugin {
                 let results = self.node.unprepare(refs).await?;
                 let mut response = $pkg::NodeUnprepareResourcesResponse::default();
                 for (claim, result) in claims.into_iter().zip(results) {
-                    response.claims.insert(
+                    response.insert(
                         claim.uid,
                         $pkg::NodeUnprepareResourceResponse {
                             error: result.err().unwrap_or_default(),

@@ -70,7 +70,7 @@ async fn prepare_v1(
         .await
         .unwrap()
         .into_inner()
-        .claims
+        .into_map()
 }
 
 async fn supported_versions(dirs: &Dirs) -> Vec<String> {
@@ -263,7 +263,7 @@ async fn kubernetes_1_34_slices_and_prepare_through_v1() {
         .await
         .unwrap()
         .into_inner()
-        .claims;
+        .into_map();
     assert_eq!(again[&good].error, "");
     assert_eq!(again[&good].devices.len(), 4);
     let ids_again: Vec<String> = again[&good]
@@ -292,7 +292,7 @@ async fn kubernetes_1_34_slices_and_prepare_through_v1() {
         .await
         .unwrap()
         .into_inner()
-        .claims;
+        .into_map();
     assert!(gone.values().all(|r| r.error.is_empty()), "{gone:?}");
     assert!(!dirs.spec_path(&good).exists());
 }
@@ -342,7 +342,7 @@ async fn kubernetes_1_32_uses_v1beta1_and_keeps_claims_across_kill9() {
         .await
         .unwrap()
         .into_inner()
-        .claims;
+        .into_map();
     assert_eq!(first[&uid].error, "");
     let env = inject(&dirs.cdi_root, &first[&uid].devices[0].cdi_device_ids);
     // Claim config (split 3) wins over the class's (split 5).
@@ -360,7 +360,7 @@ async fn kubernetes_1_32_uses_v1beta1_and_keeps_claims_across_kill9() {
         .await
         .unwrap()
         .into_inner()
-        .claims;
+        .into_map();
     assert_eq!(again, first);
 }
 

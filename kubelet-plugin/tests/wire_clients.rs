@@ -681,7 +681,7 @@ async fn structured_services_answer_foreign_clients_under_every_authority() {
         .await
         .unwrap()
         .into_inner()
-        .claims
+        .into_map()
         .remove(&good)
         .unwrap();
     assert_eq!(answer.error, "");

@@ -39,6 +39,68 @@ pub mod dra_v1 {
     tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1");
 }
 
+/// The per-claim answer maps of the batched services, written as their entry messages
+/// (see the .proto files): building them and reading them as maps.
+macro_rules! claim_answers {
+    ($module:ident, $response:ident, $entries:ident, $value:ident) => {
+        impl $module::$response {
+            /// Adds the answer for claim `uid`, its value always on the wire.
+            pub fn insert(&mut self, uid: String, value: $module::$value) {
+                self.claims.push($module::$entries::ClaimsEntry {
+                    key: uid,
+                    value: Some(value),
+                });
+            }
+
+            /// The answers by claim uid, as a protobuf map reads them: an entry without a
+            /// value is the empty answer, a repeated key keeps its last value.
+            pub fn into_map(self) -> std::collections::HashMap<String, $module::$value> {
+                self.claims
+                    .into_iter()
+                    .map(|e| (e.key, e.value.unwrap_or_default()))
+                    .collect()
+            }
+        }
+    };
+}
+
+claim_answers!(
+    v1alpha3,
+    NodePrepareResourcesResponse,
+    node_prepare_resources_response,
+    NodePrepareResourceResponse
+);
+claim_answers!(
+    v1alpha3,
+    NodeUnprepareResourcesResponse,
+    node_unprepare_resources_response,
+    NodeUnprepareResourceResponse
+);
+claim_answers!(
+    dra_v1beta1,
+    NodePrepareResourcesResponse,
+    node_prepare_resources_response,
+    NodePrepareResourceResponse
+);
+claim_answers!(
+    dra_v1beta1,
+    NodeUnprepareResourcesResponse,
+    node_unprepare_resources_response,
+    NodeUnprepareResourceResponse
+);
+claim_answers!(
+    dra_v1,
+    NodePrepareResourcesResponse,
+    node_prepare_resources_response,
+    NodePrepareResourceResponse
+);
+claim_answers!(
+    dra_v1,
+    NodeUnprepareResourcesResponse,
+    node_unprepare_resources_response,
+    NodeUnprepareResourceResponse
+);
+
 /// The `supported_versions` entry that tells a 1.34+ kubelet the plugin serves
 /// [`services::DRA_V1`].
 pub const SUPPORTED_V1: &str = "v1.DRAPlugin";

@@ -188,27 +188,25 @@ fn v1alpha3_responses() {
             error: "bad handle".into(),
         },
     );
-    // A map has no defined order on the wire, so one entry is checked both ways and two
-    // entries by decoding only.
-    check(
-        &Raw::default().map_entry(1, "u1", &ok),
-        &v1alpha3::NodePrepareResourcesResponse {
-            claims: HashMap::from([(
-                "u1".to_string(),
-                v1alpha3::NodePrepareResourceResponse {
-                    cdi_devices: vec!["a/b=c".into()],
-                    error: String::new(),
-                },
-            )]),
+    // The upstream map, written as its entry messages (the same bytes), in the order added.
+    let mut answers = v1alpha3::NodePrepareResourcesResponse::default();
+    answers.insert(
+        "u1".into(),
+        v1alpha3::NodePrepareResourceResponse {
+            cdi_devices: vec!["a/b=c".into()],
+            error: String::new(),
         },
     );
+    check(&Raw::default().map_entry(1, "u1", &ok), &answers);
     let two = Raw::default()
         .map_entry(1, "u1", &ok)
         .map_entry(1, "u2", &failed);
-    let decoded = v1alpha3::NodePrepareResourcesResponse::decode(two.0.as_slice()).unwrap();
-    assert_eq!(decoded.claims.len(), 2);
-    assert_eq!(decoded.claims["u2"].error, "bad handle");
-    assert_eq!(decoded.claims["u1"].cdi_devices, vec!["a/b=c".to_string()]);
+    let decoded = v1alpha3::NodePrepareResourcesResponse::decode(two.0.as_slice())
+        .unwrap()
+        .into_map();
+    assert_eq!(decoded.len(), 2);
+    assert_eq!(decoded["u2"].error, "bad handle");
+    assert_eq!(decoded["u1"].cdi_devices, vec!["a/b=c".to_string()]);
 
     let unprep_failed = Raw::default().string(1, "cannot remove");
     check(
@@ -217,17 +215,31 @@ fn v1alpha3_responses() {
             error: "cannot remove".into(),
         },
     );
-    check(
-        &Raw::default().map_entry(1, "u1", &unprep_failed),
-        &v1alpha3::NodeUnprepareResourcesResponse {
-            claims: HashMap::from([(
-                "u1".to_string(),
-                v1alpha3::NodeUnprepareResourceResponse {
-                    error: "cannot remove".into(),
-                },
-            )]),
+    let mut unprepared = v1alpha3::NodeUnprepareResourcesResponse::default();
+    unprepared.insert(
+        "u1".into(),
+        v1alpha3::NodeUnprepareResourceResponse {
+            error: "cannot remove".into(),
         },
     );
+    check(
+        &Raw::default().map_entry(1, "u1", &unprep_failed),
+        &unprepared,
+    );
+    // A successful unprepare is an empty value, and still on the wire: gogo code (kubelet
+    // 1.28) turns an entry without one into a nil pointer.
+    let mut success = v1alpha3::NodeUnprepareResourcesResponse::default();
+    success.insert("u1".into(), Default::default());
+    check(
+        &Raw::default().map_entry(1, "u1", &Raw::default()),
+        &success,
+    );
+    // A peer's entry without a value reads as the empty answer, as a map's would.
+    let bare = Raw::default().message(1, &Raw::default().string(1, "u1"));
+    let read = v1alpha3::NodeUnprepareResourcesResponse::decode(bare.0.as_slice())
+        .unwrap()
+        .into_map();
+    assert_eq!(read["u1"], Default::default());
     check(
         &Raw::default(),
         &v1alpha3::NodeListAndWatchResourcesRequest {},
@@ -329,6 +341,8 @@ impl v1alpha3::node_server::Node for Dummy {
 /// The structured-DRA packages share their messages, so one set of checks runs per package.
 macro_rules! structured_wire_tests {
     ($test:ident, $pkg:ident) => {
+        // `..Default::default()` leaves v1's `share_id` unset; v1beta1 has no such field.
+        #[allow(clippy::needless_update)]
         #[test]
         fn $test() {
             use $pkg as p;
@@ -375,6 +389,7 @@ macro_rules! structured_wire_tests {
                     "k8s.fake.resource.3-shake.com/fake=common".into(),
                     "k8s.fake.resource.3-shake.com/fake=claim-u1".into(),
                 ],
+                ..Default::default()
             };
             check(&device_raw, &device);
 
@@ -390,18 +405,15 @@ macro_rules! structured_wire_tests {
                 error: "uid mismatch".into(),
             };
             check(&failed_raw, &failed);
-            check(
-                &Raw::default().map_entry(1, "u1", &ok_raw),
-                &p::NodePrepareResourcesResponse {
-                    claims: HashMap::from([("u1".to_string(), ok.clone())]),
-                },
-            );
+            let mut answers = p::NodePrepareResourcesResponse::default();
+            answers.insert("u1".into(), ok.clone());
+            check(&Raw::default().map_entry(1, "u1", &ok_raw), &answers);
             let both = Raw::default()
                 .map_entry(1, "u1", &ok_raw)
                 .map_entry(1, "u2", &failed_raw);
             let decoded = p::NodePrepareResourcesResponse::decode(both.0.as_slice()).unwrap();
             assert_eq!(
-                decoded.claims,
+                decoded.into_map(),
                 HashMap::from([("u1".to_string(), ok), ("u2".to_string(), failed)])
             );
 
@@ -414,11 +426,14 @@ macro_rules! structured_wire_tests {
                 &Raw::default(),
                 &p::NodeUnprepareResourceResponse::default(),
             );
+            let mut unprepared = p::NodeUnprepareResourcesResponse::default();
+            unprepared.insert("u1".into(), unprep);
+            check(&Raw::default().map_entry(1, "u1", &unprep_raw), &unprepared);
+            let mut success = p::NodeUnprepareResourcesResponse::default();
+            success.insert("u1".into(), Default::default());
             check(
-                &Raw::default().map_entry(1, "u1", &unprep_raw),
-                &p::NodeUnprepareResourcesResponse {
-                    claims: HashMap::from([("u1".to_string(), unprep)]),
-                },
+                &Raw::default().map_entry(1, "u1", &Raw::default()),
+                &success,
             );
         }
     };
@@ -465,3 +480,27 @@ macro_rules! dummy_dra_plugin {
 
 dummy_dra_plugin!(dra_v1beta1);
 dummy_dra_plugin!(dra_v1);
+
+#[test]
+fn dra_v1_device_share_id_is_field_5_and_optional() {
+    let raw = Raw::default()
+        .string(2, "node-1")
+        .string(3, "fake-0")
+        .string(5, "share-1");
+    check(
+        &raw,
+        &dra_v1::Device {
+            pool_name: "node-1".into(),
+            device_name: "fake-0".into(),
+            share_id: Some("share-1".into()),
+            ..Default::default()
+        },
+    );
+    check(
+        &Raw::default().string(5, ""),
+        &dra_v1::Device {
+            share_id: Some(String::new()),
+            ..Default::default()
+        },
+    );
+}

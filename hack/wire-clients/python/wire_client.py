@@ -48,6 +48,14 @@ PROTOS = [
 ]
 
 
+def answers(response):
+    """The per-claim answers by claim uid. Upstream declares `map<string, ...> claims = 1`;
+    our .proto spells the map as its entry messages (the same bytes on the wire, see
+    proto/proto/dra/*/api.proto), which grpcio then gives as a list of (key, value)
+    entries."""
+    return {e.key: e.value for e in response.claims}
+
+
 def compile_protos(proto_dir, out_dir):
     """Generates *_pb2.py and *_pb2_grpc.py into out_dir and imports them."""
     args = ["protoc", f"-I{proto_dir}", f"--python_out={out_dir}", f"--grpc_python_out={out_dir}"]
@@ -148,12 +156,12 @@ def classic(inp, mods, out, form, ch):
         r = node3.NodePrepareResources(
             v3.NodePrepareResourcesRequest(claims=[claim3(c) for c in claims]), timeout=t)
         return {"claims": {uid: {"error": e.error, "cdi_devices": list(e.cdi_devices)}
-                           for uid, e in r.claims.items()}}
+                           for uid, e in answers(r).items()}}
 
     def unprepare3():
         r = node3.NodeUnprepareResources(
             v3.NodeUnprepareResourcesRequest(claims=[claim3(c) for c in claims]), timeout=t)
-        return {"claims": {uid: {"error": e.error} for uid, e in r.claims.items()}}
+        return {"claims": {uid: {"error": e.error} for uid, e in answers(r).items()}}
 
     out.call(form, "dra", "v1alpha3.Node/NodePrepareResources", "all", prepare3)
     out.call(form, "dra", "v1alpha3.Node/NodeUnprepareResources", "all", unprepare3)
@@ -196,11 +204,11 @@ def structured(inp, mods, out, form, ch):
                 "devices": [{"request_names": list(d.request_names), "pool_name": d.pool_name,
                              "device_name": d.device_name,
                              "cdi_device_ids": list(d.cdi_device_ids)} for d in e.devices],
-            } for uid, e in r.claims.items()}}
+            } for uid, e in answers(r).items()}}
 
         def unprepare(stub=stub, pb=pb, msgs=msgs):
             r = stub.NodeUnprepareResources(pb.NodeUnprepareResourcesRequest(claims=msgs), timeout=t)
-            return {"claims": {uid: {"error": e.error} for uid, e in r.claims.items()}}
+            return {"claims": {uid: {"error": e.error} for uid, e in answers(r).items()}}
 
         out.call(form, "dra", f"{service}/NodePrepareResources", "all", prepare)
         out.call(form, "dra", f"{service}/NodeUnprepareResources", "all", unprepare)

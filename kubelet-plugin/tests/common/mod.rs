@@ -230,7 +230,7 @@ pub async fn prepare(
         .await
         .unwrap()
         .into_inner()
-        .claims
+        .into_map()
 }
 
 pub async fn unprepare(
@@ -243,7 +243,7 @@ pub async fn unprepare(
         .await
         .unwrap()
         .into_inner()
-        .claims
+        .into_map()
 }
 
 /// Checks a spec file against the CDI JSON schema in ../shared/cdi-schema.

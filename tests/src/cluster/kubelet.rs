@@ -1234,9 +1234,11 @@ macro_rules! structured_call {
             Call::Prepare => {
                 let call =
                     client.node_prepare_resources(api::NodePrepareResourcesRequest { claims });
-                let mut response = timed(call).await?.map_err(|s| s.message().to_string())?;
+                let mut response = timed(call)
+                    .await?
+                    .map_err(|s| s.message().to_string())?
+                    .into_map();
                 let result = response
-                    .claims
                     .remove($uid)
                     .ok_or_else(|| "the response has no entry for the claim".to_string())?;
                 if !result.error.is_empty() {
@@ -1251,9 +1253,11 @@ macro_rules! structured_call {
             Call::Unprepare => {
                 let call =
                     client.node_unprepare_resources(api::NodeUnprepareResourcesRequest { claims });
-                let mut response = timed(call).await?.map_err(|s| s.message().to_string())?;
+                let mut response = timed(call)
+                    .await?
+                    .map_err(|s| s.message().to_string())?
+                    .into_map();
                 let result = response
-                    .claims
                     .remove($uid)
                     .ok_or_else(|| "the response has no entry for the claim".to_string())?;
                 if result.error.is_empty() {
@@ -1312,13 +1316,13 @@ async fn call_classic(
         Call::Prepare => {
             timed(batched.node_prepare_resources(v1alpha3::NodePrepareResourcesRequest { claims }))
                 .await?
-                .map(|mut r| r.claims.remove(uid).map(|c| (c.error, c.cdi_devices)))
+                .map(|r| r.into_map().remove(uid).map(|c| (c.error, c.cdi_devices)))
         }
         Call::Unprepare => timed(
             batched.node_unprepare_resources(v1alpha3::NodeUnprepareResourcesRequest { claims }),
         )
         .await?
-        .map(|mut r| r.claims.remove(uid).map(|c| (c.error, Vec::new()))),
+        .map(|r| r.into_map().remove(uid).map(|c| (c.error, Vec::new()))),
     };
     match entry {
         Ok(Some((error, ids))) if error.is_empty() => Ok(ids),
