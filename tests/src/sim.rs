@@ -93,6 +93,8 @@ pub struct SimConfig {
     pub plugin_env: Vec<(String, String)>,
     /// Labels every Node carries besides `kubernetes.io/hostname`.
     pub node_labels: Vec<(String, String)>,
+    /// How long after a DRA driver left a kubelet wipes its ResourceSlices.
+    pub wiping_delay: std::time::Duration,
 }
 
 impl Default for SimConfig {
@@ -107,6 +109,7 @@ impl Default for SimConfig {
             plugin_env: Vec::new(),
             node_labels: Vec::new(),
             server_version: None,
+            wiping_delay: crate::cluster::kubelet::DEFAULT_WIPING_DELAY,
         }
     }
 }
@@ -235,6 +238,7 @@ impl Sim {
             node_labels: config.node_labels.clone(),
             work_dir: work_dir.clone(),
             runtime,
+            wiping_delay: config.wiping_delay,
         };
         let (installed, driver_workloads): (Vec<Manifest>, Vec<Manifest>) = deployed
             .into_iter()

@@ -71,6 +71,9 @@ pub struct ClusterConfig {
     /// Parent of the per-node directories.
     pub work_dir: PathBuf,
     pub runtime: ContainerRuntime,
+    /// How long after a DRA driver left a kubelet wipes its ResourceSlices (upstream
+    /// 30 s, [`kubelet::DEFAULT_WIPING_DELAY`]).
+    pub wiping_delay: std::time::Duration,
 }
 
 impl ClusterConfig {
@@ -81,6 +84,7 @@ impl ClusterConfig {
             node_labels: Vec::new(),
             work_dir,
             runtime,
+            wiping_delay: kubelet::DEFAULT_WIPING_DELAY,
         }
     }
 
@@ -150,13 +154,16 @@ impl EmulatedCluster {
         let mut kubelets = Vec::new();
         for node in &config.nodes {
             kubelets.push(kubelet::Kubelet::start(
-                node.clone(),
-                config.node_dirs(node),
+                kubelet::KubeletConfig {
+                    node: node.clone(),
+                    dirs: config.node_dirs(node),
+                    runtime: config.runtime.clone(),
+                    logs: logs.clone(),
+                    server_version: version,
+                    wiping_delay: config.wiping_delay,
+                },
                 server.client()?,
                 changes(&server),
-                config.runtime.clone(),
-                logs.clone(),
-                version,
             ));
         }
         Ok(Self {
@@ -186,6 +193,19 @@ impl EmulatedCluster {
 
     pub fn kubelet(&self, node: &str) -> Option<&kubelet::Kubelet> {
         self.kubelets.iter().find(|k| k.node() == node)
+    }
+
+    /// Restarts the kubelet of `node` (see [`kubelet::Kubelet::restart`]); false if there
+    /// is no such node.
+    pub async fn restart_kubelet(&mut self, node: &str) -> bool {
+        let changes = changes(&self.server);
+        match self.kubelets.iter_mut().find(|k| k.node() == node) {
+            Some(kubelet) => {
+                kubelet.restart(changes).await;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Stops the kubelets (containers first, then the plugins' claims are left prepared, as a

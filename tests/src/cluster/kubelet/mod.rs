@@ -1,0 +1,262 @@
+//! The kubelet of one emulated node, as far as DRA needs it, for each emulated release:
+//! 1.27–1.30 for classic DRA, 1.32–1.34+ for structured DRA. Each part follows the
+//! upstream code named in its module:
+//!
+//! - [`registration`]: the plugin watcher and the DRA registration handler — dialling the
+//!   sockets with the `:authority` the real kubelet sends, `GetInfo` checks, several
+//!   instances per driver, slices wiped at start, after a driver left or lost its
+//!   connection;
+//! - [`dra`]: the DRA manager — the claim-info cache, one `NodePrepareResources` per
+//!   driver with all claims of a pod, the CDI ids a container gets;
+//! - [`pods`]: pod workers — containers, status, restart policy, graceful deletion.
+//!
+//! [`Kubelet::restart`] stops the kubelet's loops and starts them again the way a kubelet
+//! process restart does: running containers stay, plugins register anew, the claim-info
+//! cache comes back from its checkpoint.
+
+mod dra;
+mod pods;
+mod registration;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use fake_dra_crds::pod::ClassicPod;
+use tokio::sync::{Mutex, RwLock, broadcast, watch};
+use tokio::task::JoinSet;
+
+pub use registration::{PluginApi, choose_service, known_services};
+
+use super::structured::ResourceApi;
+use super::{ContainerRuntime, Events, LogSink, NodeDirs};
+use crate::apiserver::WatchEvent;
+
+/// `defaultWipingDelay` (`pkg/kubelet/cm/dra/manager.go`): how long after a driver left
+/// (or, 1.34+, lost its connection) the kubelet deletes its ResourceSlices.
+pub const DEFAULT_WIPING_DELAY: Duration = Duration::from_secs(30);
+
+/// What differs between the kubelet releases emulated here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Release(pub (u32, u32));
+
+impl Release {
+    /// Structured DRA (1.32+).
+    pub fn structured(self) -> bool {
+        crate::apiserver::is_structured(self.0)
+    }
+
+    /// Only `v1alpha2.Node/NodePrepareResource`, one claim per call (1.27).
+    fn single_claim_service_only(self) -> bool {
+        self.0 < (1, 28)
+    }
+
+    /// Generated claims are named `<pod>-<pod claim>` and the pod records nothing
+    /// (`resourceclaim.Name` of 1.27); later releases read `status.resourceClaimStatuses`.
+    pub fn legacy_claim_names(self) -> bool {
+        self.0 < (1, 28)
+    }
+
+    /// A claim restored from the checkpoint after a restart counts as prepared (1.27 has
+    /// no such flag; 1.32+ checkpoint it); 1.28–1.30 prepare it again for the next pod.
+    fn restored_claims_prepared(self) -> bool {
+        self.0 < (1, 28) || self.structured()
+    }
+
+    /// Classic kubelets pass CDI ids to the runtime in the annotation
+    /// `cdi.k8s.io/<driver>_<claim uid>` (`pkg/kubelet/cm/util/cdi`, `annotationKey`).
+    fn cdi_annotations(self) -> bool {
+        !self.structured()
+    }
+
+    /// Plugins may run several instances per driver, an endpoint registered twice is
+    /// refused, and a driver's ResourceSlices are wiped when it leaves (1.32+).
+    fn plugin_store(self) -> bool {
+        self.structured()
+    }
+
+    /// The kubelet watches each plugin's gRPC connection and wipes the slices of a driver
+    /// none of whose instances is connected (`dra_plugin_manager.go`, `sync`; 1.34+).
+    fn monitors_connections(self) -> bool {
+        self.0 >= (1, 34)
+    }
+}
+
+/// A running emulated kubelet. [`Kubelet::shutdown`] stops its containers and leaves the
+/// claims prepared, as a node shutdown does.
+#[derive(Debug)]
+pub struct Kubelet {
+    node: String,
+    tasks: JoinSet<()>,
+    ctx: Arc<NodeContext>,
+}
+
+/// One registered instance of a DRA plugin.
+#[derive(Debug, Clone)]
+struct PluginInstance {
+    /// The registration socket it came through.
+    socket: PathBuf,
+    /// Its DRA socket.
+    endpoint: PathBuf,
+    /// The service chosen for it.
+    api: PluginApi,
+    /// Whether its gRPC connection is up (1.34+ watch it; before, always true).
+    connected: Arc<AtomicBool>,
+}
+
+/// What the node's tasks share; survives [`Kubelet::restart`] where a real node's state
+/// would (containers, the claim checkpoint).
+struct NodeContext {
+    node: String,
+    dirs: NodeDirs,
+    client: kube::Client,
+    runtime: ContainerRuntime,
+    logs: LogSink,
+    events: Events,
+    release: Release,
+    /// `resource.k8s.io` for structured releases; `None` on classic ones.
+    structured: Option<ResourceApi>,
+    /// Registered DRA plugins by driver name.
+    plugins: RwLock<BTreeMap<String, Vec<PluginInstance>>>,
+    /// Successful registrations so far (a restarted plugin registers again).
+    registrations: AtomicU64,
+    /// The claim-info cache; held across DRA calls so preparing and unpreparing one claim
+    /// never interleave.
+    claims: Mutex<dra::ClaimCache>,
+    /// Pod workers by pod uid.
+    workers: Mutex<HashMap<String, watch::Sender<Option<ClassicPod>>>>,
+    /// Set on shutdown: workers stop their containers and exit, leaving claims prepared.
+    stopping: watch::Sender<bool>,
+    /// See [`DEFAULT_WIPING_DELAY`].
+    wiping_delay: Duration,
+    /// Pending ResourceSlice wipes by driver.
+    pending_wipes: std::sync::Mutex<HashMap<String, tokio::task::AbortHandle>>,
+}
+
+impl std::fmt::Debug for NodeContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeContext")
+            .field("node", &self.node)
+            .field("dirs", &self.dirs)
+            .field("release", &self.release)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a [`Kubelet`] is set up.
+#[derive(Debug, Clone)]
+pub struct KubeletConfig {
+    pub node: String,
+    pub dirs: NodeDirs,
+    pub runtime: ContainerRuntime,
+    pub logs: LogSink,
+    pub server_version: (u32, u32),
+    /// See [`DEFAULT_WIPING_DELAY`]; tests shorten it.
+    pub wiping_delay: Duration,
+}
+
+impl Kubelet {
+    pub fn start(
+        config: KubeletConfig,
+        client: kube::Client,
+        changes: broadcast::Receiver<Arc<WatchEvent>>,
+    ) -> Self {
+        let release = Release(config.server_version);
+        let ctx = Arc::new(NodeContext {
+            events: Events::new(client.clone(), "kubelet", Some(config.node.clone())),
+            structured: ResourceApi::for_server(client.clone(), config.server_version),
+            release,
+            node: config.node.clone(),
+            dirs: config.dirs,
+            client,
+            runtime: config.runtime,
+            logs: config.logs,
+            plugins: RwLock::default(),
+            registrations: AtomicU64::new(0),
+            claims: Mutex::default(),
+            workers: Mutex::default(),
+            stopping: watch::Sender::new(false),
+            wiping_delay: config.wiping_delay,
+            pending_wipes: std::sync::Mutex::default(),
+        });
+        let mut kubelet = Self {
+            node: config.node,
+            tasks: JoinSet::new(),
+            ctx,
+        };
+        kubelet.spawn_loops(changes);
+        kubelet
+    }
+
+    /// The loops of one kubelet process.
+    fn spawn_loops(&mut self, changes: broadcast::Receiver<Arc<WatchEvent>>) {
+        let ctx = self.ctx.clone();
+        if ctx.structured.is_some() {
+            // No driver has registered yet, so none of the node's slices can be trusted
+            // (`NewDRAPluginManager`: wipe at startup, all drivers).
+            self.tasks
+                .spawn(registration::wipe_slices(ctx.clone(), None, Duration::ZERO));
+        }
+        self.tasks.spawn(registration::watch_registry(ctx.clone()));
+        if ctx.release.monitors_connections() {
+            self.tasks
+                .spawn(registration::monitor_connections(ctx.clone()));
+        }
+        self.tasks.spawn(async move {
+            super::level_triggered("kubelet", changes, || {
+                let ctx = ctx.clone();
+                async move { pods::sync_pods(&ctx).await }
+            })
+            .await;
+        });
+    }
+
+    /// Restarts the kubelet process: its loops stop and start again, plugins register
+    /// anew, pending slice wipes are forgotten, the claim-info cache is what its
+    /// checkpoint held; containers keep running.
+    pub async fn restart(&mut self, changes: broadcast::Receiver<Arc<WatchEvent>>) {
+        self.tasks.abort_all();
+        while self.tasks.join_next().await.is_some() {}
+        registration::forget_pending_wipes(&self.ctx);
+        self.ctx.plugins.write().await.clear();
+        dra::restore_from_checkpoint(&self.ctx).await;
+        tracing::info!(node = %self.node, "kubelet restarted");
+        self.spawn_loops(changes);
+    }
+
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// The drivers registered with this kubelet.
+    pub async fn registered_plugins(&self) -> Vec<String> {
+        self.ctx.plugins.read().await.keys().cloned().collect()
+    }
+
+    /// How many times a plugin registered with this kubelet.
+    pub fn registration_count(&self) -> u64 {
+        self.ctx.registrations.load(Ordering::SeqCst)
+    }
+
+    /// Stops every container and the kubelet's loops; prepared claims stay prepared.
+    pub async fn shutdown(mut self) {
+        self.tasks.abort_all();
+        while self.tasks.join_next().await.is_some() {}
+        registration::forget_pending_wipes(&self.ctx);
+        self.ctx.stopping.send_replace(true);
+        // Workers see `stopping` and stop their containers; wait until all are gone.
+        loop {
+            let live = {
+                let mut workers = self.ctx.workers.lock().await;
+                workers.retain(|_, tx| !tx.is_closed());
+                workers.len()
+            };
+            if live == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
