@@ -615,14 +615,20 @@ async fn reconcile_psc_inner(psc: &PodSchedulingContext, ctx: &Context) -> Resul
     let mut pending: Vec<(String, Arc<ResourceClaim>, Resolved)> = Vec::new();
     let mut waiting = false;
     for pod_claim in pod.resource_claims() {
-        let Some(claim_name) = pod.claim_name(&pod_claim.name) else {
+        let Some((claim_name, must_be_the_pods)) = pod.claim_name_any_release(&pod_claim.name)
+        else {
             waiting = true;
             continue;
         };
-        let Some(claim) = ctx.claims.get(&ObjectRef::new(claim_name).within(&ns)) else {
+        let Some(claim) = ctx.claims.get(&ObjectRef::new(&claim_name).within(&ns)) else {
             waiting = true;
             continue;
         };
+        if must_be_the_pods && !pod.controls(claim.metadata.owner_references.as_deref()) {
+            // Not (yet) the claim generated for this pod.
+            waiting = true;
+            continue;
+        }
         let Some(class) = ctx.is_ours(&claim) else {
             continue;
         };

@@ -263,6 +263,41 @@ impl ClassicPod {
             .as_deref()
     }
 
+    /// The claim behind `pod_claim_name` as a driver that must work on every release looks
+    /// for it, and whether it must be checked to be controlled by this pod before use
+    /// (`resourceclaim.IsForPod`): a direct reference; the claim recorded in
+    /// `status.resourceClaimStatuses` (1.28+); else the name 1.27 gives generated claims,
+    /// which on later releases no claim of this pod has.
+    pub fn claim_name_any_release(&self, pod_claim_name: &str) -> Option<(String, bool)> {
+        let pod_claim = self
+            .resource_claims()
+            .iter()
+            .find(|c| c.name == pod_claim_name)?;
+        if let Some(name) = pod_claim.direct_claim_name() {
+            return Some((name.to_string(), false));
+        }
+        pod_claim.template_name()?;
+        let name = match self.claim_name(pod_claim_name) {
+            Some(name) => name.to_string(),
+            None => self.legacy_generated_claim_name(pod_claim_name)?,
+        };
+        Some((name, true))
+    }
+
+    /// Whether `owners` make the object one this pod controls.
+    pub fn controls(
+        &self,
+        owners: Option<&[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference]>,
+    ) -> bool {
+        let Some(uid) = self.metadata.uid.as_deref() else {
+            return false;
+        };
+        owners
+            .unwrap_or_default()
+            .iter()
+            .any(|o| o.uid == uid && o.controller == Some(true))
+    }
+
     /// The name Kubernetes 1.27 gave a claim generated for `pod_claim_name`.
     pub fn legacy_generated_claim_name(&self, pod_claim_name: &str) -> Option<String> {
         let pod = self.metadata.name.as_deref()?;
@@ -306,6 +341,47 @@ mod tests {
 
     fn pod(value: Value) -> ClassicPod {
         serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn finds_claims_on_every_release() {
+        let p = pod(json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "pu"},
+            "spec": {
+                "containers": [],
+                "resourceClaims": [
+                    {"name": "a", "source": {"resourceClaimName": "shared"}},
+                    {"name": "t", "source": {"resourceClaimTemplateName": "tmpl"}},
+                    {"name": "u", "source": {"resourceClaimTemplateName": "tmpl"}}
+                ]
+            },
+            "status": {"resourceClaimStatuses": [{"name": "t", "resourceClaimName": "p-t-x7k2q"}]}
+        }));
+        assert_eq!(
+            p.claim_name_any_release("a"),
+            Some(("shared".into(), false))
+        );
+        assert_eq!(
+            p.claim_name_any_release("t"),
+            Some(("p-t-x7k2q".into(), true))
+        );
+        // Nothing recorded: the 1.27 name, to be checked against its owner.
+        assert_eq!(p.claim_name_any_release("u"), Some(("p-u".into(), true)));
+        assert_eq!(p.claim_name_any_release("nope"), None);
+        let owner = |uid: &str, controller| {
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+                name: "p".into(),
+                uid: uid.into(),
+                controller: Some(controller),
+                block_owner_deletion: None,
+            }
+        };
+        assert!(p.controls(Some(&[owner("pu", true)])));
+        assert!(!p.controls(Some(&[owner("pu", false)])));
+        assert!(!p.controls(Some(&[owner("other", true)])));
+        assert!(!p.controls(None));
     }
 
     #[test]

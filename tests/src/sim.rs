@@ -375,6 +375,22 @@ impl Sim {
         self.wait_registered(node, previous).await
     }
 
+    /// Restarts a node's kubelet (containers keep running) and waits until the node's
+    /// plugin registered with the new one.
+    pub async fn restart_kubelet(&mut self, node: &str) -> Result<(), SimError> {
+        let previous = match self.cluster.kubelet(node) {
+            Some(kubelet) => kubelet.registration_count(),
+            None => 0,
+        };
+        if !self.cluster.restart_kubelet(node).await {
+            return Err(SimError::Deploy {
+                overlay: String::new(),
+                message: format!("no node {node}"),
+            });
+        }
+        self.wait_registered(node, previous).await
+    }
+
     /// `kill -9` of a node's plugin.
     pub async fn kill_plugin(&mut self, node: &str) {
         if let Some(mut child) = self.plugins.remove(node) {

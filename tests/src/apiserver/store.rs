@@ -976,6 +976,9 @@ impl Store {
                 .unwrap_or(0);
             meta_mut(&mut new).insert("generation".into(), Value::from(generation + 1));
         }
+        if rt.group.is_empty() && rt.plural == "pods" {
+            validation::prune_pod_claims(&mut new, self.server_version);
+        }
         validation::validate_write(rt, Some(&old.object), &new, self.server_version)?;
         // An update that changes nothing is not written and bumps nothing (GuaranteedUpdate
         // short-circuits on identical bytes), so controllers do not feed their own loops.

@@ -313,8 +313,14 @@ fn pod_claims(pod: &Value, server_version: (u32, u32), causes: &mut Vec<FieldCau
 }
 
 /// Drops the Pod-claim fields the release does not know (the decoder ignores unknown
-/// fields): `source` from 1.31, the flat names before.
+/// fields): `source` from 1.31, the flat names before; `status.resourceClaimStatuses`
+/// before 1.28 (1.27 named generated claims `<pod>-<pod claim>` and recorded nothing).
 pub fn prune_pod_claims(pod: &mut Value, server_version: (u32, u32)) {
+    if server_version < (1, 28)
+        && let Some(status) = pod.get_mut("status").and_then(Value::as_object_mut)
+    {
+        status.remove("resourceClaimStatuses");
+    }
     let flat = server_version >= (1, 31);
     for claim in pod
         .pointer_mut("/spec/resourceClaims")

@@ -44,16 +44,32 @@ pub async fn run(
 ) {
     let events = Events::new(client.clone(), "resource_claim", None);
     let structured = ResourceApi::for_server(client.clone(), server_version);
+    let naming = if server_version < (1, 28) {
+        Naming::PodAndClaim
+    } else {
+        Naming::Generated
+    };
     level_triggered("resourceclaim-controller", changes, || async {
         match &structured {
             Some(api) => structured_pass(&client, &events, api).await,
-            None => pass(&client, &events).await,
+            None => pass(&client, &events, naming).await,
         }
     })
     .await;
 }
 
-async fn pass(client: &kube::Client, events: &Events) -> Result<(), kube::Error> {
+/// How generated claims are named and found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Naming {
+    /// 1.27: `<pod>-<pod claim>` (`resourceclaim.Name`), checked to be owned by the pod
+    /// (`IsForPod`); nothing recorded in the pod.
+    PodAndClaim,
+    /// 1.28+: a generated name recorded in `status.resourceClaimStatuses`, the claim
+    /// annotated with its pod claim's name.
+    Generated,
+}
+
+async fn pass(client: &kube::Client, events: &Events, naming: Naming) -> Result<(), kube::Error> {
     let pods = Api::<ClassicPod>::all(client.clone())
         .list(&ListParams::default())
         .await?
@@ -64,8 +80,15 @@ async fn pass(client: &kube::Client, events: &Events) -> Result<(), kube::Error>
         .items;
     let existing: Vec<&ObjectMeta> = claims.iter().map(|c| &c.metadata).collect();
     for pod in &pods {
-        if let Err(error) =
-            create_pod_claims(client, &ClassicClaims(client), events, pod, &existing).await
+        if let Err(error) = create_pod_claims(
+            client,
+            &ClassicClaims(client),
+            events,
+            pod,
+            &existing,
+            naming,
+        )
+        .await
         {
             tracing::debug!(pod = ?pod.metadata.name, %error, "creating the claims of a pod failed");
         }
@@ -194,6 +217,7 @@ async fn create_pod_claims<S: ClaimStore>(
     events: &Events,
     pod: &ClassicPod,
     existing: &[&ObjectMeta],
+    naming: Naming,
 ) -> Result<(), kube::Error> {
     if pod.metadata.deletion_timestamp.is_some() || pod.is_done() {
         return Ok(());
@@ -211,7 +235,33 @@ async fn create_pod_claims<S: ClaimStore>(
         let Some(template_name) = pod_claim.template_name() else {
             continue;
         };
-        if let Some(existing) = pod.claim_name(&pod_claim.name) {
+        let legacy_name = (naming == Naming::PodAndClaim)
+            .then(|| pod.legacy_generated_claim_name(&pod_claim.name))
+            .flatten();
+        if let Some(name) = &legacy_name
+            && let Some(claim) = existing.iter().find(|m| {
+                m.namespace.as_deref() == Some(namespace) && m.name.as_ref() == Some(name)
+            })
+        {
+            if !owning_pod(claim).is_some_and(|(_, uid)| uid == pod_uid) {
+                let note = format!(
+                    "PodResourceClaim {}: ResourceClaim {name} was not created for pod {namespace}/{pod_name} (pod is not owner)",
+                    pod_claim.name
+                );
+                events
+                    .warn(
+                        object_ref(pod),
+                        "FailedResourceClaimCreation",
+                        "CreateResourceClaim",
+                        note,
+                    )
+                    .await;
+            }
+            continue;
+        }
+        if legacy_name.is_none()
+            && let Some(existing) = pod.claim_name(&pod_claim.name)
+        {
             statuses.push((pod_claim.name.clone(), existing.to_string()));
             continue;
         }
@@ -252,9 +302,14 @@ async fn create_pod_claims<S: ClaimStore>(
             .as_ref()
             .and_then(|m| m.annotations.clone())
             .unwrap_or_default();
-        annotations.insert(POD_CLAIM_NAME_ANNOTATION.into(), pod_claim.name.clone());
+        if legacy_name.is_none() {
+            annotations.insert(POD_CLAIM_NAME_ANNOTATION.into(), pod_claim.name.clone());
+        }
         let metadata = ObjectMeta {
-            generate_name: Some(generate_name(pod_name, &pod_claim.name)),
+            name: legacy_name.clone(),
+            generate_name: legacy_name
+                .is_none()
+                .then(|| generate_name(pod_name, &pod_claim.name)),
             namespace: Some(namespace.into()),
             labels: template_meta.and_then(|m| m.labels),
             annotations: Some(annotations),
@@ -271,7 +326,7 @@ async fn create_pod_claims<S: ClaimStore>(
         let created = store.create(namespace, metadata, spec).await?;
         statuses.push((pod_claim.name.clone(), created));
     }
-    if missing_status {
+    if missing_status && naming == Naming::Generated {
         let entries: Vec<_> = statuses
             .iter()
             .map(|(name, claim)| json!({"name": name, "resourceClaimName": claim}))
@@ -349,8 +404,15 @@ async fn structured_pass(
     let claims: Vec<StructuredClaim> = api.list(None).await?;
     let existing: Vec<&ObjectMeta> = claims.iter().map(|c| &c.metadata).collect();
     for pod in &pods {
-        if let Err(error) =
-            create_pod_claims(client, &StructuredClaims(api), events, pod, &existing).await
+        if let Err(error) = create_pod_claims(
+            client,
+            &StructuredClaims(api),
+            events,
+            pod,
+            &existing,
+            Naming::Generated,
+        )
+        .await
         {
             tracing::debug!(pod = ?pod.metadata.name, %error, "creating the claims of a pod failed");
         }

@@ -45,7 +45,15 @@ pub async fn run(
     let reported = Arc::new(tokio::sync::Mutex::new(HashMap::new()));
     level_triggered("kube-scheduler", changes, || {
         let (client, events, reported) = (client.clone(), events.clone(), reported.clone());
-        async move { pass(&client, &events, &mut *reported.lock().await).await }
+        async move {
+            pass(
+                &client,
+                &events,
+                &mut *reported.lock().await,
+                server_version,
+            )
+            .await
+        }
     })
     .await;
 }
@@ -58,6 +66,7 @@ async fn pass(
     client: &kube::Client,
     events: &Events,
     reported: &mut HashMap<String, String>,
+    server_version: (u32, u32),
 ) -> Result<(), kube::Error> {
     let pods = Api::<ClassicPod>::all(client.clone())
         .list(&ListParams::default())
@@ -83,7 +92,7 @@ async fn pass(
             pod.metadata.namespace.as_deref().unwrap_or_default(),
             pod.metadata.name.as_deref().unwrap_or_default()
         );
-        match schedule(client, pod, &nodes, &mut load).await {
+        match schedule(client, pod, &nodes, &mut load, server_version).await {
             Ok(Some(node)) => {
                 reported.remove(&key);
                 let note = format!("Successfully assigned {key} to {node}");
@@ -141,6 +150,7 @@ async fn schedule(
     pod: &ClassicPod,
     nodes: &[Node],
     load: &mut BTreeMap<String, usize>,
+    server_version: (u32, u32),
 ) -> Result<Option<String>, ScheduleError> {
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
     let pod_name = pod.metadata.name.clone().unwrap_or_default();
@@ -151,7 +161,15 @@ async fn schedule(
     let mut claims = Vec::new();
     for pod_claim in pod.resource_claims() {
         let from_template = pod_claim.template_name().is_some();
-        let Some(claim_name) = pod.claim_name(&pod_claim.name) else {
+        // `resourceclaim.Name`: 1.27 names a generated claim `<pod>-<pod claim>`, later
+        // releases read it from the pod's status.
+        let legacy = (server_version < (1, 28) && from_template)
+            .then(|| pod.legacy_generated_claim_name(&pod_claim.name))
+            .flatten();
+        let Some(claim_name) = legacy
+            .as_deref()
+            .or_else(|| pod.claim_name(&pod_claim.name))
+        else {
             return Err(unschedulable(format!(
                 "waiting for resource claim {} of the pod to be created",
                 pod_claim.name
