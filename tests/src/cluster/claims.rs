@@ -243,7 +243,7 @@ async fn create_pod_claims<S: ClaimStore>(
                 m.namespace.as_deref() == Some(namespace) && m.name.as_ref() == Some(name)
             })
         {
-            if !owning_pod(claim).is_some_and(|(_, uid)| uid == pod_uid) {
+            if owning_pod(claim).is_none_or(|(_, uid)| uid != pod_uid) {
                 let note = format!(
                     "PodResourceClaim {}: ResourceClaim {name} was not created for pod {namespace}/{pod_name} (pod is not owner)",
                     pod_claim.name
