@@ -314,18 +314,11 @@ async fn a_dead_plugins_slices_are_wiped_and_come_back_with_it() {
         Some(serde_json::json!("Running"))
     );
     // The allocation was never touched: the claim still holds the devices the pod sees.
+    let pod0 = pod(&sim, "test4", "pod0").await.unwrap();
+    let claim = pod0.claim_name("fake").unwrap();
     assert_eq!(
         Generation::Structured
-            .held_by(
-                &sim,
-                "test4",
-                &pod(&sim, "test4", "pod0")
-                    .await
-                    .unwrap()
-                    .claim_name("fake")
-                    .unwrap()
-                    .to_string()
-            )
+            .held_by(&sim, "test4", claim)
             .await
             .len(),
         before.len()
