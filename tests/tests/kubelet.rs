@@ -77,6 +77,19 @@ async fn the_classic_seed_demo_runs_on_kubernetes_1_27() {
     let h = handle(&claim).unwrap();
     assert_eq!((h.devices.len(), h.split), (4, 2));
     assert_eq!(h.node_name, env["FAKE_NODE_NAME"]);
+    // PostBind deleted the PodSchedulingContext once the pod was bound.
+    eventually("the PodSchedulingContext deleted after binding", || async {
+        Api::<fake_dra_crds::v1alpha2::PodSchedulingContext>::namespaced(
+            sim.client().unwrap(),
+            "test5",
+        )
+        .get_opt("pod0")
+        .await
+        .unwrap()
+        .is_none()
+        .then_some(())
+    })
+    .await;
     sim.shutdown().await;
 }
 

@@ -3,15 +3,18 @@
 //!
 //! - PreFilter: every claim of the pod must exist, not be being deleted, and (when generated)
 //!   be owned by the pod; an unallocated Immediate claim makes the pod wait.
-//! - Filter: an allocated claim limits the pod to its `availableOnNodes`; an unallocated
-//!   WaitForFirstConsumer claim rules out its class' non-`suitableNodes` and the nodes the
-//!   driver listed in `unsuitableNodes`.
-//! - PostFilter: when no node fits and a claim is allocated but unreserved, ask for its
-//!   deallocation so the driver can allocate elsewhere.
+//! - Filter: an allocated claim limits the pod to its `availableOnNodes` ("resourceclaim
+//!   not available on the node"); an unallocated WaitForFirstConsumer claim rules out its
+//!   class' non-`suitableNodes` ("excluded by resource class node filter") and the nodes
+//!   the driver listed in `unsuitableNodes` ("… (unsuitable)").
+//! - PostFilter (1.30): when no node fits, one allocated claim that was not available on
+//!   some node and is reserved by nobody but this pod gets `deallocationRequested` (and an
+//!   empty `reservedFor`), after `selectedNode` is cleared.
 //! - PreScore/Reserve: publish `potentialNodes` (≤ 128) in the PodSchedulingContext; select a
 //!   node once there is a single pending claim or the driver reported on all of them; then
 //!   wait for the driver to allocate.
-//! - PreBind: add the pod to every claim's `reservedFor`; Bind.
+//! - PreBind: add the pod to every claim's `reservedFor`; Bind; PostBind deletes the
+//!   PodSchedulingContext.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -244,9 +247,11 @@ async fn schedule(
         None
     };
 
-    // Filter.
+    // Filter: per node, the first claim that rules the node out gives the reason; an
+    // allocated claim not available there is remembered for PostFilter.
     let mut feasible = Vec::new();
     let mut reasons: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut unavailable: std::collections::BTreeSet<usize> = Default::default();
     for node in nodes {
         let name = node.metadata.name.as_deref().unwrap_or_default();
         let empty = BTreeMap::new();
@@ -254,24 +259,34 @@ async fn schedule(
             name,
             labels: node.metadata.labels.as_ref().unwrap_or(&empty),
         };
-        let verdict = claims.iter().find_map(|c| {
+        let mut here = Vec::new();
+        let verdict = claims.iter().enumerate().find_map(|(index, c)| {
             if let Some(allocation) = c.claim.allocation() {
-                let fits = allocation
+                if allocation
                     .available_on_nodes
                     .as_ref()
-                    .is_none_or(|s| node_selector::matches(s, view));
-                return (!fits).then_some("cannot allocate all claims");
+                    .is_some_and(|s| !node_selector::matches(s, view))
+                {
+                    here.push(index);
+                }
+                return None;
             }
             if let Some(suitable) = c.class.as_ref().and_then(|cl| cl.suitable_nodes.as_ref())
                 && !node_selector::matches(suitable, view)
             {
-                return Some("didn't match the resource class's suitable nodes");
+                return Some("excluded by resource class node filter");
             }
             let unsuitable = psc
                 .as_ref()
                 .and_then(|p| p.claim_status(&c.pod_claim_name))
                 .is_some_and(|s| s.unsuitable_nodes.iter().flatten().any(|n| n == name));
-            unsuitable.then_some("cannot allocate all claims")
+            unsuitable.then_some("resourceclaim cannot be allocated for the node (unsuitable)")
+        });
+        let verdict = verdict.or_else(|| {
+            (!here.is_empty()).then(|| {
+                unavailable.extend(here);
+                "resourceclaim not available on the node"
+            })
         });
         match verdict {
             None => feasible.push(name.to_string()),
@@ -280,21 +295,25 @@ async fn schedule(
     }
 
     if feasible.is_empty() {
-        // PostFilter: an allocated claim that nobody uses yet may be holding the pod back.
-        for c in &claims {
-            if c.claim.is_allocated() && c.claim.reserved_for().is_empty() {
-                let patch = json!({"metadata": {"resourceVersion": c.claim.metadata.resource_version}, "status": {"deallocationRequested": true}});
-                claims_api
-                    .patch_status(
-                        c.claim.metadata.name.as_deref().unwrap_or_default(),
-                        &PatchParams::default(),
-                        &Patch::Merge(patch),
-                    )
-                    .await?;
+        // PostFilter (1.30): one allocated claim that is not available where the pod could
+        // go and that nobody else uses is handed back to its driver — after the scheduler
+        // stopped asking for allocation on a selected node, so the driver does not
+        // allocate on it again.
+        if let Some(c) = unavailable.iter().map(|&i| &claims[i]).find(|c| {
+            let reserved = c.claim.reserved_for();
+            reserved.is_empty() || (reserved.len() == 1 && reserved[0].uid == pod_uid)
+        }) {
+            if let Some(p) = psc.as_ref().filter(|p| p.selected_node().is_some()) {
+                clear_selected_node(&psc_api, p).await?;
             }
-        }
-        if let Some(p) = psc.as_ref().filter(|p| p.selected_node().is_some()) {
-            clear_selected_node(&psc_api, p).await?;
+            let patch = json!({"metadata": {"resourceVersion": c.claim.metadata.resource_version}, "status": {"reservedFor": null, "deallocationRequested": true}});
+            claims_api
+                .patch_status(
+                    c.claim.metadata.name.as_deref().unwrap_or_default(),
+                    &PatchParams::default(),
+                    &Patch::Merge(patch),
+                )
+                .await?;
         }
         let details: Vec<String> = reasons
             .iter()
@@ -399,6 +418,14 @@ async fn schedule(
     }
     super::bind(client, &namespace, &pod_name, &node).await?;
     *load.entry(node.clone()).or_default() += 1;
+    // PostBind: the PodSchedulingContext is not needed any more; one try, a 404 is fine
+    // (the garbage collector removes a leftover with the pod).
+    if !claims.is_empty()
+        && let Err(error) = psc_api.delete(&pod_name, &Default::default()).await
+        && !matches!(&error, kube::Error::Api(s) if s.code == 404)
+    {
+        tracing::debug!(pod = %pod_name, %error, "deleting the PodSchedulingContext failed");
+    }
     Ok(Some(node))
 }
 
