@@ -232,6 +232,26 @@ impl Rewriter {
         Ok(())
     }
 
+    /// How many bytes from here on pass through unchanged (the rest of a frame payload
+    /// that is not a header block); a reader may hand them on without [`Rewriter::feed`]
+    /// and then report them with [`Rewriter::passed`].
+    pub fn passthrough_len(&self) -> usize {
+        match self.state {
+            State::Passthrough { remaining } => remaining,
+            _ => 0,
+        }
+    }
+
+    /// Records that `n` (at most [`Rewriter::passthrough_len`]) bytes were passed through.
+    pub fn passed(&mut self, n: usize) {
+        if let State::Passthrough { remaining } = &mut self.state {
+            *remaining -= n.min(*remaining);
+            if *remaining == 0 {
+                self.state = State::next_frame();
+            }
+        }
+    }
+
     fn start_frame(&mut self, header: FrameHeader, out: &mut Vec<u8>) -> Result<(), RewriteError> {
         if let Some(open) = &self.open
             && (header.kind != TYPE_CONTINUATION || header.stream != open.stream)
@@ -548,6 +568,16 @@ impl<S: AsyncRead + Unpin> AsyncRead for RewriteIo<S> {
                 let n = (this.pending.len() - this.handed).min(buf.remaining());
                 buf.put_slice(&this.pending[this.handed..this.handed + n]);
                 this.handed += n;
+                return Poll::Ready(Ok(()));
+            }
+            // The rest of a DATA (or other non-header) frame goes straight to the reader.
+            let passthrough = this.rewriter.passthrough_len().min(buf.remaining());
+            if passthrough > 0 && this.failed.is_none() {
+                let mut direct = ReadBuf::new(buf.initialize_unfilled_to(passthrough));
+                ready!(Pin::new(&mut this.inner).poll_read(cx, &mut direct))?;
+                let n = direct.filled().len();
+                this.rewriter.passed(n);
+                buf.advance(n);
                 return Poll::Ready(Ok(()));
             }
             this.scratch.resize(READ_CHUNK, 0);

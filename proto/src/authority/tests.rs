@@ -525,3 +525,27 @@ proptest! {
         prop_assert_eq!(out, whole);
     }
 }
+
+#[test]
+fn passthrough_bytes_may_skip_the_rewriter() {
+    let payload = vec![7u8; 100];
+    let input = connection(&[
+        frame(0x0, 0x1, 1, &payload),
+        frame(TYPE_HEADERS, FLAG_END_HEADERS, 3, &request(SOCKET)),
+    ]);
+    let whole = rewrite(&input).unwrap();
+    // Feed up to the DATA frame's header, hand its payload on directly, feed the rest.
+    let mut rewriter = Rewriter::new("localhost");
+    let mut out = Vec::new();
+    let head = 24 + 9 + 9;
+    rewriter.feed(&input[..head], &mut out).unwrap();
+    assert_eq!(rewriter.passthrough_len(), 100);
+    out.extend_from_slice(&input[head..head + 60]);
+    rewriter.passed(60);
+    assert_eq!(rewriter.passthrough_len(), 40);
+    out.extend_from_slice(&input[head + 60..head + 100]);
+    rewriter.passed(40);
+    assert_eq!(rewriter.passthrough_len(), 0);
+    rewriter.feed(&input[head + 100..], &mut out).unwrap();
+    assert_eq!(out, whole);
+}
