@@ -209,6 +209,9 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.internal.v1.opt",
 [plugins."io.containerd.cri.v1.runtime"]
   # CDI is always on in containerd 2.x; these are the directories our plugin writes to.
   cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+  # No CAP_SYS_RESOURCE in this sandbox: runc cannot lower oom_score_adj below our own (0),
+  # which pod sandboxes (-998) and critical pods ask for; containerd clamps them instead.
+  restrict_oom_score_adj = true
   # Pod network namespaces under the state directory rather than /var/run/netns.
   netns_mounts_under_state_dir = true
   [plugins."io.containerd.cri.v1.runtime".containerd]
@@ -329,7 +332,7 @@ up() {
     --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
     --client-ca-file "$PKI/ca.crt" \
     --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" --kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
-    --kubelet-certificate-authority "$PKI/ca.crt" \
+    --kubelet-certificate-authority "$PKI/ca.crt" --kubelet-preferred-address-types InternalIP \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
     --authorization-mode Node,RBAC \
@@ -354,12 +357,12 @@ up() {
 
   # containerd finds its shim next to itself only through PATH.
   start containerd env PATH="$KUBE_BIN:$PATH" "$KUBE_BIN/containerd" --config "$CLUSTER_DIR/containerd/config.toml"
-  wait_for containerd 30 "$KUBE_BIN/ctr" --address "$CONTAINERD_SOCK" version || die "containerd did not start; see $LOGS/containerd.log"
+  wait_for containerd 30 "$KUBE_BIN/crictl" --runtime-endpoint "unix://$CONTAINERD_SOCK" version || die "containerd did not start; see $LOGS/containerd.log"
   local a
   shopt -s nullglob
   for a in "$IMAGES_DIR"/*.tar; do load "$a"; done
   shopt -u nullglob
-  "$KUBE_BIN/ctr" --address "$CONTAINERD_SOCK" -n k8s.io images check "name==$SANDBOX_IMAGE" | grep -q . \
+  "$KUBE_BIN/ctr" --address "$CONTAINERD_SOCK" -n k8s.io images check "name==$SANDBOX_IMAGE" 2>/dev/null | grep -q . \
     || die "the sandbox image $SANDBOX_IMAGE is not in containerd; run hack/build-image-local.sh (it writes $IMAGES_DIR/pause.tar)"
 
   start kubelet "$KUBE_BIN/kubelet" --config "$CLUSTER_DIR/kubelet.yaml" \
@@ -380,8 +383,9 @@ up() {
 
 load() {
   [[ -f "$1" ]] || die "no image archive $1"
-  "$KUBE_BIN/ctr" --address "$CONTAINERD_SOCK" -n k8s.io images import "$1" >/dev/null \
-    || die "ctr images import $1 failed; see $LOGS/containerd.log"
+  local out
+  out="$("$KUBE_BIN/ctr" --address "$CONTAINERD_SOCK" -n k8s.io images import "$1" 2>&1)" \
+    || die "ctr images import $1 failed: $out"
   echo "loaded $(basename "$1")"
 }
 
