@@ -248,6 +248,8 @@ tlsPrivateKeyFile: $PKI/kubelet-serving.key
 containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
 cgroupDriver: cgroupfs
 $failcg
+# Container logs under the work dir (the symlinks in /var/log/containers are fixed).
+podLogsDir: $CLUSTER_DIR/pod-logs
 clusterDomain: cluster.local
 # No cluster DNS (no CoreDNS image can be pulled): pods get the node's resolv.conf.
 resolvConf: /etc/resolv.conf
@@ -296,7 +298,7 @@ up() {
     port_free "$p" || die "port ${p##*:} is in use (another cluster? hack/local-cluster.sh down)"
   done
   mkdir -p "$CLUSTER_DIR" "$LOGS" "$RUN"
-  rm -f "$LOGS"/*.log
+  rm -rf "$LOGS"/*.log "$CLUSTER_DIR/pod-logs"
   local t0=$SECONDS
   make_pki
   kubeconfig "$ADMIN_KUBECONFIG" kubernetes-admin admin
@@ -396,6 +398,26 @@ unmount_under() {
   local m
   awk -v d="$1" '$2 == d || index($2, d "/") == 1 { print $2 }' /proc/self/mounts | sort -r | while read -r m; do
     umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || echo "could not unmount $m"
+  done || true
+}
+
+# remove_kube_chains: every iptables/ip6tables chain named KUBE-* and the rules jumping to it.
+remove_kube_chains() {
+  local cmd t rule chain
+  for cmd in iptables ip6tables; do
+    command -v "$cmd" >/dev/null 2>&1 || continue
+    for t in raw mangle nat filter; do
+      "$cmd" -t "$t" -S 2>/dev/null | grep -E '^-A [A-Z]+ .*-j KUBE-' | while read -r rule; do
+        # shellcheck disable=SC2086  # the rule's words are the arguments
+        eval "'$cmd' -t '$t' -D ${rule#-A }" 2>/dev/null || true
+      done || true
+      for chain in $("$cmd" -t "$t" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ { print $2 }'); do
+        "$cmd" -t "$t" -F "$chain" 2>/dev/null || true
+      done
+      for chain in $("$cmd" -t "$t" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ { print $2 }'); do
+        "$cmd" -t "$t" -X "$chain" 2>/dev/null || true
+      done
+    done
   done
 }
 
@@ -412,11 +434,21 @@ down() {
     wait_for "workload pods gone" 60 bash -c "! '$KUBE_BIN/kubectl' --kubeconfig '$ADMIN_KUBECONFIG' get pods -A --no-headers 2>/dev/null | grep -v -e '^fake-dra ' -e '^kube-system ' | grep -q ." \
       || echo "some pods were still there after 60 s"
   fi
+  # The claims of this cluster: their CDI specs go if the plugin could not remove them.
+  local uids=""
+  if running kube-apiserver && [[ -f "$ADMIN_KUBECONFIG" ]]; then
+    uids="$(kctl get resourceclaims -A -o jsonpath='{.items[*].metadata.uid}' 2>/dev/null || true)"
+  fi
   stop kube-proxy
   stop kubelet
   if running containerd; then
-    # Stops and removes every pod sandbox: CNI DEL (veth, address), netns, mounts.
-    "$KUBE_BIN/crictl" --runtime-endpoint "unix://$CONTAINERD_SOCK" rmp -fa >/dev/null 2>&1 || true
+    local crictl=("$KUBE_BIN/crictl" --runtime-endpoint "unix://$CONTAINERD_SOCK")
+    # SIGTERM first (the plugin removes its sockets), then sandboxes: CNI DEL, mounts.
+    local ids
+    ids="$("${crictl[@]}" ps -q 2>/dev/null || true)"
+    # shellcheck disable=SC2086  # one argument per container id
+    [[ -z "$ids" ]] || "${crictl[@]}" stop --timeout 20 $ids >/dev/null 2>&1 || true
+    "${crictl[@]}" rmp -fa >/dev/null 2>&1 || true
   fi
   for c in kube-scheduler kube-controller-manager kube-apiserver etcd containerd; do stop "$c"; done
   # Processes still in the pod cgroups (a container whose shim went away), then the shims
@@ -424,9 +456,9 @@ down() {
   local p
   find /sys/fs/cgroup/*/kubepods -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u | while read -r p; do
     kill -KILL "$p" 2>/dev/null && echo "killed leftover container process $p"
-  done
+  done || true
   for p in $(pgrep -f "^$KUBE_BIN/containerd-shim-runc-v2 .*-address $CONTAINERD_SOCK" || true); do
-    kill -KILL "$p" 2>/dev/null && echo "killed leftover shim $p"
+    if kill -KILL "$p" 2>/dev/null; then echo "killed leftover shim $p"; fi
   done
   # Mounts: volumes of the kubelet, rootfs/shm of containerd, runc state.
   unmount_under "$KUBELET_ROOT"
@@ -440,11 +472,13 @@ down() {
       n="${f##*/}"
       grep -qx "$n" "$RUN/netns.before" 2>/dev/null && continue
       umount "/run/netns/$n" 2>/dev/null || true
-      rm -f "/run/netns/$n" && echo "removed netns $n"
+      rm -f "/run/netns/$n"; echo "removed netns $n"
     done
   fi
-  # kube-proxy's chains (all modes), then the bridge and the node IP.
+  # kube-proxy's chains (all modes), then whatever KUBE-* chains are left (the kubelet's
+  # KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT, KUBE-FIREWALL), then the bridge and the node IP.
   if [[ -x "$KUBE_BIN/kube-proxy" ]]; then "$KUBE_BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true; fi
+  remove_kube_chains
   if ip link show "$BRIDGE" >/dev/null 2>&1; then
     for n in $(ip -o link show master "$BRIDGE" 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1); do ip link del "$n" 2>/dev/null || true; done
     ip link del "$BRIDGE" && echo "removed bridge $BRIDGE"
@@ -452,6 +486,17 @@ down() {
   if ip -4 addr show dev lo | grep -q " $NODE_IP/32 "; then ip addr del "$NODE_IP/32" dev lo && echo "removed $NODE_IP from lo"; fi
   # The pod cgroups the kubelet made (cgroupfs driver), deepest first.
   find /sys/fs/cgroup/*/kubepods -depth -type d -exec rmdir {} \; 2>/dev/null || true
+  # The kubelet's links to the container logs (the logs themselves stay in pod-logs/).
+  local l
+  for l in /var/log/containers/*.log; do
+    if [[ -L "$l" && "$(readlink "$l")" == "$CLUSTER_DIR/pod-logs/"* ]]; then rm -f "$l"; fi
+  done
+  rmdir /var/log/containers 2>/dev/null || true
+  local u
+  for u in $uids; do rm -f "/var/run/cdi/k8s.fake.resource.3-shake.com-fake_$u.json"; done
+  if grep -qs "FAKE_NODE_NAME=$NODE_NAME\"" /var/run/cdi/k8s.fake.resource.3-shake.com-fake_common.json; then
+    rm -f /var/run/cdi/k8s.fake.resource.3-shake.com-fake_common.json
+  fi
   if [[ -f "$RUN/sysctl.saved" ]]; then
     sysctl -q -p "$RUN/sysctl.saved" >/dev/null || echo "could not restore every kernel setting of $RUN/sysctl.saved"
   fi
