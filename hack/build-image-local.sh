@@ -9,22 +9,32 @@
 #                 busybox-static (1.35) and its applet links
 #   pause.tar     fake-dra.local/pause:1, containerd's sandbox image: our pause program
 # into target/kube/images/ (IMAGES_DIR), which hack/local-cluster.sh up loads.
-# Usage: hack/build-image-local.sh [--image NAME:TAG] [--skip-cargo]
-#   --skip-cargo  use the release binaries already in target/release
+# Usage: hack/build-image-local.sh [--image NAME:TAG] [--cargo-profile release|dev] [--skip-cargo]
+#   --cargo-profile  release (default, target/release) or dev (target/debug: the binaries
+#                    `cargo test --workspace` already built, so CI pays no release build;
+#                    stripped, they behave the same)
+#   --skip-cargo     use the binaries already built for that profile
 # Env: IMAGE (default fake-dra:dev), IMAGES_DIR, CARGO_TARGET_DIR (default target/),
 #      BUSYBOX (default /bin/busybox)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ROOT/hack/kube/lib.sh"
 skip_cargo=false
+profile=release
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
     --image) IMAGE="${2:?--image needs a value}"; shift 2 ;;
     --skip-cargo) skip_cargo=true; shift ;;
+    --cargo-profile) profile="${2:?--cargo-profile needs a value}"; shift 2 ;;
     *) die "unknown argument: $1 (try --help)" ;;
   esac
 done
+case "$profile" in
+  release) profile_dir=release ;;
+  dev) profile_dir=debug ;;
+  *) die "unknown cargo profile '$profile' (release or dev)" ;;
+esac
 IMAGES_DIR="${IMAGES_DIR:-$ROOT/target/kube/images}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 BUSYBOX="${BUSYBOX:-/bin/busybox}"
@@ -52,9 +62,9 @@ rm -rf "$work"; mkdir -p "$work"
 bins=(fake-dra-controller fake-dra-kubelet-plugin)
 if ! $skip_cargo; then
   t0=$SECONDS
-  (cd "$ROOT" && cargo build --release --locked -p fake-dra-controller --bin fake-dra-controller \
-    -p fake-dra-kubelet-plugin --bin fake-dra-kubelet-plugin) || die "cargo build --release failed"
-  echo "cargo build --release: $((SECONDS - t0)) s"
+  (cd "$ROOT" && cargo build --profile "$profile" --locked -p fake-dra-controller --bin fake-dra-controller \
+    -p fake-dra-kubelet-plugin --bin fake-dra-kubelet-plugin) || die "cargo build --profile $profile failed"
+  echo "cargo build --profile $profile: $((SECONDS - t0)) s"
 fi
 
 # fake-dra: the binaries, stripped, and their shared libraries at the paths ldd gives.
@@ -62,7 +72,7 @@ r="$work/fake-dra"
 mkdir -p "$r/usr/bin" "$r/etc" "$r/tmp"
 chmod 1777 "$r/tmp"
 for b in "${bins[@]}"; do
-  src="$CARGO_TARGET_DIR/release/$b"
+  src="$CARGO_TARGET_DIR/$profile_dir/$b"
   [[ -x "$src" ]] || die "$src not found; run without --skip-cargo"
   strip -o "$r/usr/bin/$b" "$src"
   ldd "$src" | awk '/=> \// { print $3 } /^\t\// { print $1 }' | while read -r lib; do
