@@ -13,7 +13,8 @@
 # skipped (stamp files in the bin directory), so a second run does nothing. Prints timings.
 # Usage: hack/kube-build.sh [--force] [GROUP...]   (default: all groups)
 #   --force  rebuild even if the stamps match
-# Env: KUBE_OUT (default target/kube/<version>), GOFLAGS, GOCACHE, GOMODCACHE as for go.
+# Env: KUBE_MODULE (kubernetes = 1.37, the default; kubernetes-1.30 = classic DRA),
+#      KUBE_OUT (default target/kube/<version>), GOFLAGS, GOCACHE, GOMODCACHE as for go.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ROOT/hack/kube/lib.sh"
@@ -69,7 +70,7 @@ for g in "${groups[@]}"; do
       for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
         ldflags+=" -X $p.gitVersion=$v -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
       done
-      build_group kubernetes "$KUBE_MODULES/kubernetes" \
+      build_group kubernetes "$KUBE_MODULES/$KUBE_MODULE" \
         "kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl" -- \
         -ldflags "$ldflags" \
         k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \

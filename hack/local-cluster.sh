@@ -15,7 +15,9 @@
 # node IP 10.200.0.1/32 on lo; pods on the bridge fakedra0, 10.244.0.0/24; Services
 # 10.96.0.0/16 (kube-proxy, iptables mode); state and logs in $CLUSTER_DIR (default
 # /var/lib/fake-dra-cluster); the kubelet's root is /var/lib/kubelet (the plugin's paths).
-# Env: CLUSTER_DIR, NODE_NAME, KUBE_OUT (binaries: default target/kube/<version>),
+# Kubernetes 1.37 (structured DRA, on by default) unless KUBE_MODULE=kubernetes-1.30: classic
+# DRA, with the feature gate DynamicResourceAllocation and resource.k8s.io/v1alpha2 turned on.
+# Env: CLUSTER_DIR, NODE_NAME, KUBE_MODULE, KUBE_OUT (binaries: default target/kube/<version>),
 #      IMAGES_DIR (archives loaded at up: default target/kube/images/*.tar)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -49,6 +51,15 @@ RUNC="${RUNC:-$(command -v runc || echo /usr/sbin/runc)}"
 # puts back the values up saved.
 KUBELET_SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy)
+# Classic DRA (1.27-1.30) is off by default: gate and API group on every component.
+DRA_GATES=()
+DRA_APISERVER=()
+KUBELET_GATES=""
+if (($(kube_minor) <= 30)); then
+  DRA_GATES=(--feature-gates DynamicResourceAllocation=true)
+  DRA_APISERVER=(--runtime-config resource.k8s.io/v1alpha2=true)
+  KUBELET_GATES=$'featureGates:\n  DynamicResourceAllocation: true'
+fi
 
 kctl() { "$KUBE_BIN/kubectl" --kubeconfig "$ADMIN_KUBECONFIG" "$@"; }
 
@@ -250,6 +261,7 @@ cgroupDriver: cgroupfs
 $failcg
 # Container logs under the work dir (the symlinks in /var/log/containers are fixed).
 podLogsDir: $CLUSTER_DIR/pod-logs
+$KUBELET_GATES
 clusterDomain: cluster.local
 # No cluster DNS (no CoreDNS image can be pulled): pods get the node's resolv.conf.
 resolvConf: /etc/resolv.conf
@@ -339,7 +351,7 @@ up() {
     --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
     --authorization-mode Node,RBAC \
     --enable-admission-plugins NodeRestriction,ValidatingAdmissionPolicy \
-    --allow-privileged=true --profiling=false --v=1
+    --allow-privileged=true --profiling=false --v=1 ${DRA_GATES[@]+"${DRA_GATES[@]}"} ${DRA_APISERVER[@]+"${DRA_APISERVER[@]}"}
   wait_for kube-apiserver 120 kctl get --raw /readyz || die "kube-apiserver did not become ready; see $LOGS/kube-apiserver.log"
   echo "kube-apiserver ready after $((SECONDS - t0)) s"
 
@@ -350,12 +362,12 @@ up() {
     --bind-address 127.0.0.1 --leader-elect=false --use-service-account-credentials=true \
     --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
     --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
-    --controllers '*' --profiling=false --v=1
+    --controllers '*' --profiling=false --v=1 ${DRA_GATES[@]+"${DRA_GATES[@]}"}
   start kube-scheduler "$KUBE_BIN/kube-scheduler" \
     --kubeconfig "$CLUSTER_DIR/scheduler.kubeconfig" \
     --authentication-kubeconfig "$CLUSTER_DIR/scheduler.kubeconfig" \
     --authorization-kubeconfig "$CLUSTER_DIR/scheduler.kubeconfig" \
-    --bind-address 127.0.0.1 --leader-elect=false --profiling=false --v=1
+    --bind-address 127.0.0.1 --leader-elect=false --profiling=false --v=1 ${DRA_GATES[@]+"${DRA_GATES[@]}"}
 
   # containerd finds its shim next to itself only through PATH.
   start containerd env PATH="$KUBE_BIN:$PATH" "$KUBE_BIN/containerd" --config "$CLUSTER_DIR/containerd/config.toml"

@@ -16,7 +16,12 @@ go_mod_version() {
   echo "$v"
 }
 
-KUBE_VERSION="$(go_mod_version "$KUBE_MODULES/kubernetes" k8s.io/kubernetes)"
+# Which Kubernetes: hack/kube/kubernetes (1.37, structured DRA; the default) or
+# hack/kube/kubernetes-1.30 (classic DRA).
+KUBE_MODULE="${KUBE_MODULE:-kubernetes}"
+[[ -f "$KUBE_MODULES/$KUBE_MODULE/go.mod" ]] || die "KUBE_MODULE=$KUBE_MODULE: no $KUBE_MODULES/$KUBE_MODULE/go.mod"
+export KUBE_MODULE
+KUBE_VERSION="$(go_mod_version "$KUBE_MODULES/$KUBE_MODULE" k8s.io/kubernetes)"
 ETCD_VERSION="$(go_mod_version "$KUBE_MODULES/etcd" go.etcd.io/etcd/server/v3)"
 CONTAINERD_VERSION="$(go_mod_version "$KUBE_MODULES/containerd" github.com/containerd/containerd/v2)"
 CRI_TOOLS_VERSION="$(go_mod_version "$KUBE_MODULES/cri-tools" sigs.k8s.io/cri-tools)"

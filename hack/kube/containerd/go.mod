@@ -1,4 +1,4 @@
-// containerd and ctr for the local real cluster; hack/kube/build.sh builds them.
+// containerd and ctr for the local real cluster; hack/kube-build.sh builds them.
 module fake-dra.local/hack/kube/containerd
 
 go 1.26.6

@@ -1,4 +1,4 @@
-// crictl for the local real cluster; hack/kube/build.sh builds it.
+// crictl for the local real cluster; hack/kube-build.sh builds it.
 module fake-dra.local/hack/kube/cri-tools
 
 go 1.26.6

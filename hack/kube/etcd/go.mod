@@ -1,4 +1,4 @@
-// The etcd server of the local real cluster; hack/kube/build.sh builds it.
+// The etcd server of the local real cluster; hack/kube-build.sh builds it.
 module fake-dra.local/hack/kube/etcd
 
 go 1.26.0

@@ -1,5 +1,5 @@
 // Builds the Kubernetes binaries of the local real cluster (hack/local-cluster.sh) from
-// the k8s.io/kubernetes module at a pinned version. Only a go.mod: hack/kube/build.sh
+// the k8s.io/kubernetes module at a pinned version. Only a go.mod: hack/kube-build.sh
 // runs `go build` on the tool packages below. k8s.io/kubernetes requires its staging
 // modules as v0.0.0 (its own go.mod replaces them by ./staging/...), so this module
 // replaces each one by its published v0.x.y release.
