@@ -332,6 +332,15 @@ up() {
     for s in "${KUBELET_SYSCTLS[@]}"; do echo "$s=$(sysctl -n "$s")"; done >"$RUN/sysctl.saved"
   fi
   ls /run/netns 2>/dev/null >"$RUN/netns.before" || true
+  # Directories that containerd and the CNI library make outside $CLUSTER_DIR: down removes
+  # those that were not there before.
+  if [[ ! -f "$RUN/preexisting" ]]; then
+    local d
+    for d in /run/containerd /var/lib/cni "$KUBELET_ROOT"; do [[ ! -e "$d" ]] || echo "$d"; done >"$RUN/preexisting"
+    if grep -qx "$KUBELET_ROOT" "$RUN/preexisting"; then
+      echo "warning: $KUBELET_ROOT exists already (an earlier cluster not taken down?); down will leave it" >&2
+    fi
+  fi
 
   start etcd "$KUBE_BIN/etcd" --name default --data-dir "$CLUSTER_DIR/etcd" \
     --listen-client-urls "http://$ETCD_CLIENT" --advertise-client-urls "http://$ETCD_CLIENT" \
@@ -504,7 +513,7 @@ down() {
     if [[ -L "$l" && "$(readlink "$l")" == "$CLUSTER_DIR/pod-logs/"* ]]; then rm -f "$l"; fi
   done
   rmdir /var/log/containers 2>/dev/null || true
-  local u
+  local u d
   for u in $uids; do rm -f "/var/run/cdi/k8s.fake.resource.3-shake.com-fake_$u.json"; done
   if grep -qs "FAKE_NODE_NAME=$NODE_NAME\"" /var/run/cdi/k8s.fake.resource.3-shake.com-fake_common.json; then
     rm -f /var/run/cdi/k8s.fake.resource.3-shake.com-fake_common.json
@@ -513,8 +522,17 @@ down() {
     sysctl -q -p "$RUN/sysctl.saved" >/dev/null || echo "could not restore every kernel setting of $RUN/sysctl.saved"
   fi
   # State: etcd, containerd, kubelet, certificates; the logs stay for a look afterwards.
-  rm -rf "$KUBELET_ROOT" "$CLUSTER_DIR/etcd" "$CLUSTER_DIR/containerd" "$CLUSTER_DIR/cni" "$PKI" "$RUN" \
-    "$CLUSTER_DIR"/*.kubeconfig "$CLUSTER_DIR"/*.yaml /run/containerd 2>/dev/null || true
+  # Never while something is still mounted there (rm would go into the mount).
+  local left
+  left="$(awk -v a="$KUBELET_ROOT" -v b="$CLUSTER_DIR" -v c=/run/containerd \
+    'index($2, a "/") == 1 || index($2, b "/") == 1 || index($2, c "/") == 1 { print $2 }' /proc/self/mounts)"
+  [[ -z "$left" ]] || die "still mounted, state not removed (unmount and run down again): $left"
+  rm -f /var/lib/cni/results/fake-dra-* 2>/dev/null || true
+  for d in /run/containerd /var/lib/cni "$KUBELET_ROOT"; do
+    if [[ -e "$d" ]] && ! grep -qx "$d" "$RUN/preexisting" 2>/dev/null; then rm -rf "$d"; fi
+  done
+  rm -rf "$CLUSTER_DIR/etcd" "$CLUSTER_DIR/containerd" "$CLUSTER_DIR/cni" "$PKI" "$RUN" \
+    "$CLUSTER_DIR"/*.kubeconfig "$CLUSTER_DIR"/*.yaml 2>/dev/null || true
   echo "cluster down in $((SECONDS - t0)) s (logs kept in $LOGS)"
 }
 
