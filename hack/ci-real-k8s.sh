@@ -8,7 +8,7 @@
 # (a separate `cargo build -p ... --bin ...` would recompile for 3.5 minutes, because the
 # features unify differently without the test targets).
 # Usage: hack/ci-real-k8s.sh [--cargo-profile dev|release]
-# Cold (empty Go build cache) the Go builds take about 23 minutes on 2 cores; warm, this
+# Cold (empty Go caches) the Go builds take about 18.5 minutes on 2 cores; warm, this
 # whole step takes under a minute.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
