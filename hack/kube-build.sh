@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Builds the real Kubernetes components of the local cluster (hack/local-cluster.sh) from
+# the Go module proxy, at the versions pinned in hack/kube/*/go.mod, into
+# target/kube/<kubernetes version>/bin/:
+#   kubernetes  kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl
+#               (k8s.io/kubernetes, one `go build`, so shared packages compile once)
+#   etcd        etcd (go.etcd.io/etcd/server/v3)
+#   containerd  containerd containerd-shim-runc-v2 ctr (github.com/containerd/containerd/v2)
+#   cri-tools   crictl (sigs.k8s.io/cri-tools)
+#   tools       pause, ociarchive (our own, hack/kube/tools)
+# runc and the CNI plugins are Debian's (apt-get install runc containernetworking-plugins).
+# A group whose go.mod, go.sum, flags and Go version are unchanged since its last build is
+# skipped (stamp files in the bin directory), so a second run does nothing. Prints timings.
+# Usage: hack/kube-build.sh [--force] [GROUP...]   (default: all groups)
+#   --force  rebuild even if the stamps match
+# Env: KUBE_MODULE (kubernetes = 1.37, the default; kubernetes-1.30 = classic DRA),
+#      KUBE_OUT (default target/kube/<version>), GOFLAGS, GOCACHE, GOMODCACHE as for go.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+source "$ROOT/hack/kube/lib.sh"
+force=false
+groups=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    -h|--help) usage; exit 0 ;;
+    --force) force=true; shift ;;
+    kubernetes|etcd|containerd|cri-tools|tools) groups+=("$1"); shift ;;
+    *) die "unknown argument: $1 (try --help)" ;;
+  esac
+done
+[[ ${#groups[@]} -gt 0 ]] || groups=(tools kubernetes etcd containerd cri-tools)
+need go "Go 1.26 (https://go.dev/doc/install)"
+mkdir -p "$KUBE_BIN"
+
+# build_group <name> <module dir> <binaries> <env...> -- <go build arguments...>
+# Skips the group when its stamp matches and every binary exists.
+build_group() {
+  local name="$1" dir="$2" bins="$3"; shift 3
+  local envs=()
+  while [[ "$1" != -- ]]; do envs+=("$1"); shift; done
+  shift
+  local stamp key b missing=false t0 t1 t2
+  stamp="$KUBE_BIN/.stamp-$name"
+  key="$(cat "$dir/go.mod" "$dir/go.sum" 2>/dev/null | sha256sum | cut -d' ' -f1) $(go version) ${envs[*]} $*"
+  for b in $bins; do [[ -x "$KUBE_BIN/$b" ]] || missing=true; done
+  if ! $force && ! $missing && [[ -f "$stamp" && "$(cat "$stamp")" == "$key" ]]; then
+    echo "== $name: up to date ($bins)"
+    return
+  fi
+  echo "== $name: building $bins"
+  t0=$SECONDS
+  (cd "$dir" && go mod download) || die "$name: go mod download failed in $dir (is the Go module proxy reachable? GOPROXY=$(go env GOPROXY))"
+  t1=$SECONDS
+  (cd "$dir" && env ${envs[@]+"${envs[@]}"} go build -trimpath -o "$KUBE_BIN/" "$@") || die "$name: go build failed in $dir"
+  t2=$SECONDS
+  echo "$key" >"$stamp"
+  echo "== $name: modules $((t1 - t0)) s, build $((t2 - t1)) s"
+}
+
+total0=$SECONDS
+for g in "${groups[@]}"; do
+  case "$g" in
+    tools)
+      # Static: pause runs alone in an otherwise empty image.
+      build_group tools "$KUBE_MODULES/tools" "pause ociarchive" CGO_ENABLED=0 -- \
+        -ldflags "-s -w" ./pause ./ociarchive ;;
+    kubernetes)
+      v="$KUBE_VERSION"; minor="$(kube_minor)"
+      ldflags="-s -w"
+      for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+        ldflags+=" -X $p.gitVersion=$v -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+      done
+      build_group kubernetes "$KUBE_MODULES/$KUBE_MODULE" \
+        "kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl" -- \
+        -ldflags "$ldflags" \
+        k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+        k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet \
+        k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubectl ;;
+    etcd)
+      build_group etcd "$KUBE_MODULES/etcd" "etcd" -- -ldflags "-s -w" . ;;
+    containerd)
+      # no_btrfs: the btrfs snapshotter needs the btrfs C headers, and we use overlayfs.
+      build_group containerd "$KUBE_MODULES/containerd" "containerd containerd-shim-runc-v2 ctr" -- \
+        -tags no_btrfs -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
+        github.com/containerd/containerd/v2/cmd/containerd \
+        github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
+        github.com/containerd/containerd/v2/cmd/ctr ;;
+    cri-tools)
+      build_group cri-tools "$KUBE_MODULES/cri-tools" "crictl" -- \
+        -ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS_VERSION" \
+        sigs.k8s.io/cri-tools/cmd/crictl ;;
+  esac
+done
+echo "kubernetes $KUBE_VERSION, etcd $ETCD_VERSION, containerd $CONTAINERD_VERSION, crictl $CRI_TOOLS_VERSION in $KUBE_BIN ($((SECONDS - total0)) s)"

@@ -1,0 +1,564 @@
+#!/usr/bin/env bash
+# A real one-node Kubernetes cluster on this machine, from the binaries hack/kube-build.sh
+# builds (no kind, no container engine, no image registry). Needs root.
+#   up       starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+#            containerd (+ the local images), kubelet and kube-proxy; waits for the node
+#            to be Ready; prints the admin kubeconfig
+#   down     destroys the cluster: deletes the pods (so the kubelet unprepares their
+#            claims), stops every process, unmounts, removes the pod network, the iptables
+#            rules and all state; keeps only the logs
+#   status   says which components run, and shows the node and the pods
+#   load ARCHIVE...  imports OCI image archives into containerd (namespace k8s.io)
+#   kubeconfig       prints the path of the admin kubeconfig
+# Usage: hack/local-cluster.sh up|down|status|load ARCHIVE...|kubeconfig
+# Layout (docs/real-kubernetes.md): node "$NODE_NAME" (default fake-dra-node) with the
+# node IP 10.200.0.1/32 on lo; pods on the bridge fakedra0, 10.244.0.0/24; Services
+# 10.96.0.0/16 (kube-proxy, iptables mode); state and logs in $CLUSTER_DIR (default
+# /var/lib/fake-dra-cluster); the kubelet's root is /var/lib/kubelet (the plugin's paths).
+# Kubernetes 1.37 (structured DRA, on by default) unless KUBE_MODULE=kubernetes-1.30: classic
+# DRA, with the feature gate DynamicResourceAllocation and resource.k8s.io/v1alpha2 turned on.
+# Env: CLUSTER_DIR, NODE_NAME, KUBE_MODULE, KUBE_OUT (binaries: default target/kube/<version>),
+#      IMAGES_DIR (archives loaded at up: default target/kube/images/*.tar)
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+source "$ROOT/hack/kube/lib.sh"
+
+CLUSTER_DIR="${CLUSTER_DIR:-/var/lib/fake-dra-cluster}"
+NODE_NAME="${NODE_NAME:-fake-dra-node}"
+IMAGES_DIR="${IMAGES_DIR:-$ROOT/target/kube/images}"
+NODE_IP=10.200.0.1
+SERVICE_CIDR=10.96.0.0/16
+KUBERNETES_SERVICE_IP=10.96.0.1
+POD_SUBNET=10.244.0.0/24
+POD_GATEWAY=10.244.0.1
+BRIDGE=fakedra0
+KUBELET_ROOT=/var/lib/kubelet
+SANDBOX_IMAGE=fake-dra.local/pause:1
+# etcd on loopback only, plain HTTP (see docs/real-kubernetes.md).
+ETCD_CLIENT=127.0.0.1:2379
+ETCD_PEER=127.0.0.1:2380
+APISERVER="https://$NODE_IP:6443"
+
+PKI="$CLUSTER_DIR/pki"
+LOGS="$CLUSTER_DIR/logs"
+RUN="$CLUSTER_DIR/run"
+CONTAINERD_SOCK="$CLUSTER_DIR/containerd/containerd.sock"
+ADMIN_KUBECONFIG="$CLUSTER_DIR/admin.kubeconfig"
+CNI_CONF_DIR="$CLUSTER_DIR/cni/net.d"
+CNI_BIN_DIR="${CNI_BIN_DIR:-/usr/lib/cni}"
+RUNC="${RUNC:-$(command -v runc || echo /usr/sbin/runc)}"
+# The kernel settings the kubelet changes at start (protectKernelDefaults: false); down
+# puts back the values up saved.
+KUBELET_SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy)
+# Classic DRA (1.27-1.30) is off by default: gate and API group on every component.
+DRA_GATES=()
+DRA_APISERVER=()
+KUBELET_GATES=""
+if (($(kube_minor) <= 30)); then
+  DRA_GATES=(--feature-gates DynamicResourceAllocation=true)
+  DRA_APISERVER=(--runtime-config resource.k8s.io/v1alpha2=true)
+  KUBELET_GATES=$'featureGates:\n  DynamicResourceAllocation: true'
+fi
+
+kctl() { "$KUBE_BIN/kubectl" --kubeconfig "$ADMIN_KUBECONFIG" "$@"; }
+
+pid_of() { [[ -f "$RUN/$1.pid" ]] && cat "$RUN/$1.pid"; }
+running() { local p; p="$(pid_of "$1")" && [[ -n "$p" ]] && kill -0 "$p" 2>/dev/null; }
+
+# start <name> <command...>: runs it in its own session, log in $LOGS/<name>.log.
+start() {
+  local name="$1"; shift
+  if running "$name"; then echo "$name already runs (pid $(pid_of "$name"))"; return; fi
+  setsid "$@" >>"$LOGS/$name.log" 2>&1 </dev/null &
+  echo $! >"$RUN/$name.pid"
+  echo "started $name (pid $!, log $LOGS/$name.log)"
+}
+
+# wait_for <what> <seconds> <command...>: retries the command every second.
+wait_for() {
+  local what="$1" secs="$2"; shift 2
+  local i
+  for ((i = 0; i < secs; i++)); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 1
+  done
+  echo "timed out after ${secs} s waiting for $what" >&2
+  return 1
+}
+
+# stop <name>: SIGTERM, then SIGKILL after 15 s, by the pid recorded at start.
+stop() {
+  local name="$1" p i
+  p="$(pid_of "$name")" || return 0
+  if [[ -n "$p" ]] && kill -0 "$p" 2>/dev/null; then
+    kill -TERM "$p" 2>/dev/null || true
+    for ((i = 0; i < 30; i++)); do kill -0 "$p" 2>/dev/null || break; sleep 0.5; done
+    if kill -0 "$p" 2>/dev/null; then echo "$name (pid $p) ignored SIGTERM: SIGKILL"; kill -KILL "$p" 2>/dev/null || true; fi
+    echo "stopped $name (pid $p)"
+  fi
+  rm -f "$RUN/$name.pid"
+}
+
+check_prereqs() {
+  [[ "$(id -u)" == 0 ]] || die "must run as root (it mounts, makes network interfaces and iptables rules)"
+  local b missing=()
+  for b in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl etcd containerd containerd-shim-runc-v2 ctr crictl; do
+    [[ -x "$KUBE_BIN/$b" ]] || missing+=("$b")
+  done
+  [[ ${#missing[@]} -eq 0 ]] || die "missing in $KUBE_BIN: ${missing[*]}; run hack/kube-build.sh"
+  need openssl "openssl (apt-get install openssl)"
+  need ip "iproute2 (apt-get install iproute2)"
+  need iptables "iptables (apt-get install iptables): kube-proxy's iptables mode"
+  need setsid "util-linux (apt-get install util-linux)"
+  [[ -x "$RUNC" ]] || die "runc not found; apt-get install runc"
+  for b in bridge host-local loopback; do
+    [[ -x "$CNI_BIN_DIR/$b" ]] || die "CNI plugin $CNI_BIN_DIR/$b not found; apt-get install containernetworking-plugins (or set CNI_BIN_DIR)"
+  done
+  grep -q '^cgroup ' /proc/mounts || grep -q '^cgroup2 ' /proc/mounts || die "no cgroup file system mounted"
+}
+
+# --- certificates -------------------------------------------------------------------
+
+# cert <file stem> <CN> <O or ""> <server|client|both> [subjectAltName]
+cert() {
+  local stem="$1" cn="$2" org="$3" usage="$4" san="${5:-}" eku subj ext
+  [[ -f "$PKI/$stem.crt" ]] && return
+  case "$usage" in server) eku=serverAuth ;; client) eku=clientAuth ;; both) eku=serverAuth,clientAuth ;; esac
+  subj="/CN=$cn"; [[ -z "$org" ]] || subj="/O=$org$subj"
+  ext="basicConstraints=critical,CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=$eku"
+  [[ -z "$san" ]] || ext+=$'\n'"subjectAltName=$san"
+  openssl req -new -newkey rsa:2048 -nodes -keyout "$PKI/$stem.key" -subj "$subj" -out "$PKI/$stem.csr" 2>/dev/null
+  openssl x509 -req -in "$PKI/$stem.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -set_serial "0x$(openssl rand -hex 16)" \
+    -days 30 -extfile <(echo "$ext") -out "$PKI/$stem.crt" 2>/dev/null
+  rm -f "$PKI/$stem.csr"
+}
+
+make_pki() {
+  mkdir -p "$PKI"; chmod 700 "$PKI"
+  if [[ ! -f "$PKI/ca.crt" ]]; then
+    openssl req -x509 -new -newkey rsa:2048 -nodes -keyout "$PKI/ca.key" -subj "/CN=fake-dra-local-ca" \
+      -days 30 -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
+      -out "$PKI/ca.crt" 2>/dev/null
+  fi
+  cert apiserver kube-apiserver "" server \
+    "DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,DNS:localhost,IP:$NODE_IP,IP:$KUBERNETES_SERVICE_IP,IP:127.0.0.1"
+  # The API server's identity towards the kubelet (logs, exec); system:masters may do that.
+  cert apiserver-kubelet-client kube-apiserver-kubelet-client system:masters client
+  cert admin kubernetes-admin system:masters client
+  cert controller-manager system:kube-controller-manager "" client
+  cert scheduler system:kube-scheduler "" client
+  cert kube-proxy system:kube-proxy "" client
+  # The Node authorizer and NodeRestriction know a kubelet by this name and group.
+  cert kubelet-client "system:node:$NODE_NAME" system:nodes client
+  cert kubelet-serving "system:node:$NODE_NAME" system:nodes server "DNS:$NODE_NAME,IP:$NODE_IP"
+  [[ -f "$PKI/sa.key" ]] || {
+    openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$PKI/sa.key" 2>/dev/null
+    openssl pkey -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null
+  }
+}
+
+# kubeconfig <file> <user> <cert stem>
+kubeconfig() {
+  local file="$1" user="$2" stem="$3" k="$KUBE_BIN/kubectl"
+  [[ -f "$file" ]] && return
+  "$k" config set-cluster local --kubeconfig "$file" --server "$APISERVER" --certificate-authority "$PKI/ca.crt" --embed-certs >/dev/null
+  "$k" config set-credentials "$user" --kubeconfig "$file" --client-certificate "$PKI/$stem.crt" --client-key "$PKI/$stem.key" --embed-certs >/dev/null
+  "$k" config set-context local --kubeconfig "$file" --cluster local --user "$user" >/dev/null
+  "$k" config use-context local --kubeconfig "$file" >/dev/null
+}
+
+# --- configuration files ------------------------------------------------------------
+
+write_configs() {
+  mkdir -p "$CNI_CONF_DIR" "$CLUSTER_DIR/cni/ipam" "$CLUSTER_DIR/containerd"
+  # Pod network: one bridge, host-local addresses. No masquerading: pods only talk to this
+  # machine (the API server through the kubernetes Service), nothing leaves it.
+  cat >"$CNI_CONF_DIR/10-fake-dra.conflist" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "fake-dra",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "$BRIDGE",
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "dataDir": "$CLUSTER_DIR/cni/ipam",
+        "ranges": [[{"subnet": "$POD_SUBNET", "gateway": "$POD_GATEWAY"}]],
+        "routes": [{"dst": "0.0.0.0/0"}]
+      }
+    }
+  ]
+}
+EOF
+  cat >"$CLUSTER_DIR/containerd/config.toml" <<EOF
+# containerd $CONTAINERD_VERSION for the local real cluster (hack/local-cluster.sh), with
+# the keys of "containerd config default" (config version 4); all state under $CLUSTER_DIR.
+version = 4
+root = "$CLUSTER_DIR/containerd/root"
+state = "$CLUSTER_DIR/containerd/state"
+# NRI would listen on /var/run/nri; opt would make /opt/containerd.
+disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.internal.v1.opt", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
+
+[plugins."io.containerd.server.v1.grpc"]
+  address = "$CONTAINERD_SOCK"
+[plugins."io.containerd.server.v1.ttrpc"]
+  address = "$CONTAINERD_SOCK.ttrpc"
+
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    # Built by hack/build-image-local.sh and imported at up: nothing is ever pulled.
+    sandbox = "$SANDBOX_IMAGE"
+
+[plugins."io.containerd.cri.v1.runtime"]
+  # CDI is always on in containerd 2.x; these are the directories our plugin writes to.
+  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+  # No CAP_SYS_RESOURCE in this sandbox: runc cannot lower oom_score_adj below our own (0),
+  # which pod sandboxes (-998) and critical pods ask for; containerd clamps them instead.
+  restrict_oom_score_adj = true
+  # Pod network namespaces under the state directory rather than /var/run/netns.
+  netns_mounts_under_state_dir = true
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        BinaryName = "$RUNC"
+        SystemdCgroup = false
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["$CNI_BIN_DIR"]
+    conf_dir = "$CNI_CONF_DIR"
+EOF
+  local failcg=""
+  (($(kube_minor) < 35)) || failcg="failCgroupV1: false   # this machine has cgroup v1 (hybrid); kubelets >= 1.35 refuse it by default"
+  [[ -d /sys/fs/cgroup/unified || ! -f /sys/fs/cgroup/cgroup.controllers ]] || failcg=""
+  cat >"$CLUSTER_DIR/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: $NODE_IP
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: $PKI/ca.crt
+authorization:
+  mode: Webhook
+tlsCertFile: $PKI/kubelet-serving.crt
+tlsPrivateKeyFile: $PKI/kubelet-serving.key
+containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
+cgroupDriver: cgroupfs
+$failcg
+# Container logs under the work dir (the symlinks in /var/log/containers are fixed).
+podLogsDir: $CLUSTER_DIR/pod-logs
+$KUBELET_GATES
+clusterDomain: cluster.local
+# No cluster DNS (no CoreDNS image can be pulled): pods get the node's resolv.conf.
+resolvConf: /etc/resolv.conf
+failSwapOn: false
+# Images come from local archives and cannot be pulled again: never garbage-collect them.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: 2%
+  imagefs.available: 2%
+  nodefs.inodesFree: 2%
+EOF
+  cat >"$CLUSTER_DIR/kube-proxy.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: iptables
+clientConnection:
+  kubeconfig: $CLUSTER_DIR/kube-proxy.kubeconfig
+hostnameOverride: $NODE_NAME
+clusterCIDR: $POD_SUBNET
+bindAddress: 127.0.0.1
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+nodePortAddresses: ["$NODE_IP/32"]
+iptables:
+  localhostNodePorts: false
+# Leave the machine's conntrack settings alone.
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+EOF
+}
+
+# --- up -----------------------------------------------------------------------------
+
+port_free() { ! (exec 3<>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null; }
+
+up() {
+  check_prereqs
+  if running kube-apiserver && running kubelet; then echo "the cluster runs already"; status; return; fi
+  local p
+  for p in "$ETCD_CLIENT" "$ETCD_PEER" 127.0.0.1:6443 127.0.0.1:10250 127.0.0.1:10257 127.0.0.1:10259; do
+    port_free "$p" || die "port ${p##*:} is in use (another cluster? hack/local-cluster.sh down)"
+  done
+  mkdir -p "$CLUSTER_DIR" "$LOGS" "$RUN"
+  rm -rf "$LOGS"/*.log "$CLUSTER_DIR/pod-logs"
+  local t0=$SECONDS
+  make_pki
+  kubeconfig "$ADMIN_KUBECONFIG" kubernetes-admin admin
+  kubeconfig "$CLUSTER_DIR/controller-manager.kubeconfig" system:kube-controller-manager controller-manager
+  kubeconfig "$CLUSTER_DIR/scheduler.kubeconfig" system:kube-scheduler scheduler
+  kubeconfig "$CLUSTER_DIR/kube-proxy.kubeconfig" system:kube-proxy kube-proxy
+  kubeconfig "$CLUSTER_DIR/kubelet.kubeconfig" "system:node:$NODE_NAME" kubelet-client
+  write_configs
+
+  # The node IP: a /32 on lo, so nothing is reachable from outside this machine; pods
+  # reach it through their default route (the bridge), the host directly.
+  ip -4 addr show dev lo | grep -q " $NODE_IP/32 " || ip addr add "$NODE_IP/32" dev lo
+  # The bridge exists before containerd starts (the CNI plugin would make it at the first
+  # pod), so down knows it is ours.
+  ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" type bridge
+  ip link set "$BRIDGE" up
+  if [[ ! -f "$RUN/sysctl.saved" ]]; then
+    local s
+    for s in "${KUBELET_SYSCTLS[@]}"; do echo "$s=$(sysctl -n "$s")"; done >"$RUN/sysctl.saved"
+  fi
+  ls /run/netns 2>/dev/null >"$RUN/netns.before" || true
+  # Directories that containerd and the CNI library make outside $CLUSTER_DIR: down removes
+  # those that were not there before.
+  if [[ ! -f "$RUN/preexisting" ]]; then
+    local d
+    for d in /run/containerd /var/lib/cni "$KUBELET_ROOT"; do [[ ! -e "$d" ]] || echo "$d"; done >"$RUN/preexisting"
+    if grep -qx "$KUBELET_ROOT" "$RUN/preexisting"; then
+      echo "warning: $KUBELET_ROOT exists already (an earlier cluster not taken down?); down will leave it" >&2
+    fi
+  fi
+
+  start etcd "$KUBE_BIN/etcd" --name default --data-dir "$CLUSTER_DIR/etcd" \
+    --listen-client-urls "http://$ETCD_CLIENT" --advertise-client-urls "http://$ETCD_CLIENT" \
+    --listen-peer-urls "http://$ETCD_PEER" --initial-advertise-peer-urls "http://$ETCD_PEER" \
+    --initial-cluster "default=http://$ETCD_PEER" --listen-metrics-urls "" --log-level warn
+  wait_for etcd 30 bash -c "exec 3<>/dev/tcp/${ETCD_CLIENT%:*}/${ETCD_CLIENT##*:}" || die "etcd did not start; see $LOGS/etcd.log"
+
+  start kube-apiserver "$KUBE_BIN/kube-apiserver" \
+    --etcd-servers "http://$ETCD_CLIENT" \
+    --bind-address "$NODE_IP" --advertise-address "$NODE_IP" --secure-port 6443 \
+    --service-cluster-ip-range "$SERVICE_CIDR" \
+    --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
+    --client-ca-file "$PKI/ca.crt" \
+    --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" --kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
+    --kubelet-certificate-authority "$PKI/ca.crt" --kubelet-preferred-address-types InternalIP \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
+    --authorization-mode Node,RBAC \
+    --enable-admission-plugins NodeRestriction,ValidatingAdmissionPolicy \
+    --allow-privileged=true --profiling=false --v=1 ${DRA_GATES[@]+"${DRA_GATES[@]}"} ${DRA_APISERVER[@]+"${DRA_APISERVER[@]}"}
+  wait_for kube-apiserver 120 kctl get --raw /readyz || die "kube-apiserver did not become ready; see $LOGS/kube-apiserver.log"
+  echo "kube-apiserver ready after $((SECONDS - t0)) s"
+
+  start kube-controller-manager "$KUBE_BIN/kube-controller-manager" \
+    --kubeconfig "$CLUSTER_DIR/controller-manager.kubeconfig" \
+    --authentication-kubeconfig "$CLUSTER_DIR/controller-manager.kubeconfig" \
+    --authorization-kubeconfig "$CLUSTER_DIR/controller-manager.kubeconfig" \
+    --bind-address 127.0.0.1 --leader-elect=false --use-service-account-credentials=true \
+    --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
+    --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
+    --controllers '*' --profiling=false --v=1 ${DRA_GATES[@]+"${DRA_GATES[@]}"}
+  start kube-scheduler "$KUBE_BIN/kube-scheduler" \
+    --kubeconfig "$CLUSTER_DIR/scheduler.kubeconfig" \
+    --authentication-kubeconfig "$CLUSTER_DIR/scheduler.kubeconfig" \
+    --authorization-kubeconfig "$CLUSTER_DIR/scheduler.kubeconfig" \
+    --bind-address 127.0.0.1 --leader-elect=false --profiling=false --v=1 ${DRA_GATES[@]+"${DRA_GATES[@]}"}
+
+  # containerd finds its shim next to itself only through PATH.
+  start containerd env PATH="$KUBE_BIN:$PATH" "$KUBE_BIN/containerd" --config "$CLUSTER_DIR/containerd/config.toml"
+  wait_for containerd 30 "$KUBE_BIN/crictl" --runtime-endpoint "unix://$CONTAINERD_SOCK" version || die "containerd did not start; see $LOGS/containerd.log"
+  local a
+  shopt -s nullglob
+  for a in "$IMAGES_DIR"/*.tar; do load "$a"; done
+  shopt -u nullglob
+  "$KUBE_BIN/ctr" --address "$CONTAINERD_SOCK" -n k8s.io images check "name==$SANDBOX_IMAGE" 2>/dev/null | grep -q . \
+    || die "the sandbox image $SANDBOX_IMAGE is not in containerd; run hack/build-image-local.sh (it writes $IMAGES_DIR/pause.tar)"
+
+  start kubelet "$KUBE_BIN/kubelet" --config "$CLUSTER_DIR/kubelet.yaml" \
+    --kubeconfig "$CLUSTER_DIR/kubelet.kubeconfig" --hostname-override "$NODE_NAME" \
+    --node-ip "$NODE_IP" --root-dir "$KUBELET_ROOT" --v=2
+  start kube-proxy "$KUBE_BIN/kube-proxy" --config "$CLUSTER_DIR/kube-proxy.yaml" --v=1
+
+  wait_for node 120 kctl get node "$NODE_NAME" || die "node $NODE_NAME did not register; see $LOGS/kubelet.log"
+  kctl wait --for=condition=Ready "node/$NODE_NAME" --timeout=120s >/dev/null || die "node $NODE_NAME is not Ready; see $LOGS/kubelet.log"
+  # The kubernetes Service must reach the API server from a pod: kube-proxy's rules.
+  wait_for kube-proxy 60 bash -c "iptables -t nat -S KUBE-SERVICES 2>/dev/null | grep -q '$KUBERNETES_SERVICE_IP/32'" \
+    || die "kube-proxy wrote no rule for the kubernetes Service ($KUBERNETES_SERVICE_IP); see $LOGS/kube-proxy.log"
+  # The default ServiceAccount must exist before pods can be created.
+  wait_for serviceaccount 60 kctl -n default get serviceaccount default || die "no default ServiceAccount; see $LOGS/kube-controller-manager.log"
+  echo "cluster up in $((SECONDS - t0)) s: Kubernetes $KUBE_VERSION, node $NODE_NAME ($NODE_IP)"
+  echo "export KUBECONFIG=$ADMIN_KUBECONFIG"
+}
+
+load() {
+  [[ -f "$1" ]] || die "no image archive $1"
+  local out
+  out="$("$KUBE_BIN/ctr" --address "$CONTAINERD_SOCK" -n k8s.io images import "$1" 2>&1)" \
+    || die "ctr images import $1 failed: $out"
+  echo "loaded $(basename "$1")"
+}
+
+# --- down ---------------------------------------------------------------------------
+
+# unmount_under <dir>: every mount point at or below it, deepest first.
+unmount_under() {
+  local m
+  awk -v d="$1" '$2 == d || index($2, d "/") == 1 { print $2 }' /proc/self/mounts | sort -r | while read -r m; do
+    umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || echo "could not unmount $m"
+  done || true
+}
+
+# remove_kube_chains: every iptables/ip6tables chain named KUBE-* and the rules jumping to it.
+remove_kube_chains() {
+  local cmd t rule chain
+  for cmd in iptables ip6tables; do
+    command -v "$cmd" >/dev/null 2>&1 || continue
+    for t in raw mangle nat filter; do
+      "$cmd" -t "$t" -S 2>/dev/null | grep -E '^-A [A-Z]+ .*-j KUBE-' | while read -r rule; do
+        # shellcheck disable=SC2086  # the rule's words are the arguments
+        eval "'$cmd' -t '$t' -D ${rule#-A }" 2>/dev/null || true
+      done || true
+      for chain in $("$cmd" -t "$t" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ { print $2 }'); do
+        "$cmd" -t "$t" -F "$chain" 2>/dev/null || true
+      done
+      for chain in $("$cmd" -t "$t" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ { print $2 }'); do
+        "$cmd" -t "$t" -X "$chain" 2>/dev/null || true
+      done
+    done
+  done
+}
+
+down() {
+  [[ "$(id -u)" == 0 ]] || die "must run as root"
+  mkdir -p "$RUN"
+  local t0=$SECONDS ns
+  if running kube-apiserver && running kubelet && [[ -f "$ADMIN_KUBECONFIG" ]]; then
+    # Workload pods first, while the kubelet and the DRA plugin run, so their claims are
+    # unprepared (the plugin removes its CDI specs); then everything else.
+    for ns in $(kctl get namespaces -o name 2>/dev/null | sed 's|^namespace/||'); do
+      [[ "$ns" == fake-dra || "$ns" == kube-system ]] || kctl -n "$ns" delete pods --all --wait=false >/dev/null 2>&1 || true
+    done
+    wait_for "workload pods gone" 60 bash -c "! '$KUBE_BIN/kubectl' --kubeconfig '$ADMIN_KUBECONFIG' get pods -A --no-headers 2>/dev/null | grep -v -e '^fake-dra ' -e '^kube-system ' | grep -q ." \
+      || echo "some pods were still there after 60 s"
+  fi
+  # The claims of this cluster: their CDI specs go if the plugin could not remove them.
+  local uids=""
+  if running kube-apiserver && [[ -f "$ADMIN_KUBECONFIG" ]]; then
+    uids="$(kctl get resourceclaims -A -o jsonpath='{.items[*].metadata.uid}' 2>/dev/null || true)"
+  fi
+  stop kube-proxy
+  stop kubelet
+  if running containerd; then
+    local crictl=("$KUBE_BIN/crictl" --runtime-endpoint "unix://$CONTAINERD_SOCK")
+    # SIGTERM first (the plugin removes its sockets), then sandboxes: CNI DEL, mounts.
+    local ids
+    ids="$("${crictl[@]}" ps -q 2>/dev/null || true)"
+    # shellcheck disable=SC2086  # one argument per container id
+    [[ -z "$ids" ]] || "${crictl[@]}" stop --timeout 20 $ids >/dev/null 2>&1 || true
+    "${crictl[@]}" rmp -fa >/dev/null 2>&1 || true
+  fi
+  for c in kube-scheduler kube-controller-manager kube-apiserver etcd containerd; do stop "$c"; done
+  # Processes still in the pod cgroups (a container whose shim went away), then the shims
+  # of this containerd (they outlive it by design).
+  local p
+  find /sys/fs/cgroup/*/kubepods -name cgroup.procs -exec cat {} + 2>/dev/null | sort -u | while read -r p; do
+    kill -KILL "$p" 2>/dev/null && echo "killed leftover container process $p"
+  done || true
+  for p in $(pgrep -f "^$KUBE_BIN/containerd-shim-runc-v2 .*-address $CONTAINERD_SOCK" || true); do
+    if kill -KILL "$p" 2>/dev/null; then echo "killed leftover shim $p"; fi
+  done
+  # Mounts: volumes of the kubelet, rootfs/shm of containerd, runc state.
+  unmount_under "$KUBELET_ROOT"
+  unmount_under "$CLUSTER_DIR"
+  unmount_under /run/containerd
+  # Network namespaces made by this cluster's pods (not there before up).
+  if [[ -d /run/netns ]]; then
+    local f n
+    for f in /run/netns/cni-*; do
+      [[ -e "$f" ]] || continue
+      n="${f##*/}"
+      grep -qx "$n" "$RUN/netns.before" 2>/dev/null && continue
+      umount "/run/netns/$n" 2>/dev/null || true
+      rm -f "/run/netns/$n"; echo "removed netns $n"
+    done
+  fi
+  # kube-proxy's chains (all modes), then whatever KUBE-* chains are left (the kubelet's
+  # KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT, KUBE-FIREWALL), then the bridge and the node IP.
+  if [[ -x "$KUBE_BIN/kube-proxy" ]]; then "$KUBE_BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true; fi
+  remove_kube_chains
+  if ip link show "$BRIDGE" >/dev/null 2>&1; then
+    for n in $(ip -o link show master "$BRIDGE" 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1); do ip link del "$n" 2>/dev/null || true; done
+    ip link del "$BRIDGE" && echo "removed bridge $BRIDGE"
+  fi
+  if ip -4 addr show dev lo | grep -q " $NODE_IP/32 "; then ip addr del "$NODE_IP/32" dev lo && echo "removed $NODE_IP from lo"; fi
+  # The pod cgroups the kubelet made (cgroupfs driver), deepest first.
+  find /sys/fs/cgroup/*/kubepods -depth -type d -exec rmdir {} \; 2>/dev/null || true
+  # The kubelet's links to the container logs (the logs themselves stay in pod-logs/).
+  local l
+  for l in /var/log/containers/*.log; do
+    if [[ -L "$l" && "$(readlink "$l")" == "$CLUSTER_DIR/pod-logs/"* ]]; then rm -f "$l"; fi
+  done
+  rmdir /var/log/containers 2>/dev/null || true
+  local u d
+  for u in $uids; do rm -f "/var/run/cdi/k8s.fake.resource.3-shake.com-fake_$u.json"; done
+  if grep -qs "FAKE_NODE_NAME=$NODE_NAME\"" /var/run/cdi/k8s.fake.resource.3-shake.com-fake_common.json; then
+    rm -f /var/run/cdi/k8s.fake.resource.3-shake.com-fake_common.json
+  fi
+  if [[ -f "$RUN/sysctl.saved" ]]; then
+    sysctl -q -p "$RUN/sysctl.saved" >/dev/null || echo "could not restore every kernel setting of $RUN/sysctl.saved"
+  fi
+  # State: etcd, containerd, kubelet, certificates; the logs stay for a look afterwards.
+  # Never while something is still mounted there (rm would go into the mount).
+  local left
+  left="$(awk -v a="$KUBELET_ROOT" -v b="$CLUSTER_DIR" -v c=/run/containerd \
+    'index($2, a "/") == 1 || index($2, b "/") == 1 || index($2, c "/") == 1 { print $2 }' /proc/self/mounts)"
+  [[ -z "$left" ]] || die "still mounted, state not removed (unmount and run down again): $left"
+  rm -f /var/lib/cni/results/fake-dra-* 2>/dev/null || true
+  for d in /run/containerd /var/lib/cni "$KUBELET_ROOT"; do
+    if [[ -e "$d" ]] && ! grep -qx "$d" "$RUN/preexisting" 2>/dev/null; then rm -rf "$d"; fi
+  done
+  rm -rf "$CLUSTER_DIR/etcd" "$CLUSTER_DIR/containerd" "$CLUSTER_DIR/cni" "$PKI" "$RUN" \
+    "$CLUSTER_DIR"/*.kubeconfig "$CLUSTER_DIR"/*.yaml 2>/dev/null || true
+  echo "cluster down in $((SECONDS - t0)) s (logs kept in $LOGS)"
+}
+
+# --- status -------------------------------------------------------------------------
+
+status() {
+  local c any=false
+  for c in "${COMPONENTS[@]}"; do
+    if running "$c"; then echo "running  $c (pid $(pid_of "$c"))"; any=true; else echo "stopped  $c"; fi
+  done
+  if running kube-apiserver && [[ -x "$KUBE_BIN/kubectl" ]]; then
+    kctl get nodes -o wide || true
+    kctl get pods -A -o wide || true
+    echo "export KUBECONFIG=$ADMIN_KUBECONFIG"
+  fi
+  $any || echo "no component runs (hack/local-cluster.sh up starts them)"
+}
+
+cmd="${1:-}"
+case "$cmd" in
+  -h|--help|help) usage ;;
+  up) up ;;
+  down) down ;;
+  status) status ;;
+  load) shift; [[ $# -gt 0 ]] || die "load needs at least one image archive"; for a in "$@"; do load "$a"; done ;;
+  kubeconfig) echo "$ADMIN_KUBECONFIG" ;;
+  "") usage; exit 2 ;;
+  *) die "unknown command: $cmd (try --help)" ;;
+esac
