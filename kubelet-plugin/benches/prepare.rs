@@ -32,7 +32,11 @@ fn bench(c: &mut Criterion) {
         Some(dir) => {
             let root = tempfile::tempdir_in(dir).unwrap();
             let cdi_root = root.path().join("cdi");
-            Dirs { root, cdi_root }
+            Dirs {
+                root,
+                cdi_root,
+                driver: DRIVER,
+            }
         }
         None => Dirs::new(),
     };
@@ -88,7 +92,13 @@ fn bench(c: &mut Criterion) {
     let path = scratch.path().join("x.json");
     group.bench_function("floor_one_fsynced_file_write", |b| {
         b.iter(|| {
-            fake_dra_kubelet_plugin::fsutil::write_atomic(&path, &[b'x'; 1024], true).unwrap()
+            fake_dra_kubelet_plugin::fsutil::write_atomic(
+                &path,
+                &[b'x'; 1024],
+                fake_dra_kubelet_plugin::fsutil::SPEC_MODE,
+                true,
+            )
+            .unwrap()
         })
     });
 

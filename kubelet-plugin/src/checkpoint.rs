@@ -73,9 +73,19 @@ impl Checkpoint {
                 node: node_name.to_owned(),
             });
         }
-        for uid in cp.claims.keys() {
+        // The same limits as on the wire: a hand-edited or damaged entry never makes a
+        // spec the kubelet could not have asked for (split 0, 10^5 children …).
+        for (uid, claim) in &cp.claims {
             crate::claims::validate_claim_uid(uid)
                 .map_err(|e| CheckpointError::Invalid(e.to_string()))?;
+            fake_dra_crds::handle::AllocationHandle {
+                node_name: cp.node_name.clone(),
+                model: claim.model.clone(),
+                split: claim.split,
+                devices: claim.devices.clone(),
+            }
+            .validate()
+            .map_err(|e| CheckpointError::Invalid(format!("claim {uid}: {e}")))?;
         }
         Ok(cp)
     }
@@ -121,5 +131,38 @@ mod tests {
             .unwrap()
             .replace("\"u1\"", "\"../x\"");
         assert!(Checkpoint::parse(bad_uid.as_bytes(), "node-1").is_err());
+    }
+
+    #[test]
+    fn entry_values_are_held_to_the_wire_limits() {
+        let claim = |split: u32, devices: Vec<String>| PreparedClaim {
+            namespace: "ns".into(),
+            name: "c".into(),
+            model: "ULTRA_10".into(),
+            split,
+            devices,
+        };
+        let device = |i: usize| format!("FAKE-00000000-0000-0000-0000-{i:012}");
+        let parse = |c: PreparedClaim| {
+            let cp = Checkpoint::new("node-1", BTreeMap::from([("u1".to_string(), c)]));
+            Checkpoint::parse(&cp.to_bytes(), "node-1")
+        };
+        assert!(parse(claim(64, vec![device(0)])).is_ok());
+        for (bad, why) in [
+            (claim(0, vec![device(0)]), "split"),
+            (claim(100_000, vec![device(0)]), "split"),
+            (claim(1, vec![]), "no devices"),
+            (claim(1, (0..129).map(device).collect()), "128"),
+            (claim(1, vec![device(0), device(0)]), "more than once"),
+            (claim(1, vec!["not-a-device".into()]), "not-a-device"),
+        ] {
+            match parse(bad) {
+                Err(CheckpointError::Invalid(message)) => {
+                    assert!(message.starts_with("claim u1: "), "{message}");
+                    assert!(message.contains(why), "{why}: {message}");
+                }
+                other => panic!("{why}: {other:?}"),
+            }
+        }
     }
 }

@@ -22,7 +22,10 @@ use crate::cdi::{self, COMMON_DEVICE, CdiKind};
 use crate::checkpoint::{self, Checkpoint, CheckpointError};
 use crate::claims::{self, ClaimRef, Plan, PreparedClaim};
 use crate::devices::Inventory;
-use crate::fsutil::{remove_if_exists, sync_dir, write_atomic};
+use crate::fsutil::{
+    CHECKPOINT_MODE, SPEC_MODE, create_dir, is_temp_file_of, read_regular, remove_if_exists,
+    sync_dir, write_atomic,
+};
 
 /// A place to die on purpose, for crash tests (`FAKE_DRA_TEST_CRASH_POINT`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +69,22 @@ pub enum StartError {
         path: PathBuf,
         /// What is wrong.
         source: CheckpointError,
+    },
+    /// Claim specs of ours without a checkpoint: most likely `--plugin-dir` is not the
+    /// directory they were prepared with. Starting would sweep them as orphans, taking the
+    /// devices from running pods.
+    #[error(
+        "checkpoint {checkpoint} is missing, but {cdi_root} holds the CDI specs of {} prepared claim(s) ({}): is --plugin-dir (PLUGIN_DIR) the directory they were prepared with? Starting now would unprepare them under running pods. Mount the right directory; or, if no pod on this node uses these claims any more, delete those spec files and start again",
+        claims.len(),
+        claims.join(", ")
+    )]
+    MissingCheckpoint {
+        /// Where the checkpoint should be.
+        checkpoint: PathBuf,
+        /// The CDI dir.
+        cdi_root: PathBuf,
+        /// The claim uids whose specs are there.
+        claims: Vec<String>,
     },
     /// A file operation failed.
     #[error("{action} {path}: {source}")]
@@ -138,11 +157,11 @@ impl Driver {
     /// restores missing or altered claim specs, removes our specs of claims not
     /// checkpointed.
     pub fn start(config: DriverConfig) -> Result<Self, StartError> {
-        fs::create_dir_all(&config.cdi_root)
-            .map_err(io_err("creating CDI dir", &config.cdi_root))?;
-        fs::create_dir_all(&config.plugin_dir)
+        create_dir(&config.cdi_root).map_err(io_err("creating CDI dir", &config.cdi_root))?;
+        create_dir(&config.plugin_dir)
             .map_err(io_err("creating plugin dir", &config.plugin_dir))?;
         let checkpoint_path = config.plugin_dir.join(checkpoint::FILE_NAME);
+        remove_temp_files(&config.plugin_dir, checkpoint::FILE_NAME)?;
         let node = &config.inventory.node_name;
         let claims = match fs::read(&checkpoint_path) {
             Ok(bytes) => {
@@ -153,7 +172,22 @@ impl Driver {
                     })?
                     .claims
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => BTreeMap::new(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let claims = claim_specs(&config.cdi_root, &config.kind)?;
+                if !claims.is_empty() {
+                    return Err(StartError::MissingCheckpoint {
+                        checkpoint: checkpoint_path,
+                        cdi_root: config.cdi_root.clone(),
+                        claims,
+                    });
+                }
+                // From now on a missing checkpoint means a wrong directory, never a crash
+                // during the first prepare.
+                let empty = Checkpoint::new(node, BTreeMap::new());
+                write_atomic(&checkpoint_path, &empty.to_bytes(), CHECKPOINT_MODE, true)
+                    .map_err(io_err("writing checkpoint", &checkpoint_path))?;
+                BTreeMap::new()
+            }
             Err(e) => return Err(io_err("reading checkpoint", &checkpoint_path)(e)),
         };
         let driver = Self {
@@ -212,11 +246,11 @@ impl Driver {
     /// Writes a spec unless the file already has exactly these bytes.
     fn ensure_spec(&self, id: &str, bytes: &[u8]) -> Result<(), StartError> {
         let path = self.spec_path(id);
-        if fs::read(&path).ok().as_deref() == Some(bytes) {
+        if read_regular(&path).ok().flatten().as_deref() == Some(bytes) {
             return Ok(());
         }
         info!(file = %path.display(), "writing CDI spec");
-        write_atomic(&path, bytes, false).map_err(io_err("writing CDI spec", &path))
+        write_atomic(&path, bytes, SPEC_MODE, false).map_err(io_err("writing CDI spec", &path))
     }
 
     fn spec_path(&self, id: &str) -> PathBuf {
@@ -238,9 +272,18 @@ impl Driver {
         }
     }
 
+    /// Makes the batch's spec writes and removals durable. A failure is logged, not fatal,
+    /// in prepare and unprepare alike: the checkpoint written next is the truth, and the
+    /// next start makes the CDI dir agree with it (restoring a spec, sweeping an orphan).
+    fn sync_cdi_dir(&self) {
+        if let Err(e) = sync_dir(&self.config.cdi_root) {
+            warn!(dir = %self.config.cdi_root.display(), error = %e, "syncing the CDI dir failed");
+        }
+    }
+
     fn write_checkpoint(&self, claims: &BTreeMap<String, PreparedClaim>) -> io::Result<()> {
         let cp = Checkpoint::new(&self.config.inventory.node_name, claims.clone());
-        write_atomic(&self.checkpoint_path, &cp.to_bytes(), true)
+        write_atomic(&self.checkpoint_path, &cp.to_bytes(), CHECKPOINT_MODE, true)
     }
 
     /// The node's inventory.
@@ -296,9 +339,12 @@ impl Driver {
                     let path = self.spec_path(uid);
                     let wanted = working.get(uid).map(|c| c.spec(kind, uid).to_bytes());
                     match wanted {
-                        Some(bytes) if fs::read(&path).ok().as_deref() != Some(&bytes[..]) => {
+                        Some(bytes)
+                            if read_regular(&path).ok().flatten().as_deref()
+                                != Some(&bytes[..]) =>
+                        {
                             warn!(file = %path.display(), "CDI spec of a prepared claim was missing or altered; rewriting it");
-                            write_atomic(&path, &bytes, true)
+                            write_atomic(&path, &bytes, SPEC_MODE, true)
                                 .map_err(|e| spec_write_error(&req.claim, &path, &e))
                         }
                         _ => Ok(()),
@@ -306,7 +352,7 @@ impl Driver {
                 }
                 Ok(Plan::Prepare(claim)) => {
                     let path = self.spec_path(uid);
-                    match write_atomic(&path, &claim.spec(kind, uid).to_bytes(), false) {
+                    match write_atomic(&path, &claim.spec(kind, uid).to_bytes(), SPEC_MODE, false) {
                         Ok(()) => {
                             working.insert(uid.clone(), claim);
                             written.push((i, uid.clone()));
@@ -321,14 +367,11 @@ impl Driver {
         if written.is_empty() {
             return results;
         }
-        let committed = sync_dir(&self.config.cdi_root)
-            .map_err(|e| format!("syncing CDI dir {}: {e}", self.config.cdi_root.display()))
-            .and_then(|()| {
-                self.crash(CrashPoint::PrepareAfterSpec);
-                self.write_checkpoint(&working).map_err(|e| {
-                    format!("writing checkpoint {}: {e}", self.checkpoint_path.display())
-                })
-            });
+        self.sync_cdi_dir();
+        self.crash(CrashPoint::PrepareAfterSpec);
+        let committed = self
+            .write_checkpoint(&working)
+            .map_err(|e| format!("writing checkpoint {}: {e}", self.checkpoint_path.display()));
         match committed {
             Ok(()) => {
                 *claims = working;
@@ -338,7 +381,9 @@ impl Driver {
             Err(e) => {
                 // Not recorded, so not prepared: take the specs back and fail those claims.
                 for (i, uid) in written {
-                    let _ = remove_if_exists(&self.spec_path(&uid));
+                    if let Err(removal) = remove_if_exists(&self.spec_path(&uid)) {
+                        warn!(claim = %uid, error = %removal, "removing the CDI spec of a claim whose checkpoint write failed failed; the next start removes it");
+                    }
                     results[i] = Err(format!("claim {uid}: {e}"));
                 }
             }
@@ -380,7 +425,7 @@ impl Driver {
         if removed.is_empty() {
             return results;
         }
-        let _ = sync_dir(&self.config.cdi_root);
+        self.sync_cdi_dir();
         self.crash(CrashPoint::UnprepareAfterSpec);
         match self.write_checkpoint(&working) {
             Ok(()) => {
@@ -392,7 +437,9 @@ impl Driver {
                 // Still recorded, so still prepared: put the specs back.
                 for (i, uid, prepared) in removed {
                     let bytes = prepared.spec(&self.config.kind, &uid).to_bytes();
-                    let _ = write_atomic(&self.spec_path(&uid), &bytes, true);
+                    if let Err(e) = write_atomic(&self.spec_path(&uid), &bytes, SPEC_MODE, true) {
+                        warn!(claim = %uid, error = %e, "putting the CDI spec back after a failed checkpoint write failed; the next start restores it");
+                    }
                     results[i] = Err(format!(
                         "claim {uid}: writing checkpoint {}: {e}",
                         self.checkpoint_path.display()
@@ -402,6 +449,33 @@ impl Driver {
         }
         results
     }
+}
+
+/// Removes what interrupted writes of `target` left in `dir`.
+fn remove_temp_files(dir: &Path, target: &str) -> Result<(), StartError> {
+    for entry in fs::read_dir(dir).map_err(io_err("listing", dir))?.flatten() {
+        if is_temp_file_of(&entry.file_name().to_string_lossy(), target) {
+            info!(file = %entry.path().display(), "removing the temp file of an interrupted write");
+            remove_if_exists(&entry.path()).map_err(io_err("removing", &entry.path()))?;
+        }
+    }
+    Ok(())
+}
+
+/// The claim uids whose specs of ours are in the CDI dir.
+fn claim_specs(cdi_root: &Path, kind: &CdiKind) -> Result<Vec<String>, StartError> {
+    let mut claims: Vec<String> = fs::read_dir(cdi_root)
+        .map_err(io_err("listing CDI dir", cdi_root))?
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            kind.spec_id_of_file(&name)
+                .filter(|id| *id != COMMON_DEVICE)
+                .map(str::to_string)
+        })
+        .collect();
+    claims.sort();
+    Ok(claims)
 }
 
 fn spec_write_error(claim: &ClaimRef, path: &Path, e: &io::Error) -> String {

@@ -13,6 +13,7 @@ use fake_dra_proto::{
     DRA_PLUGIN_TYPE, SUPPORTED_V1, SUPPORTED_V1BETA1, dra_v1, dra_v1beta1,
     pluginregistration as reg, v1alpha2, v1alpha3,
 };
+use futures::StreamExt;
 use tonic::{Request, Response, Status};
 use tracing::{error, info, warn};
 
@@ -169,6 +170,38 @@ impl v1alpha2::node_server::Node for NodeService {
     }
 }
 
+/// A batch as the kubelet reads the answer — a map with one entry per claim uid: a uid
+/// sent twice with the same contents is one claim; sent with different contents it is
+/// refused and nothing is done for it, so what the plugin did and its one answer agree.
+fn one_per_uid<C: PartialEq>(
+    claims: Vec<C>,
+    uid: impl Fn(&C) -> &str,
+) -> (Vec<C>, Vec<(String, String)>) {
+    let mut unique: Vec<C> = Vec::with_capacity(claims.len());
+    let mut conflicting: Vec<String> = Vec::new();
+    for claim in claims {
+        match unique.iter().find(|u| uid(u) == uid(&claim)) {
+            None => unique.push(claim),
+            Some(first) if *first == claim => {}
+            Some(_) => {
+                let id = uid(&claim).to_string();
+                if !conflicting.contains(&id) {
+                    conflicting.push(id);
+                }
+            }
+        }
+    }
+    unique.retain(|c| !conflicting.iter().any(|id| id == uid(c)));
+    let refused = conflicting
+        .into_iter()
+        .map(|id| {
+            let error = format!("claim uid {id} appears more than once in the request, with different contents; nothing was done for it");
+            (id, error)
+        })
+        .collect();
+    (unique, refused)
+}
+
 fn claim_ref(c: &v1alpha3::Claim) -> ClaimRef {
     ClaimRef {
         uid: c.uid.clone(),
@@ -187,7 +220,7 @@ impl v1alpha3::node_server::Node for NodeService {
         request: Request<v1alpha3::NodePrepareResourcesRequest>,
     ) -> Result<Response<v1alpha3::NodePrepareResourcesResponse>, Status> {
         let start = Instant::now();
-        let claims = request.into_inner().claims;
+        let (claims, refused) = one_per_uid(request.into_inner().claims, |c| &c.uid);
         let requests = claims
             .iter()
             .map(|c| PrepareRequest {
@@ -197,6 +230,16 @@ impl v1alpha3::node_server::Node for NodeService {
             .collect();
         let results = self.prepare(requests).await?;
         let mut response = v1alpha3::NodePrepareResourcesResponse::default();
+        for (uid, error) in refused {
+            self.metrics.claim("prepare", false);
+            response.insert(
+                uid,
+                v1alpha3::NodePrepareResourceResponse {
+                    cdi_devices: vec![],
+                    error,
+                },
+            );
+        }
         for (claim, result) in claims.into_iter().zip(results) {
             let entry = match result {
                 Ok(cdi_devices) => v1alpha3::NodePrepareResourceResponse {
@@ -220,11 +263,15 @@ impl v1alpha3::node_server::Node for NodeService {
         request: Request<v1alpha3::NodeUnprepareResourcesRequest>,
     ) -> Result<Response<v1alpha3::NodeUnprepareResourcesResponse>, Status> {
         let start = Instant::now();
-        let claims = request.into_inner().claims;
+        let (claims, refused) = one_per_uid(request.into_inner().claims, |c| &c.uid);
         let results = self
             .unprepare(claims.iter().map(claim_ref).collect())
             .await?;
         let mut response = v1alpha3::NodeUnprepareResourcesResponse::default();
+        for (uid, error) in refused {
+            self.metrics.claim("unprepare", false);
+            response.insert(uid, v1alpha3::NodeUnprepareResourceResponse { error });
+        }
         for (claim, result) in claims.into_iter().zip(results) {
             response.insert(
                 claim.uid,
@@ -249,6 +296,9 @@ impl v1alpha3::node_server::Node for NodeService {
     }
 }
 
+/// How many claims of one structured batch are read from the API at a time.
+const MAX_CONCURRENT_READS: usize = 16;
+
 /// One prepared device of a structured claim, version-neutral.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceOutcome {
@@ -271,6 +321,23 @@ pub struct DraPluginService {
 }
 
 impl DraPluginService {
+    /// Reads one claim and decides what preparing it means.
+    async fn resolve(&self, claim: &ClaimRef) -> Result<structured::Resolved, String> {
+        match self.claims.get(&claim.namespace, &claim.name).await {
+            Err(e) => Err(format!(
+                "claim {}: {e}",
+                describe(&claim.uid, &claim.namespace, &claim.name)
+            )),
+            Ok(fetched) => structured::resolve(
+                self.node.driver.inventory(),
+                &self.driver_name,
+                claim,
+                &fetched,
+            )
+            .map_err(|e| e.to_string()),
+        }
+    }
+
     /// Prepares a batch; one result per claim, in order. A claim that cannot be read or
     /// resolved fails alone; the others go on.
     pub async fn prepare(
@@ -286,24 +353,14 @@ impl DraPluginService {
                 Err(e) => results[i] = Some(Err(e.to_string())),
             }
         }
-        // The claims of a batch are read concurrently: one API round trip for the batch
-        // instead of one per claim.
-        let resolved = futures::future::join_all(valid.iter().map(|(_, claim)| async move {
-            match self.claims.get(&claim.namespace, &claim.name).await {
-                Err(e) => Err(format!(
-                    "claim {}: {e}",
-                    describe(&claim.uid, &claim.namespace, &claim.name)
-                )),
-                Ok(fetched) => structured::resolve(
-                    self.node.driver.inventory(),
-                    &self.driver_name,
-                    claim,
-                    &fetched,
-                )
-                .map_err(|e| e.to_string()),
-            }
-        }))
-        .await;
+        // The claims of a batch are read concurrently — a few API round trips for the batch
+        // instead of one per claim — but at most MAX_CONCURRENT_READS at a time, so a huge
+        // batch cannot open a connection per claim.
+        let reads: Vec<_> = valid.iter().map(|(_, claim)| self.resolve(claim)).collect();
+        let resolved: Vec<_> = futures::stream::iter(reads)
+            .buffered(MAX_CONCURRENT_READS)
+            .collect()
+            .await;
         let mut requests = Vec::new();
         let mut pending = Vec::new();
         for ((i, claim), resolved) in valid.into_iter().zip(resolved) {
@@ -370,7 +427,7 @@ macro_rules! dra_plugin {
                 request: Request<$pkg::NodePrepareResourcesRequest>,
             ) -> Result<Response<$pkg::NodePrepareResourcesResponse>, Status> {
                 let start = Instant::now();
-                let claims = request.into_inner().claims;
+                let (claims, refused) = one_per_uid(request.into_inner().claims, |c| &c.uid);
                 let refs: Vec<ClaimRef> = claims
                     .iter()
                     .map(|c| ClaimRef {
@@ -381,6 +438,16 @@ macro_rules! dra_plugin {
                     .collect();
                 let results = self.prepare(&refs).await?;
                 let mut response = $pkg::NodePrepareResourcesResponse::default();
+                for (uid, error) in refused {
+                    self.node.metrics.claim("prepare", false);
+                    response.insert(
+                        uid,
+                        $pkg::NodePrepareResourceResponse {
+                            devices: vec![],
+                            error,
+                        },
+                    );
+                }
                 for (claim, result) in claims.into_iter().zip(results) {
                     let entry = match result {
                         Ok(devices) => $pkg::NodePrepareResourceResponse {
@@ -415,7 +482,7 @@ macro_rules! dra_plugin {
                 request: Request<$pkg::NodeUnprepareResourcesRequest>,
             ) -> Result<Response<$pkg::NodeUnprepareResourcesResponse>, Status> {
                 let start = Instant::now();
-                let claims = request.into_inner().claims;
+                let (claims, refused) = one_per_uid(request.into_inner().claims, |c| &c.uid);
                 let refs = claims
                     .iter()
                     .map(|c| ClaimRef {
@@ -426,6 +493,10 @@ macro_rules! dra_plugin {
                     .collect();
                 let results = self.node.unprepare(refs).await?;
                 let mut response = $pkg::NodeUnprepareResourcesResponse::default();
+                for (uid, error) in refused {
+                    self.node.metrics.claim("unprepare", false);
+                    response.insert(uid, $pkg::NodeUnprepareResourceResponse { error });
+                }
                 for (claim, result) in claims.into_iter().zip(results) {
                     response.insert(
                         claim.uid,
@@ -449,8 +520,49 @@ dra_plugin!(dra_v1);
 /// Binds a unix socket at `path`, replacing a stale one left by a crash.
 pub fn bind(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+        crate::fsutil::create_dir(dir)?;
     }
     crate::fsutil::remove_if_exists(path)?;
-    tokio::net::UnixListener::bind(path)
+    let listener = tokio::net::UnixListener::bind(path)?;
+    crate::fsutil::restrict_socket(path)?;
+    Ok(listener)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn claim(uid: &str, handle: &str) -> v1alpha3::Claim {
+        v1alpha3::Claim {
+            namespace: "ns".into(),
+            uid: uid.into(),
+            name: format!("c-{uid}"),
+            resource_handle: handle.into(),
+        }
+    }
+
+    #[test]
+    fn a_batch_has_one_claim_per_uid() {
+        let (unique, refused) = one_per_uid(
+            vec![
+                claim("a", "h"),
+                claim("b", "h1"),
+                claim("a", "h"),
+                claim("b", "h2"),
+                claim("c", "h"),
+                claim("b", "h1"),
+            ],
+            |c| &c.uid,
+        );
+        let uids: Vec<&str> = unique.iter().map(|c| c.uid.as_str()).collect();
+        assert_eq!(
+            uids,
+            ["a", "c"],
+            "identical repeats merged, conflicting ones dropped"
+        );
+        assert_eq!(refused.len(), 1);
+        assert_eq!(refused[0].0, "b");
+        assert!(refused[0].1.contains("more than once"), "{}", refused[0].1);
+    }
 }

@@ -21,6 +21,16 @@ pub enum ReadError {
         /// Name.
         name: String,
     },
+    /// Not a name the API could hold; never put into a request path.
+    #[error("claim {field} {value:?} is not a valid Kubernetes {what}")]
+    InvalidName {
+        /// `namespace` or `name`.
+        field: &'static str,
+        /// What the kubelet sent (shortened).
+        value: String,
+        /// DNS label or subdomain.
+        what: &'static str,
+    },
     /// The API server failed or refused.
     #[error("reading ResourceClaim {namespace}/{name} through resource.k8s.io/{version}: {source}")]
     Api {
@@ -118,8 +128,24 @@ impl ClaimReader {
         Self { client, api }
     }
 
-    /// GETs the claim `namespace/name`.
+    /// GETs the claim `namespace/name`, after checking both are names the API allows (so
+    /// nothing the kubelet sends can change the request's path).
     pub async fn get(&self, namespace: &str, name: &str) -> Result<FetchedClaim, ReadError> {
+        let invalid = |field, value: &str, what| ReadError::InvalidName {
+            field,
+            value: value.chars().take(80).collect(),
+            what,
+        };
+        if !is_dns_label(namespace) {
+            return Err(invalid(
+                "namespace",
+                namespace,
+                "namespace (a DNS-1123 label)",
+            ));
+        }
+        if !is_dns_subdomain(name) {
+            return Err(invalid("name", name, "object name (a DNS-1123 subdomain)"));
+        }
         let wrap = |source| ReadError::Api {
             namespace: namespace.to_owned(),
             name: name.to_owned(),
@@ -145,6 +171,21 @@ impl ClaimReader {
             name: name.to_owned(),
         })
     }
+}
+
+/// RFC 1123 label, as namespaces are: 1–63 of `[a-z0-9-]`, alphanumeric at both ends.
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// RFC 1123 subdomain, as object names are: dot-separated labels, 253 at most.
+fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
 #[cfg(test)]
@@ -181,6 +222,21 @@ mod tests {
         assert_eq!(alloc.config[0].requests, Some(vec!["r".to_string()]));
         assert_eq!(alloc.config[1].source, ConfigSource::FromClass);
         assert_eq!(alloc.config[1].parameters, json!({"b": 2}));
+    }
+
+    #[test]
+    fn names_that_could_change_the_request_path_are_refused() {
+        assert!(is_dns_label("default"));
+        assert!(is_dns_subdomain("claim-1.a"));
+        for bad in [
+            "", "a?b", "a#b", "../x", "a/b", "A", "-a", "a-", "a..b", "a b", "%2e%2e",
+        ] {
+            assert!(!is_dns_subdomain(bad), "{bad:?}");
+            assert!(!is_dns_label(bad), "{bad:?}");
+        }
+        assert!(!is_dns_label("a.b"), "a namespace has no dots");
+        assert!(!is_dns_label(&"a".repeat(64)));
+        assert!(!is_dns_subdomain(&"a.".repeat(127)));
     }
 
     #[test]

@@ -23,19 +23,27 @@ const STARTUP_LIMIT: Duration = Duration::from_secs(60);
 pub struct Dirs {
     pub root: tempfile::TempDir,
     pub cdi_root: PathBuf,
+    /// The driver name the plugin runs with (its registration socket is named after it).
+    pub driver: &'static str,
 }
 
 impl Dirs {
     pub fn new() -> Self {
         let root = tempfile::tempdir().unwrap();
         let cdi_root = root.path().join("cdi");
-        Self { root, cdi_root }
+        Self {
+            root,
+            cdi_root,
+            driver: DRIVER,
+        }
     }
-    /// With CDI specs in `cdi_root` (e.g. /var/run/cdi for podman).
-    pub fn with_cdi_root(cdi_root: PathBuf) -> Self {
+    /// With CDI specs in `cdi_root` (e.g. /var/run/cdi for podman), for a plugin started
+    /// with `--driver-name driver`.
+    pub fn shared_cdi_root(cdi_root: PathBuf, driver: &'static str) -> Self {
         Self {
             root: tempfile::tempdir().unwrap(),
             cdi_root,
+            driver,
         }
     }
     pub fn plugin_dir(&self) -> PathBuf {
@@ -45,7 +53,7 @@ impl Dirs {
         self.root.path().join("plugins_registry")
     }
     pub fn reg_socket(&self) -> PathBuf {
-        self.registry_dir().join(format!("{DRIVER}.sock"))
+        self.registry_dir().join(format!("{}.sock", self.driver))
     }
     pub fn dra_socket(&self) -> PathBuf {
         self.plugin_dir().join("plugin.sock")
@@ -54,7 +62,8 @@ impl Dirs {
         self.plugin_dir().join("checkpoint.json")
     }
     pub fn spec_path(&self, id: &str) -> PathBuf {
-        self.cdi_root.join(kind().spec_file_name(id))
+        let kind = CdiKind::for_driver(self.driver).unwrap();
+        self.cdi_root.join(kind.spec_file_name(id))
     }
     /// Our spec files, sorted.
     pub fn spec_files(&self) -> Vec<String> {
@@ -144,7 +153,17 @@ impl Plugin {
 
     /// Starts the plugin and waits until both sockets answer.
     pub async fn start(dirs: &Dirs, opts: Options<'_>) -> Self {
-        let child = Self::command(dirs, &opts).spawn().unwrap();
+        Self::start_with(dirs, opts, |cmd| cmd).await
+    }
+
+    /// Starts the plugin through `wrap` (e.g. a shell that lowers a limit first) and waits
+    /// until both sockets answer.
+    pub async fn start_with(
+        dirs: &Dirs,
+        opts: Options<'_>,
+        wrap: impl FnOnce(Command) -> Command,
+    ) -> Self {
+        let child = wrap(Self::command(dirs, &opts)).spawn().unwrap();
         let mut plugin = Self {
             child,
             node: opts.node.to_owned(),
@@ -244,6 +263,24 @@ pub async fn unprepare(
         .unwrap()
         .into_inner()
         .into_map()
+}
+
+/// For a test that cannot run on this machine: a failure naming what is missing, unless
+/// `opt_out` is `1` in the environment — then a SKIPPED line written past the test
+/// harness's output capture (a skip must show even though the test then passes), and the
+/// caller returns.
+pub fn cannot_run(test: &str, why: &str, opt_out: &str) {
+    if std::env::var(opt_out).as_deref() == Ok("1") {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stderr(),
+            "\n*** SKIPPED {test}: {why}; it did NOT run ({opt_out}=1) ***\n"
+        );
+        return;
+    }
+    panic!(
+        "{test} cannot run: {why}. Install what is missing, or set {opt_out}=1 to skip it knowingly"
+    );
 }
 
 /// Checks a spec file against the CDI JSON schema in ../shared/cdi-schema.
