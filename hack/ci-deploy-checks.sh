@@ -20,6 +20,7 @@ cd "$ROOT"
 # Supported Kubernetes versions per overlay (kubernetes-validate 1.37 has schemas up to 1.37).
 declare -A VERSIONS=(
   [classic]="1.27.0 1.28.0 1.29.0 1.30.0"
+  [classic-admission]="1.30.0"
   [structured]="1.32.0 1.33.0 1.34.0 1.35.0 1.36.0 1.37.0"
 )
 # Versions whose manifests are the v1 ones rewritten to resource.k8s.io/v1beta1 (to_v1beta1
