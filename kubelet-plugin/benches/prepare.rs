@@ -50,11 +50,11 @@ fn bench(c: &mut Criterion) {
         },
     ));
     let inv128 = || {
-        let models: Vec<String> = fake_dra_kubelet_plugin::devices::DEFAULT_MODELS
+        let models: Vec<String> = fake_dra_kubelet_plugin::fake::devices::DEFAULT_MODELS
             .iter()
             .map(|m| m.to_string())
             .collect();
-        fake_dra_kubelet_plugin::devices::Inventory::new(NODE, 128, &models).unwrap()
+        fake_dra_kubelet_plugin::fake::devices::Inventory::new(NODE, 128, &models).unwrap()
     };
     let inv = inv128();
     let handle_of = |idx: &[usize], split: u32| {

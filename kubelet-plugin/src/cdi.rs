@@ -1,86 +1,77 @@
-//! CDI spec building: pure functions from a claim's devices to the JSON the container
-//! runtime reads. No I/O; [`crate::fsutil`] writes the result.
+//! CDI specs as the runtime reads them, without I/O: the kind of a driver's devices, the
+//! spec document, the version rule, file names. What goes into a claim's devices is the
+//! device profile's ([`crate::profile::DeviceProfile::cdi_devices`]); the plumbing puts
+//! them into one spec file per claim, next to the node-wide `common` device.
 //!
-//! Two kinds of spec file, both of kind `k8s.<driver>/fake`:
+//! Two kinds of spec file, both of kind `k8s.<driver>/<class>`:
 //!
-//! - the **common** spec, device `common`: `FAKE_NODE_NAME` and
-//!   `DRA_RESOURCE_DRIVER_NAME`, the same for every claim of the node;
-//! - one spec per **claim**, device `<claim uid>`:
-//!   - `FAKE_DEVICE_<i>=<id>` for every device the claim's containers see (children
-//!     included, `i` from 0) and `FAKE_DEVICE_MODEL=<model>`, as the original driver set
-//!     them. A container with two claims gets both sets; whichever the runtime applies
-//!     last wins, so these are only meaningful for a single claim.
-//!   - `FAKE_CLAIM_<UID>_DEVICE_<i>` and `FAKE_CLAIM_<UID>_DEVICE_MODEL`, where `<UID>`
-//!     is the claim uid upper-cased with every character outside `[A-Z0-9]` turned into
-//!     `_`. These never collide between claims, so a container with several claims sees
-//!     every device of each.
-//!   - `FAKE_CLAIM_<UID>_DEVICE_COUNT`, so a program can iterate without guessing.
-//! - in the same claim spec, one device per **parent** device of the claim,
-//!   `<claim uid>:<k>` (`k` the parent's position in the claim): the same variables for
-//!   that parent's children only, with the claim-wide numbering `i` and the claim-wide
-//!   model and count. A structured kubelet gives a container the CDI ids of the devices
-//!   of the requests it names (`claiminfo.go`, `cdiDevicesAsList`), so each allocated
-//!   device answers with its own parent's id: a container naming one request of a claim
-//!   sees that request's devices and no others; one naming the whole claim sees them all.
-//!   (The shared variables repeat with equal values; runtimes keep one per name.)
+//! - the **common** spec, device `common`: the profile's node-wide edits, the same for every
+//!   claim of the node;
+//! - one spec per **claim**, named after the claim uid, with the profile's devices for it.
 
 use serde::{Deserialize, Serialize};
 
-use crate::devices::ChildDevice;
-
-/// The CDI class of our devices: a single word (the kubelet forbids a dot in the class).
-pub const CDI_CLASS: &str = "fake";
-
-/// Name of the device in the common spec. Never a claim uid (see
-/// [`crate::claims::validate_claim_uid`]).
-pub const COMMON_DEVICE: &str = "common";
+use crate::claim::{COMMON_DEVICE, ClaimUid};
 
 /// The oldest CDI version: env edits and device names starting with a letter.
 pub const CDI_VERSION_BASE: &str = "0.3.0";
 /// The version that allows device names starting with a digit (claim uids often do).
 pub const CDI_VERSION_DIGIT_NAMES: &str = "0.5.0";
 
-/// The env variable with the node name.
-pub const ENV_NODE_NAME: &str = "FAKE_NODE_NAME";
-/// The env variable with the driver name.
-pub const ENV_DRIVER_NAME: &str = "DRA_RESOURCE_DRIVER_NAME";
-
-/// The CDI `vendor/class` of a driver: `k8s.<driver>/fake`.
+/// The CDI `vendor/class` of a driver's devices: `k8s.<driver>/<class>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CdiKind {
     vendor: String,
+    class: String,
 }
 
-/// Why a driver name cannot be a CDI vendor.
+/// Why a driver name and device class make no CDI kind.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "--driver-name {0:?} does not make a CDI vendor: k8s.<driver> must be letters, digits, '.', '_' and '-', ending in a letter or digit"
-)]
-pub struct BadVendor(pub String);
+pub enum BadKind {
+    /// The vendor part.
+    #[error(
+        "--driver-name {0:?} does not make a CDI vendor: k8s.<driver> must be letters, digits, '.', '_' and '-', ending in a letter or digit"
+    )]
+    Vendor(String),
+    /// The class part.
+    #[error(
+        "CDI class {0:?} must be one word of letters, digits, '_' and '-' (the kubelet forbids a dot)"
+    )]
+    Class(String),
+}
 
 impl CdiKind {
-    /// The kind for `driver_name`.
-    pub fn for_driver(driver_name: &str) -> Result<Self, BadVendor> {
+    /// The kind of `driver_name`'s devices of `class`.
+    pub fn new(driver_name: &str, class: &str) -> Result<Self, BadKind> {
         let vendor = format!("k8s.{driver_name}");
-        let ok = vendor
+        let vendor_ok = vendor
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
             && vendor.ends_with(|c: char| c.is_ascii_alphanumeric());
-        if ok {
-            Ok(Self { vendor })
-        } else {
-            Err(BadVendor(driver_name.to_owned()))
+        if !vendor_ok {
+            return Err(BadKind::Vendor(driver_name.to_owned()));
         }
+        let class_ok = !class.is_empty()
+            && class
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'));
+        if !class_ok {
+            return Err(BadKind::Class(class.to_owned()));
+        }
+        Ok(Self {
+            vendor,
+            class: class.to_owned(),
+        })
     }
 
     /// `vendor/class`, as in the spec's `kind` field.
     pub fn kind(&self) -> String {
-        format!("{}/{CDI_CLASS}", self.vendor)
+        format!("{}/{}", self.vendor, self.class)
     }
 
     /// The fully qualified id of device `name`: `vendor/class=name`.
     pub fn qualified(&self, name: &str) -> String {
-        format!("{}/{CDI_CLASS}={name}", self.vendor)
+        format!("{}/{}={name}", self.vendor, self.class)
     }
 
     /// The file name of the spec with this id, by the CDI convention for transient specs:
@@ -91,7 +82,7 @@ impl CdiKind {
 
     /// What every spec file of ours starts with, to find them in a shared CDI dir.
     pub fn spec_file_prefix(&self) -> String {
-        format!("{}-{CDI_CLASS}_", self.vendor)
+        format!("{}-{}_", self.vendor, self.class)
     }
 
     /// The spec id of a file name of ours, or `None` for anyone else's file (or a temp
@@ -196,98 +187,66 @@ fn spec(kind: &CdiKind, devices: Vec<Device>) -> Spec {
     }
 }
 
-/// The common spec of a node.
-pub fn common_spec(kind: &CdiKind, node_name: &str, driver_name: &str) -> Spec {
+/// The common spec of a node: device `common` with `edits`.
+pub fn common_spec(kind: &CdiKind, edits: ContainerEdits) -> Spec {
     spec(
         kind,
         vec![Device {
             name: COMMON_DEVICE.to_owned(),
-            container_edits: ContainerEdits {
-                env: vec![
-                    format!("{ENV_NODE_NAME}={node_name}"),
-                    format!("{ENV_DRIVER_NAME}={driver_name}"),
-                ],
-            },
+            container_edits: edits,
         }],
     )
 }
 
-/// The `<UID>` part of a claim's per-claim variables.
-pub fn claim_env_key(claim_uid: &str) -> String {
-    claim_uid
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_uppercase()
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
-
-/// The CDI device of the `k`-th parent device of a claim. `:` never occurs in a claim uid
-/// (see [`crate::claims::validate_claim_uid`]), so these names never meet another
-/// claim's.
-pub fn parent_device_name(claim_uid: &str, k: usize) -> String {
-    format!("{claim_uid}:{k}")
-}
-
-/// The env of the children `devices` (claim-wide index, child) of a claim with `count`
-/// children in all.
-fn claim_env(
-    key: &str,
-    model: &str,
-    devices: &[(usize, &ChildDevice)],
-    count: usize,
-) -> Vec<String> {
-    let mut env = Vec::with_capacity(devices.len() * 2 + 3);
-    for (i, d) in devices {
-        env.push(format!("FAKE_DEVICE_{i}={}", d.id));
-    }
-    env.push(format!("FAKE_DEVICE_MODEL={model}"));
-    for (i, d) in devices {
-        env.push(format!("FAKE_CLAIM_{key}_DEVICE_{i}={}", d.id));
-    }
-    env.push(format!("FAKE_CLAIM_{key}_DEVICE_MODEL={model}"));
-    env.push(format!("FAKE_CLAIM_{key}_DEVICE_COUNT={count}"));
-    env
-}
-
-/// The spec of one claim: device `<claim_uid>` with every child, then one device per
-/// parent with that parent's children (see the module docs). `devices` lists the children
-/// parent by parent, as [`crate::devices::children`] gives them.
-pub fn claim_spec(kind: &CdiKind, claim_uid: &str, model: &str, devices: &[ChildDevice]) -> Spec {
-    let key = claim_env_key(claim_uid);
-    let indexed: Vec<(usize, &ChildDevice)> = devices.iter().enumerate().collect();
-    let mut cdi_devices = vec![Device {
-        name: claim_uid.to_owned(),
-        container_edits: ContainerEdits {
-            env: claim_env(&key, model, &indexed, devices.len()),
-        },
-    }];
-    for (k, children) in indexed
-        .chunk_by(|a, b| a.1.parent == b.1.parent)
-        .enumerate()
+/// The spec of one claim: the profile's devices for it. A device named neither the claim
+/// uid nor `<uid>:…` (it could meet another claim's), or not a CDI device name, is refused:
+/// the runtime would reject the whole spec, and with it every claim's devices.
+pub fn claim_spec(kind: &CdiKind, uid: &ClaimUid, devices: Vec<Device>) -> Result<Spec, String> {
+    let prefix = format!("{uid}:");
+    if let Some(stray) = devices
+        .iter()
+        .find(|d| d.name != uid.as_str() && !d.name.starts_with(&prefix))
     {
-        cdi_devices.push(Device {
-            name: parent_device_name(claim_uid, k),
-            container_edits: ContainerEdits {
-                env: claim_env(&key, model, children, devices.len()),
-            },
-        });
+        return Err(format!(
+            "the device profile named a CDI device {:?} of claim {uid}; names must be the claim uid or start with \"{prefix}\"",
+            stray.name
+        ));
     }
-    spec(kind, cdi_devices)
+    if let Some(bad) = devices.iter().find(|d| !is_device_name(&d.name)) {
+        return Err(format!(
+            "the device profile named a CDI device {:?}; CDI device names are letters, digits, '-', '_', '.' and ':', ending in a letter or digit",
+            bad.name
+        ));
+    }
+    Ok(spec(kind, devices))
+}
+
+/// The CDI rule for device names (container-device-interface `pkg/parser`,
+/// `ValidateDeviceName`), with a leading digit allowed as CDI 0.5.0 does.
+fn is_device_name(name: &str) -> bool {
+    name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::devices::{children, parent_id};
 
     fn kind() -> CdiKind {
-        CdiKind::for_driver(fake_dra_crds::DEFAULT_DRIVER_NAME).unwrap()
+        CdiKind::new(fake_dra_crds::DEFAULT_DRIVER_NAME, "fake").unwrap()
+    }
+
+    fn device(name: &str) -> Device {
+        Device {
+            name: name.into(),
+            container_edits: ContainerEdits {
+                env: vec!["A=1".into()],
+            },
+        }
     }
 
     #[test]
@@ -308,8 +267,43 @@ mod tests {
             k.spec_id_of_file(".k8s.fake.resource.3-shake.com-fake_abc.json.tmp"),
             None
         );
-        assert!(CdiKind::for_driver("bad/name").is_err());
-        assert!(CdiKind::for_driver("ends.").is_err());
+        assert!(CdiKind::new("bad/name", "fake").is_err());
+        assert!(CdiKind::new("ends.", "fake").is_err());
+        assert_eq!(
+            CdiKind::new("d.example", "a.b"),
+            Err(BadKind::Class("a.b".into()))
+        );
+    }
+
+    #[test]
+    fn version_is_the_lowest_that_covers_the_names() {
+        assert_eq!(min_version(["common"]), "0.3.0");
+        assert_eq!(min_version(["common", "0a1b"]), "0.5.0");
+        let s = common_spec(
+            &kind(),
+            ContainerEdits {
+                env: vec!["X=1".into()],
+            },
+        );
+        assert_eq!(s.cdi_version, "0.3.0");
+        assert_eq!(s.devices[0].name, "common");
+    }
+
+    #[test]
+    fn a_claim_spec_holds_only_that_claims_names() {
+        let uid = ClaimUid::parse("7a-b").unwrap();
+        let s = claim_spec(&kind(), &uid, vec![device("7a-b"), device("7a-b:0")]).unwrap();
+        assert_eq!(s.cdi_version, "0.5.0");
+        assert_eq!(s.to_bytes(), s.to_bytes());
+        let back: Spec = serde_json::from_slice(&s.to_bytes()).unwrap();
+        assert_eq!(back, s);
+        let err = claim_spec(&kind(), &uid, vec![device("other")]).unwrap_err();
+        assert!(err.contains("\"other\""), "{err}");
+        assert!(claim_spec(&kind(), &uid, vec![device("7a-bc")]).is_err());
+        for bad in ["7a-b:", "7a-b:x/y", "7a-b:é"] {
+            let err = claim_spec(&kind(), &uid, vec![device(bad)]).unwrap_err();
+            assert!(err.contains("CDI device names are"), "{bad}: {err}");
+        }
     }
 
     #[test]
@@ -322,70 +316,5 @@ mod tests {
         let err = check_classic_annotation_key(&"d".repeat(27)).unwrap_err();
         assert_eq!((err.len, err.max), (27, 26));
         assert!(err.to_string().contains("at most 26"), "{err}");
-    }
-
-    #[test]
-    fn version_is_the_lowest_that_covers_the_names() {
-        assert_eq!(min_version(["common"]), "0.3.0");
-        assert_eq!(min_version(["common", "0a1b"]), "0.5.0");
-        let s = common_spec(&kind(), "node-1", "drv");
-        assert_eq!(s.cdi_version, "0.3.0");
-        assert_eq!(
-            s.devices[0].container_edits.env,
-            vec!["FAKE_NODE_NAME=node-1", "DRA_RESOURCE_DRIVER_NAME=drv"]
-        );
-    }
-
-    #[test]
-    fn claim_env_has_seed_and_per_claim_variables() {
-        let parents = vec![parent_id("n", 0), parent_id("n", 1)];
-        let kids = children(&parents, 2);
-        let s = claim_spec(&kind(), "7a-b.c", "ULTRA_10", &kids);
-        assert_eq!(s.cdi_version, "0.5.0");
-        assert_eq!(s.devices.len(), 3, "the claim and its two parents");
-        assert_eq!(s.devices[0].name, "7a-b.c");
-        let env = &s.devices[0].container_edits.env;
-        assert_eq!(env.len(), 4 + 1 + 4 + 2);
-        assert_eq!(env[0], format!("FAKE_DEVICE_0={}", kids[0].id));
-        assert_eq!(env[3], format!("FAKE_DEVICE_3={}", kids[3].id));
-        assert_eq!(env[4], "FAKE_DEVICE_MODEL=ULTRA_10");
-        assert_eq!(env[5], format!("FAKE_CLAIM_7A_B_C_DEVICE_0={}", kids[0].id));
-        assert_eq!(env[9], "FAKE_CLAIM_7A_B_C_DEVICE_MODEL=ULTRA_10");
-        assert_eq!(env[10], "FAKE_CLAIM_7A_B_C_DEVICE_COUNT=4");
-        assert_eq!(s.to_bytes(), s.to_bytes());
-        let back: Spec = serde_json::from_slice(&s.to_bytes()).unwrap();
-        assert_eq!(back, s);
-    }
-
-    #[test]
-    fn each_parent_has_a_device_with_its_children_numbered_claim_wide() {
-        let parents = vec![parent_id("n", 0), parent_id("n", 5), parent_id("n", 2)];
-        let kids = children(&parents, 2);
-        let s = claim_spec(&kind(), "u", "M", &kids);
-        let names: Vec<&str> = s.devices.iter().map(|d| d.name.as_str()).collect();
-        assert_eq!(names, ["u", "u:0", "u:1", "u:2"]);
-        let second = &s.devices[2].container_edits.env;
-        assert_eq!(
-            second,
-            &vec![
-                format!("FAKE_DEVICE_2={}", kids[2].id),
-                format!("FAKE_DEVICE_3={}", kids[3].id),
-                "FAKE_DEVICE_MODEL=M".to_string(),
-                format!("FAKE_CLAIM_U_DEVICE_2={}", kids[2].id),
-                format!("FAKE_CLAIM_U_DEVICE_3={}", kids[3].id),
-                "FAKE_CLAIM_U_DEVICE_MODEL=M".to_string(),
-                "FAKE_CLAIM_U_DEVICE_COUNT=6".to_string(),
-            ]
-        );
-        // Together the parents' devices set exactly what the whole claim's device sets.
-        let mut whole: Vec<&String> = s.devices[0].container_edits.env.iter().collect();
-        let mut parts: Vec<&String> = s.devices[1..]
-            .iter()
-            .flat_map(|d| &d.container_edits.env)
-            .collect();
-        whole.sort();
-        parts.sort();
-        parts.dedup();
-        assert_eq!(whole, parts);
     }
 }

@@ -1,7 +1,7 @@
 //! The node's prepared-claims state and its files: CDI specs in the CDI dir, the
 //! checkpoint in the plugin dir. Blocking I/O; the gRPC layer calls it from
 //! `spawn_blocking`. The plumbing here never looks inside a device: that is
-//! [`crate::claims`] and [`crate::cdi`].
+//! the device profile ([`crate::profile::DeviceProfile`]).
 //!
 //! Write order, so a crash at any point converges on restart ([`Driver::start`]):
 //! - prepare: CDI spec, then checkpoint. A spec without an entry is an orphan, removed
@@ -18,14 +18,15 @@ use std::sync::{Mutex, MutexGuard};
 use fake_dra_crds::nas;
 use tracing::{info, warn};
 
-use crate::cdi::{self, COMMON_DEVICE, CdiKind};
-use crate::checkpoint::{self, Checkpoint, CheckpointError};
-use crate::claims::{self, ClaimRef, Plan, PreparedClaim};
-use crate::devices::Inventory;
+use crate::cdi::{self, CdiKind};
+use crate::checkpoint::{self, Checkpoint, CheckpointError, Entry};
+use crate::claim::{COMMON_DEVICE, ClaimError, ClaimRef, ClaimUid};
 use crate::fsutil::{
     CHECKPOINT_MODE, SPEC_MODE, create_dir, is_temp_file_of, read_regular, remove_if_exists,
     sync_dir, write_atomic,
 };
+use crate::plan::{Plan, plan};
+use crate::profile::{DeviceProfile, ProfileError};
 
 /// A place to die on purpose, for crash tests (`FAKE_DRA_TEST_CRASH_POINT`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +61,14 @@ impl std::str::FromStr for CrashPoint {
 /// Why the driver cannot start. Each names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// The device profile made an unusable spec for a checkpointed claim.
+    #[error("checkpointed claim {claim}: {reason}")]
+    Profile {
+        /// The claim uid.
+        claim: String,
+        /// What the profile did wrong.
+        reason: String,
+    },
     /// The checkpoint is there but unusable; never wiped silently.
     #[error(
         "checkpoint {path}: {source}; fix or remove the file (removing it forgets every prepared claim)"
@@ -107,13 +116,11 @@ fn io_err(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> StartE
     }
 }
 
-/// Where the driver keeps its files and what it serves.
+/// Where the driver keeps its files.
 #[derive(Debug, Clone)]
 pub struct DriverConfig {
-    /// The node's devices.
-    pub inventory: Inventory,
-    /// The DRA driver name.
-    pub driver_name: String,
+    /// This node: the checkpoint is refused on another.
+    pub node_name: String,
     /// The CDI spec kind.
     pub kind: CdiKind,
     /// Where CDI specs go (`/var/run/cdi`).
@@ -124,48 +131,30 @@ pub struct DriverConfig {
     pub crash_point: Option<CrashPoint>,
 }
 
-/// One claim of a prepare call.
-#[derive(Debug, Clone)]
-pub struct PrepareRequest {
-    /// The claim.
-    pub claim: ClaimRef,
-    /// What it was allocated.
-    pub allocation: Allocation,
-}
-
-/// What a claim was allocated, as each DRA generation tells it.
-#[derive(Debug, Clone)]
-pub enum Allocation {
-    /// Classic: the allocation handle's data, checked by [`claims::plan`].
-    Handle(String),
-    /// Structured: already resolved from the claim's status by
-    /// [`crate::structured::resolve`].
-    Resolved(PreparedClaim),
-}
-
-/// The node's claims and files.
+/// The node's prepared claims and their files, for one device profile.
 #[derive(Debug)]
-pub struct Driver {
+pub struct Driver<D: DeviceProfile> {
+    profile: D,
     config: DriverConfig,
     checkpoint_path: PathBuf,
-    claims: Mutex<BTreeMap<String, PreparedClaim>>,
+    claims: Mutex<BTreeMap<ClaimUid, Entry<D::Prepared>>>,
     changed: tokio::sync::watch::Sender<u64>,
 }
 
-impl Driver {
+impl<D: DeviceProfile> Driver<D> {
     /// Loads the checkpoint and makes the CDI dir agree with it: writes the common spec,
     /// restores missing or altered claim specs, removes our specs of claims not
     /// checkpointed.
-    pub fn start(config: DriverConfig) -> Result<Self, StartError> {
+    pub fn start(profile: D, config: DriverConfig) -> Result<Self, StartError> {
         create_dir(&config.cdi_root).map_err(io_err("creating CDI dir", &config.cdi_root))?;
         create_dir(&config.plugin_dir)
             .map_err(io_err("creating plugin dir", &config.plugin_dir))?;
         let checkpoint_path = config.plugin_dir.join(checkpoint::FILE_NAME);
         remove_temp_files(&config.plugin_dir, checkpoint::FILE_NAME)?;
-        let node = &config.inventory.node_name;
+        let node = &config.node_name;
         let claims = match fs::read(&checkpoint_path) {
             Ok(bytes) => {
-                Checkpoint::parse(&bytes, node)
+                Checkpoint::parse(&bytes, node, |p| profile.check(p))
                     .map_err(|source| StartError::Checkpoint {
                         path: checkpoint_path.clone(),
                         source,
@@ -183,7 +172,7 @@ impl Driver {
                 }
                 // From now on a missing checkpoint means a wrong directory, never a crash
                 // during the first prepare.
-                let empty = Checkpoint::new(node, BTreeMap::new());
+                let empty = Checkpoint::<D::Prepared>::new(node, BTreeMap::new());
                 write_atomic(&checkpoint_path, &empty.to_bytes(), CHECKPOINT_MODE, true)
                     .map_err(io_err("writing checkpoint", &checkpoint_path))?;
                 BTreeMap::new()
@@ -191,6 +180,7 @@ impl Driver {
             Err(e) => return Err(io_err("reading checkpoint", &checkpoint_path)(e)),
         };
         let driver = Self {
+            profile,
             checkpoint_path,
             claims: Mutex::new(claims),
             changed: tokio::sync::watch::Sender::new(0),
@@ -200,25 +190,35 @@ impl Driver {
         Ok(driver)
     }
 
+    /// The device profile.
+    pub fn profile(&self) -> &D {
+        &self.profile
+    }
+
+    /// The bytes of a claim's spec file.
+    fn spec_bytes(&self, uid: &ClaimUid, prepared: &D::Prepared) -> Result<Vec<u8>, String> {
+        cdi::claim_spec(
+            &self.config.kind,
+            uid,
+            self.profile.cdi_devices(uid, prepared),
+        )
+        .map(|spec| spec.to_bytes())
+    }
+
     fn reconcile(&self) -> Result<(), StartError> {
         let root = &self.config.cdi_root;
         let kind = &self.config.kind;
         let claims = self.lock();
-        let common = cdi::common_spec(
-            kind,
-            &self.config.inventory.node_name,
-            &self.config.driver_name,
-        );
+        let common = cdi::common_spec(kind, self.profile.common_edits());
         self.ensure_spec(COMMON_DEVICE, &common.to_bytes())?;
-        for (uid, claim) in claims.iter() {
-            if let Some(missing) = claim
-                .devices
-                .iter()
-                .find(|d| !self.config.inventory.contains(d))
-            {
-                warn!(claim = %uid, device = %missing, "checkpointed claim names a device outside the inventory (flags changed?); keeping it prepared");
-            }
-            self.ensure_spec(uid, &claim.spec(kind, uid).to_bytes())?;
+        for (uid, entry) in claims.iter() {
+            let bytes =
+                self.spec_bytes(uid, &entry.prepared)
+                    .map_err(|reason| StartError::Profile {
+                        claim: uid.to_string(),
+                        reason,
+                    })?;
+            self.ensure_spec(uid.as_str(), &bytes)?;
         }
         let entries = fs::read_dir(root).map_err(io_err("listing CDI dir", root))?;
         for entry in entries {
@@ -226,7 +226,7 @@ impl Driver {
             let name = entry.file_name();
             let name = name.to_string_lossy();
             let orphan = match kind.spec_id_of_file(&name) {
-                Some(id) => id != COMMON_DEVICE && !claims.contains_key(id),
+                Some(id) => id != COMMON_DEVICE && !claims.keys().any(|uid| uid.as_str() == id),
                 // Our own temp files from an interrupted write.
                 None => name.starts_with(&format!(".{}", kind.spec_file_prefix())),
             };
@@ -259,7 +259,7 @@ impl Driver {
             .join(self.config.kind.spec_file_name(id))
     }
 
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, PreparedClaim>> {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<ClaimUid, Entry<D::Prepared>>> {
         // A panic while holding the lock cannot leave the map half-updated (it is only
         // replaced whole), so a poisoned lock is safe to use.
         self.claims.lock().unwrap_or_else(|p| p.into_inner())
@@ -281,14 +281,9 @@ impl Driver {
         }
     }
 
-    fn write_checkpoint(&self, claims: &BTreeMap<String, PreparedClaim>) -> io::Result<()> {
-        let cp = Checkpoint::new(&self.config.inventory.node_name, claims.clone());
+    fn write_checkpoint(&self, claims: &BTreeMap<ClaimUid, Entry<D::Prepared>>) -> io::Result<()> {
+        let cp = Checkpoint::new(&self.config.node_name, claims.clone());
         write_atomic(&self.checkpoint_path, &cp.to_bytes(), CHECKPOINT_MODE, true)
-    }
-
-    /// The node's inventory.
-    pub fn inventory(&self) -> &Inventory {
-        &self.config.inventory
     }
 
     /// The CDI kind of our specs.
@@ -305,74 +300,65 @@ impl Driver {
     pub fn prepared_claims(&self) -> Vec<nas::PreparedClaim> {
         self.lock()
             .iter()
-            .map(|(uid, c)| nas::PreparedClaim {
-                uid: uid.clone(),
-                namespace: c.namespace.clone(),
-                name: c.name.clone(),
-                devices: c.devices.clone(),
+            .map(|(uid, e)| nas::PreparedClaim {
+                uid: uid.to_string(),
+                namespace: e.namespace.clone(),
+                name: e.name.clone(),
+                devices: self.profile.held_devices(&e.prepared),
             })
             .collect()
     }
 
-    /// Prepares a batch; one result per request, in order: the CDI ids or the claim's
-    /// error. One bad claim never fails the others.
-    pub fn prepare(&self, requests: &[PrepareRequest]) -> Vec<Result<Vec<String>, String>> {
-        let kind = &self.config.kind;
+    /// Prepares a batch of claims as the profile read them; one result per claim, in
+    /// order. One bad claim never fails the others.
+    pub fn prepare(&self, requests: &[(ClaimRef, D::Prepared)]) -> Vec<Result<(), ClaimError>> {
         let mut claims = self.lock();
         let mut working = claims.clone();
         let mut results = Vec::with_capacity(requests.len());
-        let mut written: Vec<(usize, String)> = Vec::new();
-        for (i, req) in requests.iter().enumerate() {
-            let uid = &req.claim.uid;
-            let planned = match &req.allocation {
-                Allocation::Handle(handle) => {
-                    claims::plan(&self.config.inventory, &working, &req.claim, handle)
-                }
-                Allocation::Resolved(wanted) => {
-                    claims::plan_prepared(&working, &req.claim, wanted.clone())
-                }
-            };
-            let outcome = match planned {
-                Err(e) => Err(e.to_string()),
+        let mut written: Vec<(usize, ClaimRef)> = Vec::new();
+        for (i, (claim, wanted)) in requests.iter().enumerate() {
+            let uid = &claim.uid;
+            let outcome = match plan(&self.profile, &working, claim, wanted.clone()) {
+                Err(e) => Err(e),
                 Ok(Plan::AlreadyPrepared) => {
                     // Nothing to write, unless the spec was removed or altered under us.
-                    let path = self.spec_path(uid);
-                    let wanted = working.get(uid).map(|c| c.spec(kind, uid).to_bytes());
-                    match wanted {
-                        Some(bytes)
+                    let path = self.spec_path(uid.as_str());
+                    match self.spec_bytes(uid, wanted) {
+                        Err(reason) => Err(profile_naming_error(claim, reason)),
+                        Ok(bytes)
                             if read_regular(&path).ok().flatten().as_deref()
                                 != Some(&bytes[..]) =>
                         {
                             warn!(file = %path.display(), "CDI spec of a prepared claim was missing or altered; rewriting it");
                             write_atomic(&path, &bytes, SPEC_MODE, true)
-                                .map_err(|e| spec_write_error(&req.claim, &path, &e))
+                                .map_err(|e| io_error(claim, "writing CDI spec", &path, &e))
                         }
-                        _ => Ok(()),
+                        Ok(_) => Ok(()),
                     }
                 }
-                Ok(Plan::Prepare(claim)) => {
-                    let path = self.spec_path(uid);
-                    match write_atomic(&path, &claim.spec(kind, uid).to_bytes(), SPEC_MODE, false) {
-                        Ok(()) => {
-                            working.insert(uid.clone(), claim);
-                            written.push((i, uid.clone()));
-                            Ok(())
-                        }
-                        Err(e) => Err(spec_write_error(&req.claim, &path, &e)),
+                Ok(Plan::Prepare(entry)) => {
+                    let path = self.spec_path(uid.as_str());
+                    match self.spec_bytes(uid, &entry.prepared) {
+                        Err(reason) => Err(profile_naming_error(claim, reason)),
+                        Ok(bytes) => match write_atomic(&path, &bytes, SPEC_MODE, false) {
+                            Ok(()) => {
+                                working.insert(uid.clone(), entry);
+                                written.push((i, claim.clone()));
+                                Ok(())
+                            }
+                            Err(e) => Err(io_error(claim, "writing CDI spec", &path, &e)),
+                        },
                     }
                 }
             };
-            results.push(outcome.map(|()| PreparedClaim::cdi_ids(kind, uid)));
+            results.push(outcome);
         }
         if written.is_empty() {
             return results;
         }
         self.sync_cdi_dir();
         self.crash(CrashPoint::PrepareAfterSpec);
-        let committed = self
-            .write_checkpoint(&working)
-            .map_err(|e| format!("writing checkpoint {}: {e}", self.checkpoint_path.display()));
-        match committed {
+        match self.write_checkpoint(&working) {
             Ok(()) => {
                 *claims = working;
                 self.crash(CrashPoint::PrepareAfterCheckpoint);
@@ -380,11 +366,16 @@ impl Driver {
             }
             Err(e) => {
                 // Not recorded, so not prepared: take the specs back and fail those claims.
-                for (i, uid) in written {
-                    if let Err(removal) = remove_if_exists(&self.spec_path(&uid)) {
-                        warn!(claim = %uid, error = %removal, "removing the CDI spec of a claim whose checkpoint write failed failed; the next start removes it");
+                for (i, claim) in written {
+                    if let Err(removal) = remove_if_exists(&self.spec_path(claim.uid.as_str())) {
+                        warn!(claim = %claim, error = %removal, "removing the CDI spec of a claim whose checkpoint write failed failed; the next start removes it");
                     }
-                    results[i] = Err(format!("claim {uid}: {e}"));
+                    results[i] = Err(io_error(
+                        &claim,
+                        "writing checkpoint",
+                        &self.checkpoint_path,
+                        &e,
+                    ));
                 }
             }
         }
@@ -392,33 +383,25 @@ impl Driver {
     }
 
     /// Unprepares a batch; one result per claim, in order. An unknown claim succeeds.
-    pub fn unprepare(&self, requests: &[ClaimRef]) -> Vec<Result<(), String>> {
+    pub fn unprepare(&self, requests: &[ClaimRef]) -> Vec<Result<(), ClaimError>> {
         let mut claims = self.lock();
         let mut working = claims.clone();
         let mut results = Vec::with_capacity(requests.len());
-        let mut removed: Vec<(usize, String, PreparedClaim)> = Vec::new();
+        let mut removed: Vec<(usize, ClaimRef, Entry<D::Prepared>)> = Vec::new();
         for (i, claim) in requests.iter().enumerate() {
-            if let Err(e) = claims::validate_claim_uid(&claim.uid) {
-                results.push(Err(e.to_string()));
-                continue;
-            }
-            let Some(prepared) = working.remove(&claim.uid) else {
+            let Some(entry) = working.remove(&claim.uid) else {
                 results.push(Ok(()));
                 continue;
             };
-            let path = self.spec_path(&claim.uid);
+            let path = self.spec_path(claim.uid.as_str());
             match remove_if_exists(&path) {
                 Ok(()) => {
-                    removed.push((i, claim.uid.clone(), prepared));
+                    removed.push((i, claim.clone(), entry));
                     results.push(Ok(()));
                 }
                 Err(e) => {
-                    working.insert(claim.uid.clone(), prepared);
-                    results.push(Err(format!(
-                        "claim {}: removing CDI spec {}: {e}",
-                        claim.uid,
-                        path.display()
-                    )));
+                    working.insert(claim.uid.clone(), entry);
+                    results.push(Err(io_error(claim, "removing CDI spec", &path, &e)));
                 }
             }
         }
@@ -435,19 +418,47 @@ impl Driver {
             }
             Err(e) => {
                 // Still recorded, so still prepared: put the specs back.
-                for (i, uid, prepared) in removed {
-                    let bytes = prepared.spec(&self.config.kind, &uid).to_bytes();
-                    if let Err(e) = write_atomic(&self.spec_path(&uid), &bytes, SPEC_MODE, true) {
-                        warn!(claim = %uid, error = %e, "putting the CDI spec back after a failed checkpoint write failed; the next start restores it");
+                for (i, claim, entry) in removed {
+                    let restored = self
+                        .spec_bytes(&claim.uid, &entry.prepared)
+                        .and_then(|bytes| {
+                            write_atomic(
+                                &self.spec_path(claim.uid.as_str()),
+                                &bytes,
+                                SPEC_MODE,
+                                true,
+                            )
+                            .map_err(|e| e.to_string())
+                        });
+                    if let Err(why) = restored {
+                        warn!(claim = %claim, error = %why, "putting the CDI spec back after a failed checkpoint write failed; the next start restores it");
                     }
-                    results[i] = Err(format!(
-                        "claim {uid}: writing checkpoint {}: {e}",
-                        self.checkpoint_path.display()
+                    results[i] = Err(io_error(
+                        &claim,
+                        "writing checkpoint",
+                        &self.checkpoint_path,
+                        &e,
                     ));
                 }
             }
         }
         results
+    }
+}
+
+fn io_error(claim: &ClaimRef, action: &'static str, path: &Path, e: &io::Error) -> ClaimError {
+    ClaimError::Io {
+        claim: claim.to_string(),
+        action,
+        path: path.display().to_string(),
+        error: e.to_string(),
+    }
+}
+
+fn profile_naming_error(claim: &ClaimRef, reason: String) -> ClaimError {
+    ClaimError::Device {
+        claim: claim.to_string(),
+        source: ProfileError::new("bad_cdi_name", reason),
     }
 }
 
@@ -476,12 +487,4 @@ fn claim_specs(cdi_root: &Path, kind: &CdiKind) -> Result<Vec<String>, StartErro
         .collect();
     claims.sort();
     Ok(claims)
-}
-
-fn spec_write_error(claim: &ClaimRef, path: &Path, e: &io::Error) -> String {
-    format!(
-        "claim {}: writing CDI spec {}: {e}",
-        claims::describe(&claim.uid, &claim.namespace, &claim.name),
-        path.display()
-    )
 }

@@ -1,8 +1,8 @@
 //! The kubelet-facing gRPC services: registration, and on one socket next to the gRPC
 //! health service either the classic DRA node services (`v1alpha2.Node`,
 //! `v1alpha3.Node`) or the structured ones (`dra.v1beta1.DRAPlugin`, `dra.v1.DRAPlugin`,
-//! one handler for both). Thin: they translate messages and call [`Driver`] on a
-//! blocking thread.
+//! one handler for both). Thin: they translate messages, let the device profile read
+//! each claim, and call [`Driver`] on a blocking thread; nothing here knows the device.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,11 +17,12 @@ use futures::StreamExt;
 use tonic::{Request, Response, Status};
 use tracing::{error, info, warn};
 
-use crate::claims::{ClaimRef, describe, validate_claim_uid};
-use crate::driver::{Allocation, Driver, PrepareRequest};
+use crate::allocation;
+use crate::claim::{COMMON_DEVICE, ClaimError, ClaimRef};
+use crate::claim_reader::ClaimReader;
+use crate::driver::Driver;
 use crate::metrics::Metrics;
-use crate::resourceclaims::ClaimReader;
-use crate::structured;
+use crate::profile::DeviceProfile;
 
 /// The versions classic kubelets (1.27–1.31) accept: each entry is parsed as a semantic
 /// version, and 1.0.0 means "the classic node services".
@@ -78,97 +79,26 @@ impl reg::registration_server::Registration for Registration {
     }
 }
 
-/// Both classic node services over one [`Driver`].
-#[derive(Debug, Clone)]
-pub struct NodeService {
+/// What the node services share: the claims' state and files, and the counters.
+#[derive(Debug)]
+pub struct NodeService<D: DeviceProfile> {
     /// The state and files.
-    pub driver: Arc<Driver>,
+    pub driver: Arc<Driver<D>>,
     /// Counters and latencies.
     pub metrics: Arc<Metrics>,
 }
 
-impl NodeService {
-    async fn prepare(
-        &self,
-        requests: Vec<PrepareRequest>,
-    ) -> Result<Vec<Result<Vec<String>, String>>, Status> {
-        let driver = self.driver.clone();
-        let results = tokio::task::spawn_blocking(move || driver.prepare(&requests))
-            .await
-            .map_err(|e| Status::internal(format!("prepare task failed: {e}")))?;
-        for r in &results {
-            self.metrics.claim("prepare", r.is_ok());
-            if let Err(e) = r {
-                warn!(error = %e, "claim not prepared");
-            }
-        }
-        Ok(results)
-    }
-
-    async fn unprepare(&self, requests: Vec<ClaimRef>) -> Result<Vec<Result<(), String>>, Status> {
-        let driver = self.driver.clone();
-        let results = tokio::task::spawn_blocking(move || driver.unprepare(&requests))
-            .await
-            .map_err(|e| Status::internal(format!("unprepare task failed: {e}")))?;
-        for r in &results {
-            self.metrics.claim("unprepare", r.is_ok());
-            if let Err(e) = r {
-                warn!(error = %e, "claim not unprepared");
-            }
-        }
-        Ok(results)
-    }
-}
-
-#[tonic::async_trait]
-impl v1alpha2::node_server::Node for NodeService {
-    async fn node_prepare_resource(
-        &self,
-        request: Request<v1alpha2::NodePrepareResourceRequest>,
-    ) -> Result<Response<v1alpha2::NodePrepareResourceResponse>, Status> {
-        let start = Instant::now();
-        let r = request.into_inner();
-        let req = PrepareRequest {
-            claim: ClaimRef {
-                uid: r.claim_uid,
-                namespace: r.namespace,
-                name: r.claim_name,
-            },
-            allocation: Allocation::Handle(r.resource_handle),
-        };
-        let result = self.prepare(vec![req]).await?.pop();
-        self.metrics
-            .observe("NodePrepareResource", start.elapsed().as_secs_f64());
-        match result {
-            Some(Ok(cdi_devices)) => Ok(Response::new(v1alpha2::NodePrepareResourceResponse {
-                cdi_devices,
-            })),
-            Some(Err(e)) => Err(Status::failed_precondition(e)),
-            None => Err(Status::internal("no result")),
-        }
-    }
-
-    async fn node_unprepare_resource(
-        &self,
-        request: Request<v1alpha2::NodeUnprepareResourceRequest>,
-    ) -> Result<Response<v1alpha2::NodeUnprepareResourceResponse>, Status> {
-        let start = Instant::now();
-        let r = request.into_inner();
-        let claim = ClaimRef {
-            uid: r.claim_uid,
-            namespace: r.namespace,
-            name: r.claim_name,
-        };
-        let result = self.unprepare(vec![claim]).await?.pop();
-        self.metrics
-            .observe("NodeUnprepareResource", start.elapsed().as_secs_f64());
-        match result {
-            Some(Ok(())) => Ok(Response::new(v1alpha2::NodeUnprepareResourceResponse {})),
-            Some(Err(e)) => Err(Status::failed_precondition(e)),
-            None => Err(Status::internal("no result")),
+impl<D: DeviceProfile> Clone for NodeService<D> {
+    fn clone(&self) -> Self {
+        Self {
+            driver: self.driver.clone(),
+            metrics: self.metrics.clone(),
         }
     }
 }
+
+/// One claim's outcome in a batch.
+type Outcome<T> = Result<T, ClaimError>;
 
 /// A batch as the kubelet reads the answer — a map with one entry per claim uid: a uid
 /// sent twice with the same contents is one claim; sent with different contents it is
@@ -176,7 +106,7 @@ impl v1alpha2::node_server::Node for NodeService {
 fn one_per_uid<C: PartialEq>(
     claims: Vec<C>,
     uid: impl Fn(&C) -> &str,
-) -> (Vec<C>, Vec<(String, String)>) {
+) -> (Vec<C>, Vec<(String, ClaimError)>) {
     let mut unique: Vec<C> = Vec::with_capacity(claims.len());
     let mut conflicting: Vec<String> = Vec::new();
     for claim in claims {
@@ -195,23 +125,166 @@ fn one_per_uid<C: PartialEq>(
     let refused = conflicting
         .into_iter()
         .map(|id| {
-            let error = format!("claim uid {id} appears more than once in the request, with different contents; nothing was done for it");
+            let error = ClaimError::Duplicate(id.clone());
             (id, error)
         })
         .collect();
     (unique, refused)
 }
 
-fn claim_ref(c: &v1alpha3::Claim) -> ClaimRef {
-    ClaimRef {
-        uid: c.uid.clone(),
-        namespace: c.namespace.clone(),
-        name: c.name.clone(),
+impl<D: DeviceProfile> NodeService<D> {
+    /// Prepares the claims the profile read (`Err`s are passed through), on a blocking
+    /// thread; one outcome per claim, in order, each counted.
+    async fn prepare(
+        &self,
+        read: Vec<Outcome<(ClaimRef, D::Prepared)>>,
+    ) -> Result<Vec<Outcome<(ClaimRef, D::Prepared)>>, Status> {
+        let requests: Vec<(ClaimRef, D::Prepared)> = read
+            .iter()
+            .filter_map(|r| r.as_ref().ok().cloned())
+            .collect();
+        let driver = self.driver.clone();
+        let mut done = tokio::task::spawn_blocking(move || {
+            let results = driver.prepare(&requests);
+            requests
+                .into_iter()
+                .zip(results)
+                .map(|(r, o)| o.map(|()| r))
+                .collect::<Vec<_>>()
+        })
+        .await
+        .map_err(|e| Status::internal(format!("prepare task failed: {e}")))?
+        .into_iter();
+        let outcomes: Vec<Outcome<(ClaimRef, D::Prepared)>> = read
+            .into_iter()
+            .map(|r| match r {
+                Ok(_) => done.next().unwrap_or_else(|| {
+                    Err(ClaimError::Read {
+                        claim: String::new(),
+                        reason: "internal error: claim not handled".into(),
+                    })
+                }),
+                Err(e) => Err(e),
+            })
+            .collect();
+        for o in &outcomes {
+            self.metrics.claim("prepare", o);
+            if let Err(e) = o {
+                warn!(error = %e, "claim not prepared");
+            }
+        }
+        Ok(outcomes)
+    }
+
+    /// Unprepares claims; one outcome per claim, in order, each counted.
+    async fn unprepare(&self, claims: Vec<Outcome<ClaimRef>>) -> Result<Vec<Outcome<()>>, Status> {
+        let requests: Vec<ClaimRef> = claims
+            .iter()
+            .filter_map(|c| c.as_ref().ok().cloned())
+            .collect();
+        let driver = self.driver.clone();
+        let mut done = tokio::task::spawn_blocking(move || driver.unprepare(&requests))
+            .await
+            .map_err(|e| Status::internal(format!("unprepare task failed: {e}")))?
+            .into_iter();
+        let outcomes: Vec<Outcome<()>> = claims
+            .into_iter()
+            .map(|c| match c {
+                Ok(_) => done.next().unwrap_or(Ok(())),
+                Err(e) => Err(e),
+            })
+            .collect();
+        for o in &outcomes {
+            self.metrics.claim("unprepare", o);
+            if let Err(e) = o {
+                warn!(error = %e, "claim not unprepared");
+            }
+        }
+        Ok(outcomes)
+    }
+
+    /// Classic: what the profile makes of a claim's allocation handle.
+    fn read_handle(
+        &self,
+        uid: &str,
+        namespace: &str,
+        name: &str,
+        handle: &str,
+    ) -> Outcome<(ClaimRef, D::Prepared)> {
+        let claim = ClaimRef::new(uid, namespace, name)?;
+        let wanted = self
+            .driver
+            .profile()
+            .prepare_handle(&claim, handle)
+            .map_err(|source| ClaimError::Device {
+                claim: claim.to_string(),
+                source,
+            })?;
+        Ok((claim, wanted))
+    }
+
+    /// The ids a classic kubelet gets: the common device and the claim's.
+    fn claim_ids(&self, claim: &ClaimRef, prepared: &D::Prepared) -> Vec<String> {
+        let kind = self.driver.kind();
+        std::iter::once(COMMON_DEVICE.to_string())
+            .chain(
+                self.driver
+                    .profile()
+                    .claim_cdi_devices(&claim.uid, prepared),
+            )
+            .map(|name| kind.qualified(&name))
+            .collect()
     }
 }
 
 #[tonic::async_trait]
-impl v1alpha3::node_server::Node for NodeService {
+impl<D: DeviceProfile> v1alpha2::node_server::Node for NodeService<D> {
+    async fn node_prepare_resource(
+        &self,
+        request: Request<v1alpha2::NodePrepareResourceRequest>,
+    ) -> Result<Response<v1alpha2::NodePrepareResourceResponse>, Status> {
+        let start = Instant::now();
+        let r = request.into_inner();
+        let read = self.read_handle(
+            &r.claim_uid,
+            &r.namespace,
+            &r.claim_name,
+            &r.resource_handle,
+        );
+        let result = self.prepare(vec![read]).await?.pop();
+        self.metrics
+            .observe("NodePrepareResource", start.elapsed().as_secs_f64());
+        match result {
+            Some(Ok((claim, prepared))) => {
+                Ok(Response::new(v1alpha2::NodePrepareResourceResponse {
+                    cdi_devices: self.claim_ids(&claim, &prepared),
+                }))
+            }
+            Some(Err(e)) => Err(Status::failed_precondition(e.to_string())),
+            None => Err(Status::internal("no result")),
+        }
+    }
+
+    async fn node_unprepare_resource(
+        &self,
+        request: Request<v1alpha2::NodeUnprepareResourceRequest>,
+    ) -> Result<Response<v1alpha2::NodeUnprepareResourceResponse>, Status> {
+        let start = Instant::now();
+        let r = request.into_inner();
+        let claim = ClaimRef::new(&r.claim_uid, &r.namespace, &r.claim_name);
+        let result = self.unprepare(vec![claim]).await?.pop();
+        self.metrics
+            .observe("NodeUnprepareResource", start.elapsed().as_secs_f64());
+        match result {
+            Some(Ok(())) => Ok(Response::new(v1alpha2::NodeUnprepareResourceResponse {})),
+            Some(Err(e)) => Err(Status::failed_precondition(e.to_string())),
+            None => Err(Status::internal("no result")),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl<D: DeviceProfile> v1alpha3::node_server::Node for NodeService<D> {
     type NodeListAndWatchResourcesStream =
         tonic::codegen::BoxStream<v1alpha3::NodeListAndWatchResourcesResponse>;
 
@@ -221,34 +294,31 @@ impl v1alpha3::node_server::Node for NodeService {
     ) -> Result<Response<v1alpha3::NodePrepareResourcesResponse>, Status> {
         let start = Instant::now();
         let (claims, refused) = one_per_uid(request.into_inner().claims, |c| &c.uid);
-        let requests = claims
+        let read = claims
             .iter()
-            .map(|c| PrepareRequest {
-                claim: claim_ref(c),
-                allocation: Allocation::Handle(c.resource_handle.clone()),
-            })
+            .map(|c| self.read_handle(&c.uid, &c.namespace, &c.name, &c.resource_handle))
             .collect();
-        let results = self.prepare(requests).await?;
+        let outcomes = self.prepare(read).await?;
         let mut response = v1alpha3::NodePrepareResourcesResponse::default();
         for (uid, error) in refused {
-            self.metrics.claim("prepare", false);
+            self.metrics.claim::<()>("prepare", &Err(error.clone()));
             response.insert(
                 uid,
                 v1alpha3::NodePrepareResourceResponse {
                     cdi_devices: vec![],
-                    error,
+                    error: error.to_string(),
                 },
             );
         }
-        for (claim, result) in claims.into_iter().zip(results) {
-            let entry = match result {
-                Ok(cdi_devices) => v1alpha3::NodePrepareResourceResponse {
-                    cdi_devices,
+        for (claim, outcome) in claims.into_iter().zip(outcomes) {
+            let entry = match outcome {
+                Ok((c, prepared)) => v1alpha3::NodePrepareResourceResponse {
+                    cdi_devices: self.claim_ids(&c, &prepared),
                     error: String::new(),
                 },
-                Err(error) => v1alpha3::NodePrepareResourceResponse {
+                Err(e) => v1alpha3::NodePrepareResourceResponse {
                     cdi_devices: vec![],
-                    error,
+                    error: e.to_string(),
                 },
             };
             response.insert(claim.uid, entry);
@@ -264,19 +334,26 @@ impl v1alpha3::node_server::Node for NodeService {
     ) -> Result<Response<v1alpha3::NodeUnprepareResourcesResponse>, Status> {
         let start = Instant::now();
         let (claims, refused) = one_per_uid(request.into_inner().claims, |c| &c.uid);
-        let results = self
-            .unprepare(claims.iter().map(claim_ref).collect())
-            .await?;
+        let refs = claims
+            .iter()
+            .map(|c| ClaimRef::new(&c.uid, &c.namespace, &c.name))
+            .collect();
+        let outcomes = self.unprepare(refs).await?;
         let mut response = v1alpha3::NodeUnprepareResourcesResponse::default();
         for (uid, error) in refused {
-            self.metrics.claim("unprepare", false);
-            response.insert(uid, v1alpha3::NodeUnprepareResourceResponse { error });
+            self.metrics.claim::<()>("unprepare", &Err(error.clone()));
+            response.insert(
+                uid,
+                v1alpha3::NodeUnprepareResourceResponse {
+                    error: error.to_string(),
+                },
+            );
         }
-        for (claim, result) in claims.into_iter().zip(results) {
+        for (claim, outcome) in claims.into_iter().zip(outcomes) {
             response.insert(
                 claim.uid,
                 v1alpha3::NodeUnprepareResourceResponse {
-                    error: result.err().unwrap_or_default(),
+                    error: outcome.err().map(|e| e.to_string()).unwrap_or_default(),
                 },
             );
         }
@@ -302,115 +379,146 @@ const MAX_CONCURRENT_READS: usize = 16;
 /// One prepared device of a structured claim, version-neutral.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceOutcome {
-    /// The device as allocated.
-    pub device: structured::PreparedDevice,
+    /// The request it was allocated for.
+    pub request: String,
+    /// The pool (this node).
+    pub pool: String,
+    /// The device name in the pool.
+    pub device: String,
     /// The CDI ids to inject for it.
     pub cdi_device_ids: Vec<String>,
 }
 
-/// The structured `DRAPlugin` service (v1beta1 and v1) over one [`Driver`]: reads each
-/// claim's allocation from the API, then prepares through the same path as classic.
-#[derive(Debug, Clone)]
-pub struct DraPluginService {
+/// The structured `DRAPlugin` service (v1beta1 and v1): reads each claim's allocation
+/// from the API, lets the profile read it, then prepares through the same path as
+/// classic.
+#[derive(Debug)]
+pub struct DraPluginService<D: DeviceProfile> {
     /// The shared prepare/unprepare path.
-    pub node: NodeService,
+    pub node: NodeService<D>,
     /// Where claims are read.
     pub claims: ClaimReader,
     /// Our driver name, to pick our results.
     pub driver_name: String,
+    /// This node: its pool.
+    pub node_name: String,
 }
 
-impl DraPluginService {
-    /// Reads one claim and decides what preparing it means.
-    async fn resolve(&self, claim: &ClaimRef) -> Result<structured::Resolved, String> {
-        match self.claims.get(&claim.namespace, &claim.name).await {
-            Err(e) => Err(format!(
-                "claim {}: {e}",
-                describe(&claim.uid, &claim.namespace, &claim.name)
-            )),
-            Ok(fetched) => structured::resolve(
-                self.node.driver.inventory(),
-                &self.driver_name,
-                claim,
-                &fetched,
-            )
-            .map_err(|e| e.to_string()),
+impl<D: DeviceProfile> Clone for DraPluginService<D> {
+    fn clone(&self) -> Self {
+        Self {
+            node: self.node.clone(),
+            claims: self.claims.clone(),
+            driver_name: self.driver_name.clone(),
+            node_name: self.node_name.clone(),
         }
     }
+}
 
-    /// Prepares a batch; one result per claim, in order. A claim that cannot be read or
-    /// resolved fails alone; the others go on.
+/// A structured claim as the profile read it, with the devices the kubelet asks about.
+type ReadClaim<P> = (ClaimRef, P, Vec<crate::profile::AllocatedDevice>);
+
+impl<D: DeviceProfile> DraPluginService<D> {
+    /// Reads one claim and lets the profile say what preparing it means.
+    async fn read(&self, claim: ClaimRef) -> Outcome<ReadClaim<D::Prepared>> {
+        let fetched = self
+            .claims
+            .get(&claim.namespace, &claim.name)
+            .await
+            .map_err(|e| ClaimError::Read {
+                claim: claim.to_string(),
+                reason: e.to_string(),
+            })?;
+        let allocation = allocation::ours(&self.driver_name, &self.node_name, &claim, &fetched)?;
+        let prepared = self
+            .node
+            .driver
+            .profile()
+            .prepare_allocation(&claim, &allocation)
+            .map_err(|source| ClaimError::Device {
+                claim: claim.to_string(),
+                source,
+            })?;
+        Ok((claim, prepared, allocation.devices))
+    }
+
+    /// Prepares a batch; one outcome per claim, in order. A claim that cannot be read or
+    /// resolved fails alone; the others go on. The claims are read concurrently — a few
+    /// API round trips for the batch instead of one per claim — but at most
+    /// [`MAX_CONCURRENT_READS`] at a time, so a huge batch cannot open a connection per
+    /// claim.
     pub async fn prepare(
         &self,
-        claims: &[ClaimRef],
-    ) -> Result<Vec<Result<Vec<DeviceOutcome>, String>>, Status> {
-        let mut results: Vec<Option<Result<Vec<DeviceOutcome>, String>>> = vec![None; claims.len()];
-        // Before anything uses the uid (it names files).
-        let mut valid = Vec::new();
-        for (i, claim) in claims.iter().enumerate() {
-            match validate_claim_uid(&claim.uid) {
-                Ok(()) => valid.push((i, claim)),
-                Err(e) => results[i] = Some(Err(e.to_string())),
-            }
-        }
-        // The claims of a batch are read concurrently — a few API round trips for the batch
-        // instead of one per claim — but at most MAX_CONCURRENT_READS at a time, so a huge
-        // batch cannot open a connection per claim.
-        let reads: Vec<_> = valid.iter().map(|(_, claim)| self.resolve(claim)).collect();
-        let resolved: Vec<_> = futures::stream::iter(reads)
+        claims: Vec<Outcome<ClaimRef>>,
+    ) -> Result<Vec<Outcome<Vec<DeviceOutcome>>>, Status> {
+        let reads: Vec<_> = claims
+            .into_iter()
+            .map(|c| async move {
+                match c {
+                    Ok(claim) => self.read(claim).await,
+                    Err(e) => Err(e),
+                }
+            })
+            .collect();
+        let read: Vec<Outcome<ReadClaim<D::Prepared>>> = futures::stream::iter(reads)
             .buffered(MAX_CONCURRENT_READS)
             .collect()
             .await;
-        let mut requests = Vec::new();
-        let mut pending = Vec::new();
-        for ((i, claim), resolved) in valid.into_iter().zip(resolved) {
-            match resolved {
-                Err(e) => {
-                    self.node.metrics.claim("prepare", false);
-                    warn!(error = %e, "claim not prepared");
-                    results[i] = Some(Err(e));
-                }
-                Ok(r) => {
-                    requests.push(PrepareRequest {
-                        claim: claim.clone(),
-                        allocation: Allocation::Resolved(r.claim),
-                    });
-                    pending.push((i, r.devices));
-                }
-            }
-        }
-        let kind = self.node.driver.kind().clone();
-        let prepared = self.node.prepare(requests.clone()).await?;
-        for (((i, devices), request), outcome) in pending.into_iter().zip(&requests).zip(prepared) {
-            let Allocation::Resolved(claim) = &request.allocation else {
-                continue;
-            };
-            // Each device answers with its own parent's CDI device, so the kubelet can give
-            // a container the devices of the requests it names.
-            results[i] = Some(outcome.and_then(|_| {
-                devices
-                    .into_iter()
-                    .map(|device| {
-                        let ids = claim
-                            .device_cdi_ids(&kind, &request.claim.uid, &device.parent)
-                            .ok_or_else(|| {
-                                format!(
-                                    "internal error: device {} is not in claim {}",
-                                    device.device, request.claim.uid
-                                )
-                            })?;
-                        Ok(DeviceOutcome {
-                            device,
-                            cdi_device_ids: ids,
-                        })
-                    })
-                    .collect()
-            }));
-        }
-        Ok(results
+        let devices: Vec<Vec<crate::profile::AllocatedDevice>> = read
+            .iter()
+            .map(|r| r.as_ref().map(|(_, _, d)| d.clone()).unwrap_or_default())
+            .collect();
+        let outcomes = self
+            .node
+            .prepare(
+                read.into_iter()
+                    .map(|r| r.map(|(c, p, _)| (c, p)))
+                    .collect(),
+            )
+            .await?;
+        Ok(outcomes
             .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err("internal error: claim not handled".into())))
+            .zip(devices)
+            .map(|(o, devices)| {
+                o.and_then(|(claim, prepared)| self.device_outcomes(&claim, &prepared, devices))
+            })
             .collect())
+    }
+
+    /// Each allocated device answers with the common device and the profile's devices for
+    /// it, so the kubelet can give a container the devices of the requests it names.
+    fn device_outcomes(
+        &self,
+        claim: &ClaimRef,
+        prepared: &D::Prepared,
+        devices: Vec<crate::profile::AllocatedDevice>,
+    ) -> Outcome<Vec<DeviceOutcome>> {
+        let kind = self.node.driver.kind();
+        let profile = self.node.driver.profile();
+        devices
+            .into_iter()
+            .map(|d| {
+                let names = profile
+                    .device_cdi_devices(&claim.uid, prepared, &d.device)
+                    .ok_or_else(|| ClaimError::Device {
+                        claim: claim.to_string(),
+                        source: crate::profile::ProfileError::new(
+                            "bad_cdi_name",
+                            format!("the device profile has no CDI device for {}", d.device),
+                        ),
+                    })?;
+                let cdi_device_ids = std::iter::once(COMMON_DEVICE.to_string())
+                    .chain(names)
+                    .map(|name| kind.qualified(&name))
+                    .collect();
+                Ok(DeviceOutcome {
+                    request: d.request,
+                    pool: self.node_name.clone(),
+                    device: d.device,
+                    cdi_device_ids,
+                })
+            })
+            .collect()
     }
 }
 
@@ -421,52 +529,49 @@ macro_rules! dra_plugin {
         // `..Default::default()` fills v1's `share_id`; v1beta1 has nothing to fill.
         #[allow(clippy::needless_update)]
         #[tonic::async_trait]
-        impl $pkg::dra_plugin_server::DraPlugin for DraPluginService {
+        impl<D: DeviceProfile> $pkg::dra_plugin_server::DraPlugin for DraPluginService<D> {
             async fn node_prepare_resources(
                 &self,
                 request: Request<$pkg::NodePrepareResourcesRequest>,
             ) -> Result<Response<$pkg::NodePrepareResourcesResponse>, Status> {
                 let start = Instant::now();
                 let (claims, refused) = one_per_uid(request.into_inner().claims, |c| &c.uid);
-                let refs: Vec<ClaimRef> = claims
+                let refs = claims
                     .iter()
-                    .map(|c| ClaimRef {
-                        uid: c.uid.clone(),
-                        namespace: c.namespace.clone(),
-                        name: c.name.clone(),
-                    })
+                    .map(|c| ClaimRef::new(&c.uid, &c.namespace, &c.name))
                     .collect();
-                let results = self.prepare(&refs).await?;
+                let outcomes = self.prepare(refs).await?;
                 let mut response = $pkg::NodePrepareResourcesResponse::default();
                 for (uid, error) in refused {
-                    self.node.metrics.claim("prepare", false);
+                    self.node
+                        .metrics
+                        .claim::<()>("prepare", &Err(error.clone()));
                     response.insert(
                         uid,
                         $pkg::NodePrepareResourceResponse {
                             devices: vec![],
-                            error,
+                            error: error.to_string(),
                         },
                     );
                 }
-                for (claim, result) in claims.into_iter().zip(results) {
-                    let entry = match result {
+                for (claim, outcome) in claims.into_iter().zip(outcomes) {
+                    let entry = match outcome {
                         Ok(devices) => $pkg::NodePrepareResourceResponse {
                             devices: devices
                                 .into_iter()
                                 .map(|d| $pkg::Device {
-                                    request_names: vec![d.device.request],
-                                    pool_name: d.device.pool,
-                                    device_name: d.device.device,
+                                    request_names: vec![d.request],
+                                    pool_name: d.pool,
+                                    device_name: d.device,
                                     cdi_device_ids: d.cdi_device_ids,
-                                    // v1's share_id: none, a fake device is whole.
                                     ..Default::default()
                                 })
                                 .collect(),
                             error: String::new(),
                         },
-                        Err(error) => $pkg::NodePrepareResourceResponse {
+                        Err(e) => $pkg::NodePrepareResourceResponse {
                             devices: vec![],
-                            error,
+                            error: e.to_string(),
                         },
                     };
                     response.insert(claim.uid, entry);
@@ -485,23 +590,26 @@ macro_rules! dra_plugin {
                 let (claims, refused) = one_per_uid(request.into_inner().claims, |c| &c.uid);
                 let refs = claims
                     .iter()
-                    .map(|c| ClaimRef {
-                        uid: c.uid.clone(),
-                        namespace: c.namespace.clone(),
-                        name: c.name.clone(),
-                    })
+                    .map(|c| ClaimRef::new(&c.uid, &c.namespace, &c.name))
                     .collect();
-                let results = self.node.unprepare(refs).await?;
+                let outcomes = self.node.unprepare(refs).await?;
                 let mut response = $pkg::NodeUnprepareResourcesResponse::default();
                 for (uid, error) in refused {
-                    self.node.metrics.claim("unprepare", false);
-                    response.insert(uid, $pkg::NodeUnprepareResourceResponse { error });
+                    self.node
+                        .metrics
+                        .claim::<()>("unprepare", &Err(error.clone()));
+                    response.insert(
+                        uid,
+                        $pkg::NodeUnprepareResourceResponse {
+                            error: error.to_string(),
+                        },
+                    );
                 }
-                for (claim, result) in claims.into_iter().zip(results) {
+                for (claim, outcome) in claims.into_iter().zip(outcomes) {
                     response.insert(
                         claim.uid,
                         $pkg::NodeUnprepareResourceResponse {
-                            error: result.err().unwrap_or_default(),
+                            error: outcome.err().map(|e| e.to_string()).unwrap_or_default(),
                         },
                     );
                 }
@@ -563,6 +671,11 @@ mod tests {
         );
         assert_eq!(refused.len(), 1);
         assert_eq!(refused[0].0, "b");
-        assert!(refused[0].1.contains("more than once"), "{}", refused[0].1);
+        assert!(
+            refused[0].1.to_string().contains("more than once"),
+            "{}",
+            refused[0].1
+        );
+        assert_eq!(refused[0].1.reason(), "duplicate");
     }
 }

@@ -1,30 +1,36 @@
 //! The per-node kubelet plugin, for classic DRA (kubelets 1.27–1.30) and structured DRA
 //! (1.32+); [`mode`] picks which.
 //!
-//! - pure: [`devices`] (inventory, split), [`cdi`] (spec building), [`claims`] (what a
-//!   prepare means), [`checkpoint`] (the document), [`mode`] (which generation),
-//!   [`structured`] (a structured claim's allocation → what to prepare), [`slices`] (the
+//! The plumbing knows no device: a [`profile::DeviceProfile`] says what the devices are,
+//! and [`fake`] is the fake device (docs/write-your-own-driver.md writes another).
+//!
+//! - pure: [`claim`] (a claim's uid and errors), [`profile`] (the device seam),
+//!   [`plan`] (idempotency, one claim per device), [`allocation`] (a structured claim's
+//!   allocation, narrowed to this driver and node), [`cdi`] (spec documents),
+//!   [`checkpoint`] (the document), [`mode`] (which generation), [`slices`] (the
 //!   ResourceSlice);
 //! - adapters: [`driver`] (files: CDI specs, checkpoint), [`grpc`] (registration and
 //!   DRA services on unix sockets), [`publish`] (the NodeAllocationState, classic),
-//!   [`publish_slices`] (the ResourceSlice, structured), [`resourceclaims`] (reading
+//!   [`publish_slices`] (the ResourceSlice, structured), [`claim_reader`] (reading
 //!   claims, structured); health and metrics are `fake_dra_ops::health`;
-//! - [`run`] wires them; `main.rs` only parses flags.
+//! - [`run`] wires them for any profile; `main.rs` parses flags and makes the fake one.
 
+pub mod allocation;
 pub mod cdi;
 pub mod checkpoint;
-pub mod claims;
-pub mod devices;
+pub mod claim;
+pub mod claim_reader;
 pub mod driver;
+pub mod fake;
 pub mod fsutil;
 pub mod grpc;
 pub mod metrics;
 pub mod mode;
+pub mod plan;
+pub mod profile;
 pub mod publish;
 pub mod publish_slices;
-pub mod resourceclaims;
 pub mod slices;
-pub mod structured;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -40,9 +46,9 @@ use tokio_stream::StreamExt;
 use tracing::{error, info, warn};
 
 use crate::cdi::CdiKind;
-use crate::devices::Inventory;
 use crate::driver::{CrashPoint, Driver, DriverConfig};
 use crate::mode::{Mode, ModeFlag};
+use crate::profile::DeviceProfile;
 
 /// The Kubernetes API access the plugin needs in classic mode: (API group, resource,
 /// verbs). The RBAC manifests grant exactly this; a test compares them.
@@ -89,10 +95,6 @@ pub struct Config {
     pub driver_name: String,
     /// Namespace of the NodeAllocationState.
     pub namespace: String,
-    /// Parent devices.
-    pub num_devices: usize,
-    /// Models to pick the node's from.
-    pub models: Vec<String>,
     /// CDI spec dir.
     pub cdi_root: PathBuf,
     /// Plugin dir: DRA socket and checkpoint.
@@ -114,12 +116,12 @@ pub struct Config {
 /// Why the plugin stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Bad flags.
+    /// Bad driver name or CDI class.
     #[error(transparent)]
-    Inventory(#[from] devices::InventoryError),
-    /// Bad driver name.
-    #[error(transparent)]
-    Vendor(#[from] cdi::BadVendor),
+    Kind(#[from] cdi::BadKind),
+    /// Classic DRA asked of a profile without it.
+    #[error("classic DRA needs a device profile with a NodeAllocationState inventory")]
+    NoClassicInventory,
     /// A driver name classic kubelets cannot use.
     #[error(transparent)]
     ClassicDriverName(#[from] cdi::DriverNameTooLongForClassic),
@@ -213,30 +215,28 @@ fn kubelet_connections(
     conn::incoming(listener, pool.clone()).map(|c| c.map(RewriteIo::server))
 }
 
-/// Runs the plugin until `shutdown` completes, then removes the sockets and marks the
-/// node NotReady.
-pub async fn run(
+/// Runs the plugin with the devices `profile` describes until `shutdown` completes,
+/// then removes the sockets and (classic) marks the node NotReady.
+pub async fn run<D: DeviceProfile>(
     config: Config,
+    profile: D,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
-    let inventory = Inventory::new(&config.node_name, config.num_devices, &config.models)?;
-    let kind = CdiKind::for_driver(&config.driver_name)?;
+    let kind = CdiKind::new(&config.driver_name, profile.cdi_class())?;
     let client = kube_client(config.kubeconfig.as_ref()).await?;
     let mode = choose_mode(config.mode, &client).await?;
     if mode == Mode::Classic {
         cdi::check_classic_annotation_key(&config.driver_name)?;
     }
-    info!(node = %inventory.node_name, model = %inventory.model, devices = inventory.devices.len(), "inventory");
     let driver_config = DriverConfig {
-        inventory: inventory.clone(),
-        driver_name: config.driver_name.clone(),
+        node_name: config.node_name.clone(),
         kind,
         cdi_root: config.cdi_root.clone(),
         plugin_dir: config.plugin_dir.clone(),
         crash_point: config.crash_point,
     };
     let driver = Arc::new(
-        tokio::task::spawn_blocking(move || Driver::start(driver_config))
+        tokio::task::spawn_blocking(move || Driver::start(profile, driver_config))
             .await
             .map_err(|e| Error::Task(e.to_string()))??,
     );
@@ -247,20 +247,20 @@ pub async fn run(
     // structured publishes the ResourceSlice.
     let (nas_publisher, publish_task) = match mode {
         Mode::Classic => {
-            let publisher = publish::Publisher::new(
-                client.clone(),
-                &config.namespace,
-                &inventory.node_name,
-                inventory.to_nas_spec(),
-            );
+            let spec = driver
+                .profile()
+                .node_allocation_state()
+                .ok_or(Error::NoClassicInventory)?;
+            let publisher =
+                publish::Publisher::new(client.clone(), &config.namespace, &config.node_name, spec);
             let task = tokio::spawn(publisher.clone().run(driver.clone(), ready.clone()));
             (Some(publisher), task)
         }
         Mode::Structured(api) => {
             let desired = slices::Desired {
                 driver: config.driver_name.clone(),
-                node_name: inventory.node_name.clone(),
-                devices: slices::slice_devices(&inventory),
+                node_name: config.node_name.clone(),
+                devices: driver.profile().slice_devices(),
             };
             let publisher = publish_slices::SlicePublisher::new(client.clone(), api, desired);
             (None, tokio::spawn(publisher.run(ready.clone())))
@@ -310,10 +310,10 @@ pub async fn run(
     let (services, supported_versions) = match mode {
         Mode::Classic => {
             health_reporter
-                .set_serving::<v1alpha3::node_server::NodeServer<grpc::NodeService>>()
+                .set_serving::<v1alpha3::node_server::NodeServer<grpc::NodeService<D>>>()
                 .await;
             health_reporter
-                .set_serving::<v1alpha2::node_server::NodeServer<grpc::NodeService>>()
+                .set_serving::<v1alpha2::node_server::NodeServer<grpc::NodeService<D>>>()
                 .await;
             (
                 grpc_server()
@@ -326,14 +326,15 @@ pub async fn run(
         Mode::Structured(api) => {
             let dra = grpc::DraPluginService {
                 node,
-                claims: resourceclaims::ClaimReader::new(client.clone(), api),
+                claims: claim_reader::ClaimReader::new(client.clone(), api),
                 driver_name: config.driver_name.clone(),
+                node_name: config.node_name.clone(),
             };
             health_reporter
-                .set_serving::<dra_v1::dra_plugin_server::DraPluginServer<grpc::DraPluginService>>()
+                .set_serving::<dra_v1::dra_plugin_server::DraPluginServer<grpc::DraPluginService<D>>>()
                 .await;
             health_reporter
-                .set_serving::<dra_v1beta1::dra_plugin_server::DraPluginServer<grpc::DraPluginService>>()
+                .set_serving::<dra_v1beta1::dra_plugin_server::DraPluginServer<grpc::DraPluginService<D>>>()
                 .await;
             (
                 grpc_server()

@@ -5,9 +5,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
+use fake_dra_kubelet_plugin::Config;
 use fake_dra_kubelet_plugin::driver::CrashPoint;
+use fake_dra_kubelet_plugin::fake::FakeProfile;
+use fake_dra_kubelet_plugin::fake::devices::{self, Inventory};
 use fake_dra_kubelet_plugin::mode::ModeFlag;
-use fake_dra_kubelet_plugin::{Config, devices};
 use fake_dra_ops::conn::Limits;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -120,12 +122,20 @@ async fn main() -> ExitCode {
     let plugin_dir = args
         .plugin_dir
         .unwrap_or_else(|| PathBuf::from("/var/lib/kubelet/plugins").join(&args.driver_name));
+    let inventory = match Inventory::new(&args.node_name, args.num_devices, &args.models) {
+        Ok(inventory) => inventory,
+        Err(e) => {
+            tracing::error!(error = %e, "kubelet plugin failed");
+            eprintln!("fake-dra-kubelet-plugin: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    tracing::info!(node = %inventory.node_name, model = %inventory.model, devices = inventory.devices.len(), "inventory");
+    let profile = FakeProfile::new(inventory, &args.driver_name);
     let config = Config {
         node_name: args.node_name,
         driver_name: args.driver_name,
         namespace: args.namespace,
-        num_devices: args.num_devices,
-        models: args.models,
         cdi_root: args.cdi_root,
         plugin_dir,
         registry_dir: args.registry_dir,
@@ -135,7 +145,7 @@ async fn main() -> ExitCode {
         mode: args.mode,
         connection_limits: Limits::from_flags(args.max_connections, args.connection_idle_timeout),
     };
-    match fake_dra_kubelet_plugin::run(config, shutdown_signal()).await {
+    match fake_dra_kubelet_plugin::run(config, profile, shutdown_signal()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "kubelet plugin failed");

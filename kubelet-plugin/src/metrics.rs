@@ -15,6 +15,15 @@ pub struct ClaimLabels {
     pub result: &'static str,
 }
 
+/// Labels of the per-claim error counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    /// `prepare` or `unprepare`.
+    pub operation: &'static str,
+    /// The kind of failure ([`crate::claim::ClaimError::reason`]).
+    pub reason: &'static str,
+}
+
 /// Labels of the latency histograms.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct CallLabels {
@@ -27,6 +36,7 @@ pub struct CallLabels {
 pub struct Metrics {
     registry: Registry,
     claims: Family<ClaimLabels, Counter>,
+    errors: Family<ErrorLabels, Counter>,
     latency: Family<CallLabels, Histogram>,
 }
 
@@ -46,6 +56,12 @@ impl Metrics {
             "Claims prepared or unprepared, by result",
             claims.clone(),
         );
+        let errors = Family::<ErrorLabels, Counter>::default();
+        registry.register(
+            "claim_errors",
+            "Claims not prepared or unprepared, by the kind of failure",
+            errors.clone(),
+        );
         let latency = Family::<CallLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(exponential_buckets(0.0001, 2.0, 16))
         });
@@ -57,16 +73,25 @@ impl Metrics {
         Self {
             registry,
             claims,
+            errors,
             latency,
         }
     }
 
     /// Counts one claim's outcome.
-    pub fn claim(&self, operation: &'static str, ok: bool) {
-        let result = if ok { "success" } else { "error" };
+    pub fn claim<T>(&self, operation: &'static str, outcome: &Result<T, crate::claim::ClaimError>) {
+        let result = if outcome.is_ok() { "success" } else { "error" };
         self.claims
             .get_or_create(&ClaimLabels { operation, result })
             .inc();
+        if let Err(e) = outcome {
+            self.errors
+                .get_or_create(&ErrorLabels {
+                    operation,
+                    reason: e.reason(),
+                })
+                .inc();
+        }
     }
 
     /// Records a call's duration.

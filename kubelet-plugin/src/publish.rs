@@ -172,9 +172,9 @@ impl Publisher {
 
     /// Publishes spec and Ready status, retrying with backoff until it works; then keeps
     /// the prepared-claims list current whenever `changed` ticks. Never returns on its own.
-    pub async fn run(
+    pub async fn run<D: crate::profile::DeviceProfile>(
         self,
-        driver: std::sync::Arc<crate::driver::Driver>,
+        driver: std::sync::Arc<crate::driver::Driver<D>>,
         ready: std::sync::Arc<std::sync::atomic::AtomicBool>,
     ) {
         let mut changed = driver.subscribe();

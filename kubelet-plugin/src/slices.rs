@@ -6,67 +6,11 @@
 //! pool generation goes up whenever what is published changes, so the scheduler never
 //! mixes an old slice with a new one.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::resource::{v1, v1beta1};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::ObjectMeta;
 
-use crate::devices::Inventory;
-use crate::structured::device_name;
-
-/// The driver version published as the `driverVersion` attribute.
-pub const DRIVER_VERSION: &str = env!("CARGO_PKG_VERSION");
-
-/// A device attribute value (one of the API's four kinds).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Attribute {
-    /// `int`.
-    Int(i64),
-    /// `string`.
-    String(String),
-    /// `version` (semver).
-    Version(String),
-    /// `bool`.
-    Bool(bool),
-}
-
-/// A device as a slice lists it: the parts we publish, whichever API version.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SliceDevice {
-    /// DNS label, `fake-<index>`.
-    pub name: String,
-    /// Unqualified names, so they are in the driver's domain.
-    pub attributes: BTreeMap<String, Attribute>,
-}
-
-/// The devices the node publishes: `fake-<i>` with `uuid`, `model`, `index` and
-/// `driverVersion`.
-pub fn slice_devices(inventory: &Inventory) -> Vec<SliceDevice> {
-    inventory
-        .devices
-        .iter()
-        .enumerate()
-        .map(|(i, id)| SliceDevice {
-            name: device_name(i),
-            attributes: BTreeMap::from([
-                ("uuid".to_owned(), Attribute::String(id.clone())),
-                (
-                    "model".to_owned(),
-                    Attribute::String(inventory.model.clone()),
-                ),
-                (
-                    "index".to_owned(),
-                    Attribute::Int(i64::try_from(i).unwrap_or(i64::MAX)),
-                ),
-                (
-                    "driverVersion".to_owned(),
-                    Attribute::Version(DRIVER_VERSION.to_owned()),
-                ),
-            ]),
-        })
-        .collect()
-}
+use crate::profile::{Attribute, SliceDevice};
 
 /// A slice of ours as the API has it, in version-neutral form.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -375,12 +319,16 @@ mod tests {
 
     use super::*;
 
+    /// The fake device's slice of a node with `n` devices.
     fn desired(n: usize) -> Desired {
-        let inv = Inventory::new("node-1", n, &["ULTRA_10".to_string()]).unwrap();
+        use crate::profile::DeviceProfile;
+        let inv =
+            crate::fake::devices::Inventory::new("node-1", n, &["ULTRA_10".to_string()]).unwrap();
         Desired {
             driver: "fake.resource.3-shake.com".into(),
             node_name: "node-1".into(),
-            devices: slice_devices(&inv),
+            devices: crate::fake::FakeProfile::new(inv, "fake.resource.3-shake.com")
+                .slice_devices(),
         }
     }
 

@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use fake_dra_crds::nas::{NodeAllocationState, NodePhase};
 use fake_dra_e2e::apiserver::{ApiServer, Fault, FaultVerb};
-use fake_dra_kubelet_plugin::devices::children;
+use fake_dra_kubelet_plugin::fake::devices::children;
 use fake_dra_proto::{pluginregistration as reg, v1alpha2};
 use kube::Api;
 
@@ -32,7 +32,7 @@ fn expect_seed_env(env: &[String], uid: &str) {
             env.contains(&format!("FAKE_DEVICE_{i}={}", kid.id)),
             "FAKE_DEVICE_{i} in {env:?}"
         );
-        let key = fake_dra_kubelet_plugin::cdi::claim_env_key(uid);
+        let key = fake_dra_kubelet_plugin::fake::env::claim_env_key(uid);
         assert!(env.contains(&format!("FAKE_CLAIM_{key}_DEVICE_{i}={}", kid.id)));
     }
     assert!(!env.iter().any(|e| e.starts_with("FAKE_DEVICE_8=")));
@@ -336,8 +336,8 @@ async fn two_claims_in_one_container_see_every_device() {
     let inv = inventory(NODE);
     let a = children(&inv.devices[0..2], 2);
     let b = children(&inv.devices[2..5], 1);
-    let key_a = fake_dra_kubelet_plugin::cdi::claim_env_key(UID_A);
-    let key_b = fake_dra_kubelet_plugin::cdi::claim_env_key(UID_B);
+    let key_a = fake_dra_kubelet_plugin::fake::env::claim_env_key(UID_A);
+    let key_b = fake_dra_kubelet_plugin::fake::env::claim_env_key(UID_B);
     for (i, d) in a.iter().enumerate() {
         assert!(
             env.contains(&format!("FAKE_CLAIM_{key_a}_DEVICE_{i}={}", d.id)),
@@ -648,6 +648,12 @@ async fn serves_health_readiness_and_metrics() {
     assert!(metrics.contains(
         "fake_dra_kubelet_plugin_call_duration_seconds_count{method=\"NodePrepareResources\"} 1"
     ));
+    assert!(
+        metrics.contains(
+            "fake_dra_kubelet_plugin_claim_errors_total{operation=\"prepare\",reason=\"bad_handle\"} 1"
+        ),
+        "{metrics}"
+    );
     assert!(http_get(&addr, "/nope").await.starts_with("HTTP/1.1 404"));
 }
 

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::*;
-use fake_dra_kubelet_plugin::devices::children;
+use fake_dra_kubelet_plugin::fake::devices::children;
 
 const NODE: &str = "podman-node";
 /// Short enough for classic mode's CDI annotation key (≤ 26 characters).

@@ -68,10 +68,11 @@ async fn s5_count_4_split_2_gives_8_children_two_per_parent() {
     let h = handle(&claim_of(&sim, "test5", "pod0").await).unwrap();
     assert_eq!((h.devices.len(), h.split), (4, 2));
     assert_eq!(h.node_name, env["FAKE_NODE_NAME"]);
-    let children: Vec<String> = fake_dra_kubelet_plugin::devices::children(&h.devices, h.split)
-        .into_iter()
-        .map(|c| c.id)
-        .collect();
+    let children: Vec<String> =
+        fake_dra_kubelet_plugin::fake::devices::children(&h.devices, h.split)
+            .into_iter()
+            .map(|c| c.id)
+            .collect();
     assert_eq!(
         children, ids,
         "children derive from the recorded parents, two each, in order"
@@ -102,7 +103,9 @@ async fn s7_model_selector_picks_nodes_of_that_model_and_unknown_model_stays_pen
     let with_model: Vec<&str> = NODES
         .iter()
         .copied()
-        .filter(|n| fake_dra_kubelet_plugin::devices::node_model(n, &models) == Some("ULTRA_100"))
+        .filter(|n| {
+            fake_dra_kubelet_plugin::fake::devices::node_model(n, &models) == Some("ULTRA_100")
+        })
         .collect();
     assert!(
         !with_model.is_empty(),

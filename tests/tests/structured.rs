@@ -143,7 +143,7 @@ async fn s5_count_4_split_2_gives_8_children_two_per_parent() {
         "{results:?}"
     );
     let parents = parent_ids(&sim, &results).await;
-    let children: BTreeSet<String> = fake_dra_kubelet_plugin::devices::children(&parents, 2)
+    let children: BTreeSet<String> = fake_dra_kubelet_plugin::fake::devices::children(&parents, 2)
         .into_iter()
         .map(|c| c.id)
         .collect();
@@ -168,7 +168,9 @@ async fn s7_model_selected_by_cel_and_an_unknown_model_stays_pending() {
     let with_model: Vec<&str> = NODES
         .iter()
         .copied()
-        .filter(|n| fake_dra_kubelet_plugin::devices::node_model(n, &models) == Some("ULTRA_100"))
+        .filter(|n| {
+            fake_dra_kubelet_plugin::fake::devices::node_model(n, &models) == Some("ULTRA_100")
+        })
         .collect();
     sim.apply(&example_s("7-selector-model.yaml"))
         .await

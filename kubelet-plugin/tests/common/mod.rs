@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use fake_dra_crds::handle::AllocationHandle;
 use fake_dra_kubelet_plugin::cdi::CdiKind;
-use fake_dra_kubelet_plugin::devices::{DEFAULT_MODELS, Inventory};
+use fake_dra_kubelet_plugin::fake::devices::{DEFAULT_MODELS, Inventory};
 use fake_dra_proto::{pluginregistration as reg, v1alpha2, v1alpha3};
 use tonic::transport::Channel;
 
@@ -62,7 +62,7 @@ impl Dirs {
         self.plugin_dir().join("checkpoint.json")
     }
     pub fn spec_path(&self, id: &str) -> PathBuf {
-        let kind = CdiKind::for_driver(self.driver).unwrap();
+        let kind = CdiKind::new(self.driver, fake_dra_kubelet_plugin::fake::CDI_CLASS).unwrap();
         self.cdi_root.join(kind.spec_file_name(id))
     }
     /// Our spec files, sorted.
@@ -80,7 +80,7 @@ impl Dirs {
 }
 
 pub fn kind() -> CdiKind {
-    CdiKind::for_driver(DRIVER).unwrap()
+    CdiKind::new(DRIVER, fake_dra_kubelet_plugin::fake::CDI_CLASS).unwrap()
 }
 
 pub fn inventory(node: &str) -> Inventory {
@@ -413,14 +413,28 @@ pub async fn allocated_claim(
     idx: &[usize],
     config: Option<serde_json::Value>,
 ) -> String {
+    let devices: Vec<String> = idx.iter().map(|i| format!("fake-{i}")).collect();
+    allocated_claim_of(api, version, name, DRIVER, pool, &devices, config).await
+}
+
+/// [`allocated_claim`] for any driver and device names.
+pub async fn allocated_claim_of(
+    api: &fake_dra_e2e::apiserver::ApiServer,
+    version: &str,
+    name: &str,
+    driver: &str,
+    pool: &str,
+    devices: &[String],
+    config: Option<serde_json::Value>,
+) -> String {
     use k8s_openapi::api::resource::{v1, v1beta1};
     use kube::Api;
     use kube::api::PostParams;
     use serde_json::{Value, json};
     let request = if version == "v1" {
-        json!({"name": "req", "exactly": {"deviceClassName": "fake.3-shake.com", "count": idx.len()}})
+        json!({"name": "req", "exactly": {"deviceClassName": "fake.3-shake.com", "count": devices.len()}})
     } else {
-        json!({"name": "req", "deviceClassName": "fake.3-shake.com", "count": idx.len()})
+        json!({"name": "req", "deviceClassName": "fake.3-shake.com", "count": devices.len()})
     };
     let claim = json!({
         "apiVersion": format!("resource.k8s.io/{version}"), "kind": "ResourceClaim",
@@ -428,9 +442,9 @@ pub async fn allocated_claim(
         "spec": {"devices": {"requests": [request]}},
     });
     let client = api.client().unwrap();
-    let results: Vec<Value> = idx
+    let results: Vec<Value> = devices
         .iter()
-        .map(|i| json!({"request": "req", "driver": DRIVER, "pool": pool, "device": format!("fake-{i}")}))
+        .map(|device| json!({"request": "req", "driver": driver, "pool": pool, "device": device}))
         .collect();
     let status = config.map(|config| {
         json!({"allocation": {

@@ -1,14 +1,13 @@
 //! Reads ResourceClaims for structured prepare, through `resource.k8s.io/v1` or
 //! `v1beta1`, and turns them into the version-neutral [`FetchedClaim`] that
-//! [`crate::structured::resolve`] judges. Thin: a GET and field copies.
+//! [`crate::allocation::ours`] judges. Thin: a GET and field copies.
 
 use k8s_openapi::api::resource::{v1, v1beta1};
 use kube::{Api, Client};
 
+use crate::allocation::{AllocatedConfig, AllocatedResult, FetchedAllocation, FetchedClaim};
 use crate::mode::ResourceApi;
-use crate::structured::{
-    AllocatedConfig, AllocatedResult, ConfigSource, FetchedAllocation, FetchedClaim,
-};
+use crate::profile::ConfigSource;
 
 /// Why a claim could not be read.
 #[derive(Debug, thiserror::Error)]

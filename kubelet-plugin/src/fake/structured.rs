@@ -1,10 +1,9 @@
-//! What preparing a structured-DRA claim means, without I/O: from the claim the API server
-//! returned (in a version-neutral shape, see [`crate::resourceclaims`]) to the
-//! [`PreparedClaim`] the shared prepare path writes, plus the per-device answer for the
-//! kubelet.
+//! Structured DRA for the fake device: from this driver's allocated devices and opaque
+//! configs to the [`FakePrepared`] claim, without I/O.
 //!
-//! The scheduler allocated devices by name from our ResourceSlice (`fake-<index>`); the
-//! opaque config carries `FakeClaimParameters` for what the slice cannot express (`split`).
+//! The scheduler allocated devices by name from the node's ResourceSlice (`fake-<index>`);
+//! the opaque config carries `FakeClaimParameters` for what the slice cannot express
+//! (`split`).
 
 use std::collections::BTreeMap;
 
@@ -14,8 +13,9 @@ use fake_dra_crds::params::{
 use kube::Resource;
 use serde::Deserialize;
 
-use crate::claims::{ClaimRef, PreparedClaim, describe};
-use crate::devices::Inventory;
+use super::FakePrepared;
+use super::devices::Inventory;
+use crate::profile::{DriverAllocation, ProfileError};
 
 /// What every device name of ours starts with; the rest is the parent's index.
 pub const DEVICE_NAME_PREFIX: &str = "fake-";
@@ -31,201 +31,6 @@ pub fn device_index(name: &str) -> Option<usize> {
     let digits = name.strip_prefix(DEVICE_NAME_PREFIX)?;
     let index: usize = digits.parse().ok()?;
     (device_name(index) == name).then_some(index)
-}
-
-/// One `status.allocation.devices.results[]` entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AllocatedResult {
-    /// The request (or `request/subrequest`).
-    pub request: String,
-    /// The driver.
-    pub driver: String,
-    /// The pool.
-    pub pool: String,
-    /// The device name in the pool.
-    pub device: String,
-}
-
-/// Where a config entry came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum ConfigSource {
-    /// The DeviceClass.
-    FromClass,
-    /// The claim.
-    FromClaim,
-}
-
-/// One `status.allocation.devices.config[]` entry with opaque config.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AllocatedConfig {
-    /// Where it came from; anything but `FromClass` counts as the claim's.
-    pub source: ConfigSource,
-    /// The requests it applies to; `None` means all.
-    pub requests: Option<Vec<String>>,
-    /// `opaque.driver`.
-    pub driver: String,
-    /// `opaque.parameters`.
-    pub parameters: serde_json::Value,
-}
-
-/// A claim as read from the API: what prepare needs, whichever version it came through.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct FetchedClaim {
-    /// `metadata.uid`.
-    pub uid: String,
-    /// `status.allocation.devices`, if allocated.
-    pub allocation: Option<FetchedAllocation>,
-}
-
-/// `status.allocation.devices`.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct FetchedAllocation {
-    /// `results`.
-    pub results: Vec<AllocatedResult>,
-    /// `config`, in the API's order.
-    pub config: Vec<AllocatedConfig>,
-}
-
-/// One device for the kubelet's answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PreparedDevice {
-    /// The request it was allocated for.
-    pub request: String,
-    /// The pool (this node).
-    pub pool: String,
-    /// The device name in the pool.
-    pub device: String,
-    /// The parent device id it stands for.
-    pub parent: String,
-}
-
-/// The outcome of [`resolve`]: what to prepare, and the per-device answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Resolved {
-    /// Handed to the shared prepare path.
-    pub claim: PreparedClaim,
-    /// One per result of ours, in the allocation's order.
-    pub devices: Vec<PreparedDevice>,
-}
-
-/// Why a structured claim cannot be prepared. The message goes to the kubelet as the
-/// claim's error, so each names the claim and the field.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StructuredError {
-    /// The API's claim is another object than the kubelet meant (deleted and recreated).
-    #[error(
-        "claim {claim}: the ResourceClaim {namespace}/{name} in the API has uid {found:?}; the kubelet asked for {wanted:?} (deleted and recreated?)"
-    )]
-    UidMismatch {
-        /// `namespace/name (uid)`.
-        claim: String,
-        /// Namespace.
-        namespace: String,
-        /// Name.
-        name: String,
-        /// The API's uid.
-        found: String,
-        /// The kubelet's uid.
-        wanted: String,
-    },
-    /// No `status.allocation`.
-    #[error("claim {claim}: not allocated (status.allocation is empty)")]
-    NotAllocated {
-        /// `namespace/name (uid)`.
-        claim: String,
-    },
-    /// Nothing allocated from our driver.
-    #[error("claim {claim}: status.allocation.devices.results has no device of driver {driver:?}")]
-    NoDevices {
-        /// `namespace/name (uid)`.
-        claim: String,
-        /// Our driver.
-        driver: String,
-    },
-    /// A device of ours from another node's pool.
-    #[error(
-        "claim {claim}: device {device:?} of request {request:?} is allocated from pool {pool:?}; this is node {node:?} (pool {node:?})"
-    )]
-    WrongPool {
-        /// `namespace/name (uid)`.
-        claim: String,
-        /// The request.
-        request: String,
-        /// The device.
-        device: String,
-        /// Its pool.
-        pool: String,
-        /// Our node.
-        node: String,
-    },
-    /// A device name the node's slice does not list.
-    #[error(
-        "claim {claim}: device {device:?} of request {request:?} is not a device of node {node:?} (it has fake-0 to fake-{last})"
-    )]
-    UnknownDevice {
-        /// `namespace/name (uid)`.
-        claim: String,
-        /// The request.
-        request: String,
-        /// The device.
-        device: String,
-        /// Our node.
-        node: String,
-        /// Highest index.
-        last: usize,
-    },
-    /// Bad opaque parameters.
-    #[error("claim {claim}: {field}: {reason}")]
-    Parameters {
-        /// `namespace/name (uid)`.
-        claim: String,
-        /// Where, e.g. `status.allocation.devices.config[1].opaque.parameters.spec.split`.
-        field: String,
-        /// What is wrong.
-        reason: String,
-    },
-    /// `count` disagrees with the allocation.
-    #[error(
-        "claim {claim}: FakeClaimParameters spec.count is {count} for request {request:?}, but {allocated} device(s) of driver {driver:?} are allocated for it; make spec.count match the request's count (or leave it out)"
-    )]
-    CountMismatch {
-        /// `namespace/name (uid)`.
-        claim: String,
-        /// The request.
-        request: String,
-        /// The parameters' count.
-        count: i64,
-        /// Devices allocated.
-        allocated: usize,
-        /// Our driver.
-        driver: String,
-    },
-    /// `selector.model` is not the model of the devices.
-    #[error(
-        "claim {claim}: FakeClaimParameters spec.selector.model is {wanted:?} for request {request:?}, but the devices of node {node:?} are {model:?}"
-    )]
-    ModelMismatch {
-        /// `namespace/name (uid)`.
-        claim: String,
-        /// The request.
-        request: String,
-        /// The parameters' model.
-        wanted: String,
-        /// Our node.
-        node: String,
-        /// Our model.
-        model: String,
-    },
-    /// Different `split` per request: one claim is prepared with one split.
-    #[error(
-        "claim {claim}: requests resolve to different spec.split values ({splits}); this driver prepares all devices of a claim with one split"
-    )]
-    SplitDiffers {
-        /// `namespace/name (uid)`.
-        claim: String,
-        /// `request=split, …`.
-        splits: String,
-    },
 }
 
 /// `FakeClaimParameters` fields as given, before defaults: `count` must only be checked
@@ -330,109 +135,52 @@ fn shown(v: Option<&str>) -> String {
     v.map_or_else(|| "nothing".to_owned(), |s| format!("{s:?}"))
 }
 
-/// Whether a config entry's `requests` names `request` (a `request/subrequest` result is
-/// named by its request too).
-fn applies(requests: Option<&[String]>, request: &str) -> bool {
-    let base = request.split('/').next().unwrap_or(request);
-    requests.is_none_or(|rs| rs.iter().any(|r| r == request || r == base))
-}
-
-/// Decides what preparing `claim` means from the claim the API returned: checks its uid
-/// and allocation, maps our devices back to parent ids, and merges our opaque config
-/// (class config first, then the claim's; a later entry overrides the fields it gives;
-/// an entry with `requests` applies only to those requests).
-pub fn resolve(
+/// What preparing a claim with `allocation` means on `inventory`: our devices mapped back
+/// to parent ids, and our opaque configs merged (class config first, then the claim's; a
+/// later entry overrides the fields it gives; an entry with `requests` applies only to
+/// those requests).
+pub fn prepare(
     inventory: &Inventory,
-    driver_name: &str,
-    claim: &ClaimRef,
-    fetched: &FetchedClaim,
-) -> Result<Resolved, StructuredError> {
-    let who = describe(&claim.uid, &claim.namespace, &claim.name);
+    allocation: &DriverAllocation,
+) -> Result<FakePrepared, ProfileError> {
     let node = &inventory.node_name;
-    if fetched.uid != claim.uid {
-        return Err(StructuredError::UidMismatch {
-            claim: who,
-            namespace: claim.namespace.clone(),
-            name: claim.name.clone(),
-            found: fetched.uid.clone(),
-            wanted: claim.uid.clone(),
-        });
-    }
-    let Some(allocation) = &fetched.allocation else {
-        return Err(StructuredError::NotAllocated { claim: who });
-    };
-    let ours: Vec<&AllocatedResult> = allocation
-        .results
-        .iter()
-        .filter(|r| r.driver == driver_name)
-        .collect();
-    if ours.is_empty() {
-        return Err(StructuredError::NoDevices {
-            claim: who,
-            driver: driver_name.to_owned(),
-        });
-    }
-    let mut parents: Vec<String> = Vec::with_capacity(ours.len());
-    let mut devices: Vec<PreparedDevice> = Vec::with_capacity(ours.len());
+    let mut parents: Vec<String> = Vec::with_capacity(allocation.devices.len());
     let mut per_request: BTreeMap<&str, usize> = BTreeMap::new();
-    for r in &ours {
-        if &r.pool != node {
-            return Err(StructuredError::WrongPool {
-                claim: who,
-                request: r.request.clone(),
-                device: r.device.clone(),
-                pool: r.pool.clone(),
-                node: node.clone(),
-            });
-        }
-        let parent = device_index(&r.device).and_then(|i| inventory.devices.get(i));
-        let Some(parent) = parent else {
-            return Err(StructuredError::UnknownDevice {
-                claim: who,
-                request: r.request.clone(),
-                device: r.device.clone(),
-                node: node.clone(),
-                last: inventory.devices.len().saturating_sub(1),
-            });
+    for d in &allocation.devices {
+        let Some(parent) = device_index(&d.device).and_then(|i| inventory.devices.get(i)) else {
+            return Err(ProfileError::new(
+                "unknown_device",
+                format!(
+                    "device {:?} of request {:?} is not a device of node {node:?} (it has fake-0 to fake-{})",
+                    d.device,
+                    d.request,
+                    inventory.devices.len().saturating_sub(1)
+                ),
+            ));
         };
         if !parents.contains(parent) {
             parents.push(parent.clone());
         }
-        devices.push(PreparedDevice {
-            request: r.request.clone(),
-            pool: r.pool.clone(),
-            device: r.device.clone(),
-            parent: parent.clone(),
-        });
-        *per_request.entry(r.request.as_str()).or_default() += 1;
+        *per_request.entry(d.request.as_str()).or_default() += 1;
     }
 
-    // Our config entries, class first (stable: the API's order within each source).
-    let mut configs: Vec<(usize, &AllocatedConfig)> = allocation
-        .config
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| c.driver == driver_name)
-        .collect();
-    configs.sort_by_key(|(_, c)| c.source);
-    let mut parsed = Vec::with_capacity(configs.len());
-    for (i, c) in configs {
-        let field = format!("status.allocation.devices.config[{i}].opaque.parameters");
+    let mut parsed = Vec::with_capacity(allocation.configs.len());
+    for c in &allocation.configs {
+        let field = format!(
+            "status.allocation.devices.config[{}].opaque.parameters",
+            c.index
+        );
         let params = parse_parameters(&c.parameters, &field).map_err(|(field, reason)| {
-            StructuredError::Parameters {
-                claim: who.clone(),
-                field,
-                reason,
-            }
+            ProfileError::new("bad_parameters", format!("{field}: {reason}"))
         })?;
-        parsed.push((c.requests.as_deref(), params));
+        parsed.push((c, params));
     }
 
     let mut splits: BTreeMap<&str, u32> = BTreeMap::new();
     for (&request, &allocated) in &per_request {
         let mut effective = OpaqueParameters::default();
-        for (requests, p) in &parsed {
-            if applies(*requests, request) {
+        for (config, p) in &parsed {
+            if config.applies_to(request) {
                 effective.count = p.count.or(effective.count);
                 effective.split = p.split.or(effective.split);
                 effective.model = p.model.clone().or(effective.model);
@@ -441,24 +189,23 @@ pub fn resolve(
         if let Some(count) = effective.count
             && usize::try_from(count).ok() != Some(allocated)
         {
-            return Err(StructuredError::CountMismatch {
-                claim: who,
-                request: request.to_owned(),
-                count,
-                allocated,
-                driver: driver_name.to_owned(),
-            });
+            return Err(ProfileError::new(
+                "count_mismatch",
+                format!(
+                    "FakeClaimParameters spec.count is {count} for request {request:?}, but {allocated} device(s) of this driver are allocated for it; make spec.count match the request's count (or leave it out)"
+                ),
+            ));
         }
         if let Some(model) = effective.model
             && model != inventory.model
         {
-            return Err(StructuredError::ModelMismatch {
-                claim: who,
-                request: request.to_owned(),
-                wanted: model,
-                node: node.clone(),
-                model: inventory.model.clone(),
-            });
+            return Err(ProfileError::new(
+                "model_mismatch",
+                format!(
+                    "FakeClaimParameters spec.selector.model is {model:?} for request {request:?}, but the devices of node {node:?} are {:?}",
+                    inventory.model
+                ),
+            ));
         }
         splits.insert(request, effective.split.unwrap_or(1));
     }
@@ -468,25 +215,23 @@ pub fn resolve(
     let split = match distinct.as_slice() {
         [one] => *one,
         _ => {
-            return Err(StructuredError::SplitDiffers {
-                claim: who,
-                splits: splits
-                    .iter()
-                    .map(|(r, s)| format!("{r}={s}"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            });
+            return Err(ProfileError::new(
+                "split_differs",
+                format!(
+                    "requests resolve to different spec.split values ({}); this driver prepares all devices of a claim with one split",
+                    splits
+                        .iter()
+                        .map(|(r, s)| format!("{r}={s}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
         }
     };
-    Ok(Resolved {
-        claim: PreparedClaim {
-            namespace: claim.namespace.clone(),
-            name: claim.name.clone(),
-            model: inventory.model.clone(),
-            split,
-            devices: parents,
-        },
-        devices,
+    Ok(FakePrepared {
+        model: inventory.model.clone(),
+        split,
+        devices: parents,
     })
 }
 
@@ -497,6 +242,11 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::allocation::{
+        self, AllocatedConfig, AllocatedResult, FetchedAllocation, FetchedClaim,
+    };
+    use crate::claim::{ClaimError, ClaimRef};
+    use crate::profile::ConfigSource;
 
     const DRIVER: &str = "fake.resource.3-shake.com";
 
@@ -505,11 +255,40 @@ mod tests {
     }
 
     fn claim() -> ClaimRef {
-        ClaimRef {
-            uid: "u1".into(),
-            namespace: "ns".into(),
-            name: "c".into(),
-        }
+        ClaimRef::new("u1", "ns", "c").unwrap()
+    }
+
+    /// What the plugin makes of a fetched claim: the plumbing's checks, then this profile.
+    #[derive(Debug)]
+    struct Resolved {
+        claim: FakePrepared,
+        devices: Vec<AllocatedResult>,
+    }
+
+    fn resolve(
+        inv: &Inventory,
+        driver: &str,
+        claim: &ClaimRef,
+        fetched: &FetchedClaim,
+    ) -> Result<Resolved, ClaimError> {
+        let allocation = allocation::ours(driver, &inv.node_name, claim, fetched)?;
+        let prepared = prepare(inv, &allocation).map_err(|source| ClaimError::Device {
+            claim: claim.to_string(),
+            source,
+        })?;
+        Ok(Resolved {
+            claim: prepared,
+            devices: allocation
+                .devices
+                .iter()
+                .map(|d| AllocatedResult {
+                    request: d.request.clone(),
+                    driver: driver.into(),
+                    pool: inv.node_name.clone(),
+                    device: d.device.clone(),
+                })
+                .collect(),
+        })
     }
 
     fn result(request: &str, pool: &str, device: &str) -> AllocatedResult {

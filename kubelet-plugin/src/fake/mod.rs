@@ -1,0 +1,165 @@
+//! The fake device: one [`DeviceProfile`] among others.
+//!
+//! - [`devices`]: the node's parents (`FAKE-<uuid>`, stable for a node name), its model,
+//!   the children a `split` derives;
+//! - [`classic`]: what our controller's allocation handle asks for;
+//! - [`structured`]: what the scheduler's allocation and `FakeClaimParameters` ask for;
+//! - [`env`]: the `FAKE_DEVICE_<n>` variables containers see.
+
+pub mod classic;
+pub mod devices;
+pub mod env;
+pub mod structured;
+
+use std::collections::BTreeMap;
+
+use fake_dra_crds::handle::AllocationHandle;
+use fake_dra_crds::nas::NodeAllocationStateSpec;
+use serde::{Deserialize, Serialize};
+
+use crate::cdi::{ContainerEdits, Device};
+use crate::claim::{ClaimRef, ClaimUid};
+use crate::profile::{Attribute, DeviceProfile, DriverAllocation, ProfileError, SliceDevice};
+use devices::{ChildDevice, Inventory, children};
+
+/// The CDI class of fake devices: `k8s.<driver>/fake=<device>`.
+pub const CDI_CLASS: &str = "fake";
+
+/// The driver version published as the `driverVersion` attribute.
+pub const DRIVER_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// A prepared fake claim: all the checkpoint keeps (children and specs are derived).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FakePrepared {
+    /// The model of its devices.
+    pub model: String,
+    /// Children per parent.
+    pub split: u32,
+    /// Parent device ids, in the inventory's spelling.
+    pub devices: Vec<String>,
+}
+
+impl FakePrepared {
+    /// The devices its containers see.
+    pub fn children(&self) -> Vec<ChildDevice> {
+        children(&self.devices, self.split)
+    }
+}
+
+/// Fake devices on one node.
+#[derive(Debug, Clone)]
+pub struct FakeProfile {
+    inventory: Inventory,
+    driver_name: String,
+}
+
+impl FakeProfile {
+    /// The profile of `inventory`'s node, for `driver_name`.
+    pub fn new(inventory: Inventory, driver_name: &str) -> Self {
+        Self {
+            inventory,
+            driver_name: driver_name.to_owned(),
+        }
+    }
+
+    /// The node's devices.
+    pub fn inventory(&self) -> &Inventory {
+        &self.inventory
+    }
+}
+
+impl DeviceProfile for FakeProfile {
+    type Prepared = FakePrepared;
+
+    fn cdi_class(&self) -> &str {
+        CDI_CLASS
+    }
+
+    /// `fake-<i>` with `uuid`, `model`, `index` and `driverVersion`.
+    fn slice_devices(&self) -> Vec<SliceDevice> {
+        self.inventory
+            .devices
+            .iter()
+            .enumerate()
+            .map(|(i, id)| SliceDevice {
+                name: structured::device_name(i),
+                attributes: BTreeMap::from([
+                    ("uuid".to_owned(), Attribute::String(id.clone())),
+                    (
+                        "model".to_owned(),
+                        Attribute::String(self.inventory.model.clone()),
+                    ),
+                    (
+                        "index".to_owned(),
+                        Attribute::Int(i64::try_from(i).unwrap_or(i64::MAX)),
+                    ),
+                    (
+                        "driverVersion".to_owned(),
+                        Attribute::Version(DRIVER_VERSION.to_owned()),
+                    ),
+                ]),
+            })
+            .collect()
+    }
+
+    fn node_allocation_state(&self) -> Option<NodeAllocationStateSpec> {
+        Some(self.inventory.to_nas_spec())
+    }
+
+    fn prepare_handle(
+        &self,
+        _claim: &ClaimRef,
+        handle: &str,
+    ) -> Result<FakePrepared, ProfileError> {
+        classic::prepare(&self.inventory, handle)
+    }
+
+    fn prepare_allocation(
+        &self,
+        _claim: &ClaimRef,
+        allocation: &DriverAllocation,
+    ) -> Result<FakePrepared, ProfileError> {
+        structured::prepare(&self.inventory, allocation)
+    }
+
+    fn held_devices(&self, prepared: &FakePrepared) -> Vec<String> {
+        prepared.devices.clone()
+    }
+
+    /// The same limits as an allocation handle on the wire.
+    fn check(&self, prepared: &FakePrepared) -> Result<(), ProfileError> {
+        AllocationHandle {
+            node_name: self.inventory.node_name.clone(),
+            model: prepared.model.clone(),
+            split: prepared.split,
+            devices: prepared.devices.clone(),
+        }
+        .validate()
+        .map_err(|e| ProfileError::new("bad_checkpoint", e.to_string()))
+    }
+
+    fn common_edits(&self) -> ContainerEdits {
+        env::common(&self.inventory.node_name, &self.driver_name)
+    }
+
+    fn cdi_devices(&self, uid: &ClaimUid, prepared: &FakePrepared) -> Vec<Device> {
+        env::claim_devices(uid, &prepared.model, &prepared.children())
+    }
+
+    fn claim_cdi_devices(&self, uid: &ClaimUid, _prepared: &FakePrepared) -> Vec<String> {
+        vec![uid.to_string()]
+    }
+
+    fn device_cdi_devices(
+        &self,
+        uid: &ClaimUid,
+        prepared: &FakePrepared,
+        device: &str,
+    ) -> Option<Vec<String>> {
+        let parent =
+            structured::device_index(device).and_then(|i| self.inventory.devices.get(i))?;
+        let k = prepared.devices.iter().position(|d| d == parent)?;
+        Some(vec![env::parent_device_name(uid, k)])
+    }
+}
