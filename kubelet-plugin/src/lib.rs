@@ -137,8 +137,8 @@ pub enum Error {
         source: std::io::Error,
     },
     /// No Kubernetes client.
-    #[error("kubernetes client: {0}")]
-    Kube(String),
+    #[error(transparent)]
+    Kube(#[from] fake_dra_ops::client::ClientError),
     /// No DRA generation fits the flag and the API server.
     #[error(transparent)]
     Mode(#[from] mode::ModeError),
@@ -151,22 +151,6 @@ pub enum Error {
     /// A background task failed.
     #[error("task failed: {0}")]
     Task(String),
-}
-
-async fn kube_client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, Error> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| Error::Kube(format!("{}: {e}", path.display())))?;
-            kube::Config::from_custom_kubeconfig(kc, &Default::default())
-                .await
-                .map_err(|e| Error::Kube(format!("{}: {e}", path.display())))?
-        }
-        None => kube::Config::infer()
-            .await
-            .map_err(|e| Error::Kube(e.to_string()))?,
-    };
-    kube::Client::try_from(config).map_err(|e| Error::Kube(e.to_string()))
 }
 
 /// The `resource.k8s.io` versions the API server serves (empty if none), from discovery.
@@ -223,7 +207,7 @@ pub async fn run<D: DeviceProfile>(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     let kind = CdiKind::new(&config.driver_name, profile.cdi_class())?;
-    let client = kube_client(config.kubeconfig.as_ref()).await?;
+    let client = fake_dra_ops::client::client(config.kubeconfig.as_deref()).await?;
     let mode = choose_mode(config.mode, &client).await?;
     if mode == Mode::Classic {
         cdi::check_classic_annotation_key(&config.driver_name)?;

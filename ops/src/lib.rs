@@ -1,6 +1,11 @@
 //! What fake-dra's binaries share to run as Kubernetes components, whatever the driver:
-//! accept loops no client can take down ([`conn`]) and the `/healthz` `/readyz`
-//! `/metrics` server ([`health`]).
+//! flags and their environment twins ([`flags`]), logging ([`logging`]), graceful
+//! shutdown ([`signals`]), the Kubernetes client ([`client`]), accept loops no client can
+//! take down ([`conn`]) and the `/healthz` `/readyz` `/metrics` server ([`health`]).
 
+pub mod client;
 pub mod conn;
+pub mod flags;
 pub mod health;
+pub mod logging;
+pub mod signals;

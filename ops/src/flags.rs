@@ -1,0 +1,214 @@
+//! One rule for the environment twins of every flag of every binary: `--some-flag` is
+//! `FAKE_DRA_SOME_FLAG`, except `--kubeconfig`, which is `KUBECONFIG` as for every
+//! Kubernetes tool. Names from before the rule keep working for one release, with a
+//! warning; a test per binary holds its flags to the rule ([`rule_breakers`]).
+
+use clap::{Command, Parser};
+
+/// What every environment twin starts with.
+pub const ENV_PREFIX: &str = "FAKE_DRA_";
+
+/// The environment twin the rule gives the flag `--<long>`.
+pub fn env_name(long: &str) -> String {
+    if long == "kubeconfig" {
+        return "KUBECONFIG".to_owned();
+    }
+    format!(
+        "{ENV_PREFIX}{}",
+        long.to_ascii_uppercase().replace('-', "_")
+    )
+}
+
+/// Every flag of `command` (and its subcommands) without the twin the rule gives it, as
+/// `--flag: has X, the rule says Y`.
+pub fn rule_breakers(command: &Command) -> Vec<String> {
+    let mut found = Vec::new();
+    for arg in command.get_arguments() {
+        let Some(long) = arg.get_long() else { continue };
+        if matches!(long, "help" | "version") {
+            continue;
+        }
+        let expected = env_name(long);
+        let has = arg.get_env().map(|e| e.to_string_lossy().into_owned());
+        if has.as_deref() != Some(expected.as_str()) {
+            found.push(format!("--{long}: has {has:?}, the rule says {expected}"));
+        }
+    }
+    for sub in command.get_subcommands() {
+        found.extend(rule_breakers(sub));
+    }
+    found
+}
+
+/// An environment name from before the rule, and the one that replaces it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Renamed {
+    /// The old name.
+    pub old: &'static str,
+    /// The flag's twin now.
+    pub new: &'static str,
+}
+
+/// An old name found set at start, to be logged once logging is up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OldName {
+    /// Its value was used.
+    Used(Renamed),
+    /// Both names were set; the new one won.
+    Ignored(Renamed),
+}
+
+impl OldName {
+    /// Logs it as a warning.
+    pub fn warn(&self) {
+        match self {
+            Self::Used(r) => tracing::warn!(
+                "environment variable {} is deprecated and will stop working in the next release; set {} instead",
+                r.old,
+                r.new
+            ),
+            Self::Ignored(r) => tracing::warn!(
+                "environment variable {} is ignored because {} is set; remove {}",
+                r.old,
+                r.new,
+                r.old
+            ),
+        }
+    }
+}
+
+/// Gives each flag whose old name is set (per `lookup`) that value as its default, so
+/// the command line and the new name still win. Pure, for tests.
+pub fn apply_old_names(
+    mut command: Command,
+    renamed: &[Renamed],
+    lookup: impl Fn(&str) -> Option<String>,
+) -> (Command, Vec<OldName>) {
+    let mut seen = Vec::new();
+    for r in renamed {
+        let Some(value) = lookup(r.old) else { continue };
+        if lookup(r.new).is_some() {
+            seen.push(OldName::Ignored(*r));
+            continue;
+        }
+        let id = command
+            .get_arguments()
+            .find(|a| a.get_env().is_some_and(|e| e == r.new))
+            .map(|a| a.get_id().clone());
+        // A name that maps to no flag is a bug in the binary's table, caught by its test.
+        let Some(id) = id else { continue };
+        command = command.mut_arg(id, |arg| arg.default_value(value).required(false));
+        seen.push(OldName::Used(*r));
+    }
+    (command, seen)
+}
+
+/// Parses `A` from the command line and the environment, old names included; exits with
+/// clap's message on bad input, as `A::parse` does. Log the [`OldName`]s once logging is
+/// up.
+pub fn parse<A: Parser>(renamed: &[Renamed]) -> (A, Vec<OldName>) {
+    let (command, seen) = apply_old_names(A::command(), renamed, |name| std::env::var(name).ok());
+    let matches = command.get_matches();
+    let args = A::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    (args, seen)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, FromArgMatches};
+    use std::collections::HashMap;
+
+    #[derive(Debug, Parser)]
+    struct Args {
+        #[arg(long, env = "FAKE_DRA_NODE_NAME")]
+        node_name: String,
+        #[arg(
+            long,
+            env = "FAKE_DRA_MODELS",
+            value_delimiter = ',',
+            default_value = "A"
+        )]
+        models: Vec<String>,
+        #[arg(long, env = "FAKE_DRA_LEADER_ELECT", default_value_t = false)]
+        leader_elect: bool,
+        #[arg(long, env = "KUBECONFIG")]
+        kubeconfig: Option<String>,
+    }
+
+    const RENAMED: &[Renamed] = &[
+        Renamed {
+            old: "NODE_NAME",
+            new: "FAKE_DRA_NODE_NAME",
+        },
+        Renamed {
+            old: "MODELS",
+            new: "FAKE_DRA_MODELS",
+        },
+    ];
+
+    fn parse_with(
+        env: &[(&str, &str)],
+        argv: &[&str],
+    ) -> (Result<Args, clap::Error>, Vec<OldName>) {
+        let env: HashMap<String, String> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let (command, seen) = apply_old_names(Args::command(), RENAMED, |n| env.get(n).cloned());
+        let parsed = command
+            .try_get_matches_from(std::iter::once("bin").chain(argv.iter().copied()))
+            .and_then(|m| Args::from_arg_matches(&m));
+        (parsed, seen)
+    }
+
+    #[test]
+    fn the_rule() {
+        assert_eq!(env_name("node-name"), "FAKE_DRA_NODE_NAME");
+        assert_eq!(env_name("kubeconfig"), "KUBECONFIG");
+        assert!(rule_breakers(&Args::command()).is_empty());
+        #[derive(Debug, Parser)]
+        struct Bad {
+            #[arg(long, env = "NODE_NAME")]
+            node_name: String,
+            #[arg(long)]
+            no_env: bool,
+        }
+        assert_eq!(
+            rule_breakers(&Bad::command()),
+            [
+                "--node-name: has Some(\"NODE_NAME\"), the rule says FAKE_DRA_NODE_NAME",
+                "--no-env: has None, the rule says FAKE_DRA_NO_ENV",
+            ]
+        );
+    }
+
+    #[test]
+    fn an_old_name_still_works_and_is_reported() {
+        let (args, seen) = parse_with(&[("NODE_NAME", "n1"), ("MODELS", "X,Y")], &[]);
+        let args = args.unwrap();
+        assert_eq!(args.node_name, "n1");
+        assert_eq!(args.models, ["X", "Y"]);
+        assert_eq!(seen, [OldName::Used(RENAMED[0]), OldName::Used(RENAMED[1])]);
+    }
+
+    #[test]
+    fn the_flag_and_the_new_name_win_over_an_old_name() {
+        let (args, seen) = parse_with(&[("NODE_NAME", "old"), ("FAKE_DRA_NODE_NAME", "new")], &[]);
+        assert_eq!(seen, [OldName::Ignored(RENAMED[0])]);
+        // The new name is read by clap from the real environment, not the lookup: here it
+        // is absent, so only the flag can supply the value.
+        assert!(args.is_err());
+        let (args, _) = parse_with(&[("NODE_NAME", "old")], &["--node-name", "flag"]);
+        assert_eq!(args.unwrap().node_name, "flag");
+    }
+
+    #[test]
+    fn nothing_set_is_still_an_error_for_a_required_flag() {
+        let (args, seen) = parse_with(&[], &[]);
+        assert!(seen.is_empty());
+        let err = args.unwrap_err().to_string();
+        assert!(err.contains("--node-name"), "{err}");
+    }
+}
