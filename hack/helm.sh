@@ -33,7 +33,8 @@ fi
 mkdir -p "$out"
 echo "== helm $version: building into $out" >&2
 t0=$SECONDS
-(cd "$module" && go mod download helm.sh/helm/v4) >&2 \
+# The modules the helm command needs (not the test-only ones go.sum also lists).
+(cd "$module" && go list -deps helm.sh/helm/v4/cmd/helm >/dev/null) >&2 \
   || die "go mod download failed in $module (is the Go module proxy reachable? GOPROXY=$(go env GOPROXY))"
 t1=$SECONDS
 (cd "$module" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/helm" helm.sh/helm/v4/cmd/helm) >&2 \
