@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
 # CI checks of deploy/ and hack/ (no cluster needed):
-#  1. kubectl kustomize renders every overlay of deploy/ (kubectl missing = failure);
-#  2. every rendered object and every example of the overlay validates against the
-#     Kubernetes JSON schemas of each supported version (kubernetes-validate, strict);
-#     kinds of our CRDs against the openAPIV3Schema in deploy/crds; no object skipped;
-#     structured on 1.32/1.33 after the v1beta1 rewrite hack/deploy.sh applies there;
-#  3. deploy/crds equals what crdgen generates (hack/check-crds.sh);
-#  4. shellcheck passes on hack/*.sh and each script's --help exits 0.
-# Usage: hack/ci-deploy-checks.sh   Installs shellcheck (apt) and kubernetes-validate (pip) if missing.
+#  1. kubectl kustomize renders every overlay of deploy/ as `kubectl apply -k` does (no
+#     flags; kubectl missing = failure), and deploy/rendered/ holds exactly those renders
+#     (hack/render-deploy.sh);
+#  2. the Helm chart deploy/helm/fake-dra (helm built by hack/helm.sh): `helm lint --strict`
+#     for both modes; `helm template` of both modes (and of classic with the admission
+#     policy) renders the same objects as the overlays;
+#  3. every rendered object, kustomize's and helm's, and every example of the overlay
+#     validates against the Kubernetes JSON schemas of each supported version
+#     (kubernetes-validate, strict); kinds of our CRDs against the openAPIV3Schema in
+#     deploy/crds; no object skipped; structured on 1.32/1.33 after the v1beta1 rewrite
+#     hack/deploy.sh applies there (helm: deviceClassApiVersion=v1beta1);
+#  4. deploy/crds and the chart's copy equal what crdgen generates (hack/check-crds.sh);
+#  5. shellcheck passes on hack/*.sh and each script's --help exits 0.
+# Usage: hack/ci-deploy-checks.sh   Installs shellcheck (apt) and kubernetes-validate (pip) if
+# missing; needs Go to build helm (once; cached under target/helm).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 case "${1:-}" in
@@ -17,11 +24,16 @@ case "${1:-}" in
 esac
 cd "$ROOT"
 
-# Supported Kubernetes versions per overlay (kubernetes-validate 1.37 has schemas up to 1.37).
+# Supported Kubernetes versions per render (kubernetes-validate 1.37 has schemas up to 1.37):
+# the overlays, and the chart's renders of "== helm" below.
 declare -A VERSIONS=(
   [classic]="1.27.0 1.28.0 1.29.0 1.30.0"
   [classic-admission]="1.30.0"
   [structured]="1.32.0 1.33.0 1.34.0 1.35.0 1.36.0 1.37.0"
+  [helm-classic]="1.27.0 1.28.0 1.29.0 1.30.0"
+  [helm-classic-admission]="1.30.0"
+  [helm-structured]="1.34.0 1.35.0 1.36.0 1.37.0"
+  [helm-structured-v1beta1]="1.32.0 1.33.0"
 )
 # Versions whose manifests are the v1 ones rewritten to resource.k8s.io/v1beta1 (to_v1beta1
 # in hack/lib.sh, as hack/deploy.sh, demo.sh and e2e-kind.sh apply them there).
@@ -30,6 +42,7 @@ declare -A V1BETA1=([structured]="1.32.0 1.33.0")
 declare -A EXAMPLES=([classic]="deploy/examples" [structured]="deploy/examples/structured")
 
 need kubectl "kubectl (https://kubernetes.io/docs/tasks/tools/)"
+need go "Go 1.26, to build helm (https://go.dev/doc/install)"
 if ! command -v shellcheck >/dev/null 2>&1; then
   echo "installing shellcheck"
   apt-get install -y shellcheck >/dev/null || die "could not install shellcheck (apt-get install shellcheck)"
@@ -49,14 +62,81 @@ for d in deploy/*/; do
   [[ "$d" != base && -f "deploy/$d/kustomization.yaml" ]] || continue
   overlays+=("$d")
   [[ -n "${VERSIONS[$d]:-}" ]] || die "overlay $d has no Kubernetes versions in VERSIONS of $0"
-  # The CRDs sit in deploy/crds, outside deploy/base, hence the load restrictor flag.
-  kubectl kustomize --load-restrictor LoadRestrictionsNone "deploy/$d" >"$out/$d.yaml"
+  kubectl kustomize "deploy/$d" >"$out/$d.yaml"
   echo "rendered deploy/$d: $(grep -c '^kind:' "$out/$d.yaml") objects"
 done
 (( ${#overlays[@]} > 0 )) || die "no overlays found under deploy/"
+hack/render-deploy.sh
+
+echo "== helm"
+helm="$(hack/helm.sh | tail -n 1)"
+echo "helm $("$helm" version --template '{{.Version}}') ($helm)"
+chart=deploy/helm/fake-dra
+for mode in classic structured; do
+  "$helm" lint --strict "$chart" --set "mode=$mode" || die "helm lint --strict $chart --set mode=$mode failed"
+done
+# helm_render <name> <value...>: the chart as release fake-dra in namespace fake-dra, with
+# each value --set; into $out/<name>.yaml.
+helm_render() {
+  local name="$1" v sets=()
+  shift
+  for v in "$@"; do sets+=(--set "$v"); done
+  "$helm" template fake-dra "$chart" --namespace fake-dra "${sets[@]}" >"$out/$name.yaml" \
+    || die "helm template $chart ${sets[*]} failed"
+  echo "rendered helm $name ($*): $(grep -c '^kind:' "$out/$name.yaml") objects"
+}
+# With the Namespace (namespace.create=true; helm install --create-namespace makes it
+# otherwise), so each compares with its overlay whole.
+helm_render helm-classic mode=classic namespace.create=true
+helm_render helm-classic-admission mode=classic namespace.create=true admissionPolicy.classic=true
+helm_render helm-structured mode=structured namespace.create=true
+# As a 1.32/1.33 cluster gets it: the DeviceClass as resource.k8s.io/v1beta1.
+helm_render helm-structured-v1beta1 mode=structured namespace.create=true deviceClassApiVersion=v1beta1
+cat "$out/classic.yaml" <(echo ---) "$out/classic-admission.yaml" >"$out/classic+admission.yaml"
+python3 - "$out" <<'PY'
+# The chart renders, object for object and field for field, what the overlays render.
+import sys, yaml
+out = sys.argv[1]
+def objects(name):
+    docs = [d for d in yaml.safe_load_all(open(f"{out}/{name}.yaml")) if d]
+    keyed = {}
+    for d in docs:
+        m = d.get("metadata", {})
+        keyed[(d.get("apiVersion"), d.get("kind"), m.get("namespace", ""), m.get("name"))] = d
+    if len(keyed) != len(docs):
+        sys.exit(f"FAIL {name}: an object is rendered twice")
+    return keyed
+def norm(v):
+    # YAML 128.0 and 128 are the same number to the API server.
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, dict):
+        return {k: norm(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [norm(x) for x in v]
+    return v
+failed = False
+pairs = [("helm-classic", "classic"), ("helm-structured", "structured"),
+         ("helm-classic-admission", "classic+admission")]
+for helm, kustomize in pairs:
+    h, k = objects(helm), objects(kustomize)
+    bad = False
+    for key in sorted(set(h) | set(k), key=str):
+        if key not in h or key not in k:
+            print(f"FAIL {helm} vs {kustomize}: {key} only in {helm if key in h else kustomize}")
+            bad = True
+        elif norm(h[key]) != norm(k[key]):
+            print(f"FAIL {helm} vs {kustomize}: {key} differs")
+            bad = True
+    if not bad:
+        print(f"ok   {helm}: the same {len(h)} objects as {kustomize}")
+    failed |= bad
+sys.exit(1 if failed else 0)
+PY
 
 echo "== schemas"
-for o in "${overlays[@]}"; do
+for o in "${overlays[@]}" helm-classic helm-classic-admission helm-structured helm-structured-v1beta1; do
+  echo "-- $o (${VERSIONS[$o]})"
   files=("$out/$o.yaml")
   if [[ -n "${EXAMPLES[$o]:-}" ]]; then
     for f in "${EXAMPLES[$o]}"/*.yaml; do files+=("$f"); done
@@ -133,7 +213,7 @@ PY
   done
 done
 
-echo "== CRDs equal crdgen's output"
+echo "== CRDs (deploy/crds and the chart's copy) equal crdgen's output"
 hack/check-crds.sh
 
 echo "== shellcheck"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Applies an overlay of deploy/ and waits until the driver is ready.
+# Applies an overlay of deploy/ (kubectl kustomize | kubectl apply) and waits until the
+# driver is ready. The Helm chart deploy/helm/fake-dra installs the same objects.
 #   classic     Kubernetes 1.27-1.30: CRDs, RBAC, controller, kubelet plugin, ResourceClass
 #   structured  Kubernetes 1.32+: CRD, RBAC, kubelet plugin, DeviceClass, admission policy;
 #               on 1.32/1.33 (resource.k8s.io/v1beta1 only) the DeviceClass is rewritten to
@@ -26,8 +27,8 @@ done
 printf '%s\n' "${known[@]}" | grep -qx -- "$overlay" \
   || die "unknown overlay '$overlay'; known: ${known[*]}"
 need kubectl "kubectl (https://kubernetes.io/docs/tasks/tools/)"
-# The CRDs sit in deploy/crds, outside the overlays, hence the load restrictor flag.
-rendered="$(kubectl kustomize --load-restrictor LoadRestrictionsNone "$ROOT/deploy/$overlay")"
+# Rendered first (not `kubectl apply -k`): the image and, on 1.32/1.33, the API version change.
+rendered="$(kubectl kustomize "$ROOT/deploy/$overlay")"
 rendered="${rendered//image: fake-dra:dev/image: $IMAGE}"
 if [[ "$action" == delete ]]; then
   kubectl delete --ignore-not-found -f - <<<"$rendered"

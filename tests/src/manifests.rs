@@ -1,5 +1,5 @@
 //! Reading Kubernetes manifests: multi-document YAML files, directories of them, and the
-//! subset of kustomize the project's `deploy/` tree uses (`resources`, `images`).
+//! deploy overlays as `kubectl kustomize` rendered them (`deploy/rendered/`).
 //!
 //! Everything is parsed and checked before anything is applied, so a broken manifest
 //! stops a run before it starts anything.
@@ -30,7 +30,7 @@ pub enum ManifestError {
         message: String,
     },
     #[error("{path}: {message}")]
-    Kustomization { path: PathBuf, message: String },
+    Overlay { path: PathBuf, message: String },
 }
 
 /// One object of a manifest, with where it came from (for error messages).
@@ -179,58 +179,29 @@ pub fn load(path: &Path) -> Result<Vec<Manifest>, ManifestError> {
     parse(&text, &path.display().to_string())
 }
 
-/// Renders a kustomization directory: its `resources` (files, or directories with their
-/// own kustomization) in order. `images` only renames images, which the emulator never
-/// pulls, so it is read and ignored; any other field is refused, so nothing is silently
-/// rendered differently from `kubectl kustomize`.
-pub fn kustomize(dir: &Path) -> Result<Vec<Manifest>, ManifestError> {
-    let path = dir.join("kustomization.yaml");
-    let text = std::fs::read_to_string(&path).map_err(|source| ManifestError::Io {
-        path: path.clone(),
-        source,
-    })?;
-    let doc: Value = serde_yaml_ng::from_str(&text).map_err(|e| ManifestError::Kustomization {
-        path: path.clone(),
-        message: e.to_string(),
-    })?;
-    let Some(fields) = doc.as_object() else {
-        return Err(ManifestError::Kustomization {
+/// The objects of a deploy overlay as real kustomize renders them: the checked-in
+/// `<deploy_dir>/rendered/<overlay>.yaml`, which `hack/render-deploy.sh --write` writes with
+/// `kubectl kustomize <deploy_dir>/<overlay>` and `tests/tests/deploy.rs` keeps equal to it.
+/// The emulator carries no kustomize of its own.
+pub fn rendered(deploy_dir: &Path, overlay: &str) -> Result<Vec<Manifest>, ManifestError> {
+    let path = deploy_dir.join("rendered").join(format!("{overlay}.yaml"));
+    if overlay.is_empty() || overlay.contains(['/', '\\']) || overlay.starts_with('.') {
+        return Err(ManifestError::Overlay {
             path,
-            message: "not a mapping".into(),
+            message: format!("{overlay:?} is not an overlay name"),
         });
-    };
-    if let Some(field) = fields
-        .keys()
-        .find(|k| !matches!(k.as_str(), "apiVersion" | "kind" | "resources" | "images"))
-    {
-        return Err(ManifestError::Kustomization {
-            path: path.clone(),
+    }
+    if !path.is_file() {
+        return Err(ManifestError::Overlay {
             message: format!(
-                "field {field:?} is not supported by this renderer (resources and images are)"
+                "no rendered manifests for overlay {overlay:?}: run hack/render-deploy.sh --write \
+                 (kubectl kustomize {})",
+                deploy_dir.join(overlay).display()
             ),
+            path,
         });
     }
-    let mut out = Vec::new();
-    for resource in fields
-        .get("resources")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let Some(relative) = resource.as_str() else {
-            return Err(ManifestError::Kustomization {
-                path,
-                message: "resources entries must be strings".into(),
-            });
-        };
-        let target = dir.join(relative);
-        if target.is_dir() {
-            out.extend(kustomize(&target)?);
-        } else {
-            out.extend(load(&target)?);
-        }
-    }
-    Ok(out)
+    load(&path)
 }
 
 #[cfg(test)]
@@ -263,6 +234,27 @@ mod tests {
             assert!(
                 err.contains(want) && err.contains("bad.yaml"),
                 "{text:?}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn reads_the_rendered_overlays() {
+        let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+        for overlay in ["classic", "structured"] {
+            let objects = rendered(&deploy, overlay).unwrap();
+            assert!(
+                objects
+                    .iter()
+                    .any(|m| m.kind() == "DaemonSet" && m.name() == "fake-dra-kubelet-plugin"),
+                "{overlay}: no plugin DaemonSet"
+            );
+        }
+        for bad in ["nope", "../classic", ""] {
+            let err = rendered(&deploy, bad).unwrap_err().to_string();
+            assert!(
+                err.contains("hack/render-deploy.sh") || err.contains("not an overlay name"),
+                "{bad:?}: {err}"
             );
         }
     }

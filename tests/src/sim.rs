@@ -191,7 +191,7 @@ impl Sim {
                 message: format!("no kustomization.yaml in {}", overlay_dir.display()),
             });
         }
-        let deployed = manifests::kustomize(&overlay_dir)?;
+        let deployed = manifests::rendered(&config.deploy_dir, &config.overlay)?;
         let (temp, work_dir) = match &config.work_dir {
             Some(dir) => (None, dir.clone()),
             None => {

@@ -1,11 +1,14 @@
 //! Checks of the rendered deploy manifests (`kubectl kustomize` of every overlay):
 //! RBAC equals the verbs the code uses, security settings, hostPath mounts, the classes,
-//! the structured overlay's admission policy, and the examples of both generations.
+//! the structured overlay's admission policy, and the examples of both generations; that
+//! `deploy/rendered/` (what the emulator installs) is what kubectl renders; and that the
+//! Helm chart with default values renders the same objects as the overlays.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
 use serde_json::Value;
 
@@ -18,11 +21,12 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// Renders an overlay with kubectl; a missing kubectl fails the test (never skips).
+/// Renders an overlay with kubectl, as `kubectl apply -k` would (no flags); a missing
+/// kubectl fails the test (never skips).
 fn render(overlay: &str) -> Vec<Value> {
     let dir = repo().join("deploy").join(overlay);
     let out = Command::new("kubectl")
-        .args(["kustomize", "--load-restrictor", "LoadRestrictionsNone"])
+        .arg("kustomize")
         .arg(&dir)
         .output()
         .expect("kubectl is required to render deploy/ (install kubectl)");
@@ -32,16 +36,33 @@ fn render(overlay: &str) -> Vec<Value> {
         dir.display(),
         String::from_utf8_lossy(&out.stderr)
     );
-    let text = String::from_utf8(out.stdout).unwrap();
-    let mut objects = Vec::new();
-    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
-        let v: Value = serde::Deserialize::deserialize(doc).unwrap();
-        if !v.is_null() {
-            objects.push(v);
-        }
-    }
+    let objects = parse_docs(&String::from_utf8(out.stdout).unwrap());
     assert!(!objects.is_empty(), "{overlay} rendered nothing");
     objects
+}
+
+fn parse_docs(text: &str) -> Vec<Value> {
+    serde_yaml_ng::Deserializer::from_str(text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+/// Every overlay of deploy/: the directories with a kustomization.yaml, base aside.
+fn all_overlays() -> Vec<String> {
+    let mut overlays: Vec<String> = std::fs::read_dir(repo().join("deploy"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("kustomization.yaml").is_file())
+        .map(|p| p.file_name().unwrap().to_str().unwrap().to_owned())
+        .filter(|name| name != "base")
+        .collect();
+    overlays.sort();
+    assert!(
+        OVERLAYS.iter().all(|o| overlays.iter().any(|x| x == o)),
+        "{overlays:?}"
+    );
+    overlays
 }
 
 fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
@@ -460,70 +481,358 @@ fn check_env_and_command(objects: &[Value], kind: &str, name: &str, bin: &str) {
     );
 }
 
-/// `fake-dra-sim` installs the driver with its own small renderer (no kubectl needed for
-/// the demo); it must give exactly what `kubectl kustomize` gives, images aside (the
-/// emulator runs no images).
-#[test]
-fn the_sims_renderer_matches_kubectl_kustomize() {
-    /// YAML `128.0` and `128` are the same number to the apiserver.
-    fn normalized(v: Value) -> Value {
-        match v {
-            Value::Number(n)
-                if n.as_f64().is_some_and(|f| f.fract() == 0.0) && !n.is_i64() && !n.is_u64() =>
-            {
-                Value::from(n.as_f64().unwrap_or_default() as i64)
-            }
-            Value::Array(items) => Value::Array(items.into_iter().map(normalized).collect()),
-            Value::Object(map) => {
-                Value::Object(map.into_iter().map(|(k, v)| (k, normalized(v))).collect())
-            }
-            other => other,
-        }
-    }
-    fn without_images(mut v: Value) -> Value {
-        if let Some(containers) = v
-            .pointer_mut("/spec/template/spec/containers")
-            .and_then(Value::as_array_mut)
+/// YAML `128.0` and `128` are the same number to the apiserver.
+fn normalized(v: Value) -> Value {
+    match v {
+        Value::Number(n)
+            if n.as_f64().is_some_and(|f| f.fract() == 0.0) && !n.is_i64() && !n.is_u64() =>
         {
-            for c in containers {
-                c.as_object_mut().unwrap().remove("image");
-            }
+            Value::from(n.as_f64().unwrap_or_default() as i64)
         }
-        normalized(v)
-    }
-    let key = |v: &Value| {
-        format!(
-            "{}/{}/{}",
-            v["kind"], v["metadata"]["namespace"], v["metadata"]["name"]
-        )
-    };
-    for overlay in OVERLAYS {
-        let mut kubectl: Vec<Value> = render(overlay).into_iter().map(without_images).collect();
-        let mut ours: Vec<Value> =
-            fake_dra_e2e::manifests::kustomize(&repo().join("deploy").join(overlay))
-                .unwrap()
-                .into_iter()
-                .map(|m| without_images(m.object))
-                .collect();
-        kubectl.sort_by_key(key);
-        ours.sort_by_key(key);
-        assert_eq!(
-            ours.iter().map(key).collect::<Vec<_>>(),
-            kubectl.iter().map(key).collect::<Vec<_>>(),
-            "deploy/{overlay}: objects"
-        );
-        for (a, b) in ours.iter().zip(&kubectl) {
-            assert_eq!(a, b, "deploy/{overlay}: {}", key(a));
+        Value::Array(items) => Value::Array(items.into_iter().map(normalized).collect()),
+        Value::Object(map) => {
+            Value::Object(map.into_iter().map(|(k, v)| (k, normalized(v))).collect())
         }
+        other => other,
     }
 }
 
-fn load_docs(path: &std::path::Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(path).unwrap();
-    serde_yaml_ng::Deserializer::from_str(&text)
-        .map(|d| serde::Deserialize::deserialize(d).unwrap())
-        .filter(|v: &Value| !v.is_null())
-        .collect()
+fn object_key(v: &Value) -> String {
+    format!(
+        "{} {}/{}/{}",
+        v["apiVersion"].as_str().unwrap_or_default(),
+        v["kind"].as_str().unwrap_or_default(),
+        v["metadata"]["namespace"].as_str().unwrap_or_default(),
+        v["metadata"]["name"].as_str().unwrap_or_default()
+    )
+}
+
+/// Two renders hold the same objects (in any order), each equal field for field.
+fn assert_same_objects(what: &str, left: Vec<Value>, right: Vec<Value>) {
+    let by_key = |objects: Vec<Value>| -> BTreeMap<String, Value> {
+        let n = objects.len();
+        let map: BTreeMap<String, Value> = objects
+            .into_iter()
+            .map(|o| (object_key(&o), normalized(o)))
+            .collect();
+        assert_eq!(map.len(), n, "{what}: an object is rendered twice");
+        map
+    };
+    let (left, right) = (by_key(left), by_key(right));
+    assert_eq!(
+        left.keys().collect::<Vec<_>>(),
+        right.keys().collect::<Vec<_>>(),
+        "{what}: objects"
+    );
+    for (key, l) in &left {
+        let mut diffs = Vec::new();
+        differences(l, &right[key], String::new(), &mut diffs);
+        assert!(
+            diffs.is_empty(),
+            "{what}: {key} differs:\n{}",
+            diffs.join("\n")
+        );
+    }
+}
+
+/// The JSON pointers where two values differ, with both sides.
+fn differences(left: &Value, right: &Value, at: String, out: &mut Vec<String>) {
+    match (left, right) {
+        (Value::Object(l), Value::Object(r)) => {
+            let keys: BTreeSet<&String> = l.keys().chain(r.keys()).collect();
+            for k in keys {
+                let (lv, rv) = (
+                    l.get(k).unwrap_or(&Value::Null),
+                    r.get(k).unwrap_or(&Value::Null),
+                );
+                differences(lv, rv, format!("{at}/{k}"), out);
+            }
+        }
+        (Value::Array(l), Value::Array(r)) if l.len() == r.len() => {
+            for (i, (lv, rv)) in l.iter().zip(r).enumerate() {
+                differences(lv, rv, format!("{at}/{i}"), out);
+            }
+        }
+        (l, r) if l != r => out.push(format!("  {at}: {l} (left) vs {r} (right)")),
+        _ => {}
+    }
+}
+
+/// `fake-dra-sim` and the emulator's suites install the driver from `deploy/rendered/`
+/// (the emulator has no kustomize of its own): each file must be exactly what
+/// `kubectl kustomize` renders for its overlay, every overlay has one and no other file is
+/// there (`hack/render-deploy.sh --write` regenerates them).
+#[test]
+fn the_rendered_manifests_equal_kubectl_kustomize() {
+    let dir = repo().join("deploy/rendered");
+    let overlays = all_overlays();
+    for overlay in &overlays {
+        let path = dir.join(format!("{overlay}.yaml"));
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (run hack/render-deploy.sh --write)",
+                path.display()
+            )
+        });
+        assert_eq!(
+            parse_docs(&text),
+            render(overlay),
+            "deploy/rendered/{overlay}.yaml is not what kubectl kustomize deploy/{overlay} renders \
+             (run hack/render-deploy.sh --write)"
+        );
+        // What the emulator reads is that file.
+        let loaded = fake_dra_e2e::manifests::rendered(&repo().join("deploy"), overlay).unwrap();
+        assert_eq!(loaded.len(), parse_docs(&text).len(), "{overlay}");
+    }
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        let overlay = name.strip_suffix(".yaml").unwrap_or(&name);
+        assert!(
+            overlays.iter().any(|o| o == overlay),
+            "deploy/rendered/{name}: no overlay deploy/{overlay}"
+        );
+    }
+}
+
+/// The helm binary: `$FAKE_DRA_HELM`, else the one `hack/helm.sh` builds (once, from the Go
+/// module proxy, cached under target/helm). None only with FAKE_DRA_SKIP_HELM=1; a helm that
+/// cannot be had fails the test otherwise.
+fn helm() -> Option<&'static Path> {
+    static HELM: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let found = HELM.get_or_init(|| {
+        if let Some(path) = std::env::var_os("FAKE_DRA_HELM") {
+            return Ok(PathBuf::from(path));
+        }
+        let out = Command::new(repo().join("hack/helm.sh"))
+            .output()
+            .map_err(|e| format!("running hack/helm.sh: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "hack/helm.sh failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let path = stdout.lines().last().unwrap_or_default().trim();
+        Ok(PathBuf::from(path))
+    });
+    match found {
+        Ok(path) => Some(path.as_path()),
+        Err(_) if std::env::var("FAKE_DRA_SKIP_HELM").is_ok_and(|v| v == "1") => {
+            eprintln!("SKIPPED: no helm (FAKE_DRA_SKIP_HELM=1)");
+            None
+        }
+        Err(e) => panic!(
+            "{e}\nhelm is needed to render deploy/helm/fake-dra: hack/helm.sh builds it (Go and \
+             the Go module proxy), or set FAKE_DRA_HELM=<path to helm>; FAKE_DRA_SKIP_HELM=1 skips"
+        ),
+    }
+}
+
+/// `helm template` of the chart as release fake-dra in `namespace`, with `--set` values.
+fn helm_template(helm: &Path, namespace: &str, set: &[&str]) -> Vec<Value> {
+    let mut command = Command::new(helm);
+    command
+        .args(["template", "fake-dra"])
+        .arg(repo().join("deploy/helm/fake-dra"))
+        .args(["--namespace", namespace]);
+    for s in set {
+        command.args(["--set", s]);
+    }
+    let out = command.output().unwrap();
+    assert!(
+        out.status.success(),
+        "helm template {set:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    parse_docs(&String::from_utf8(out.stdout).unwrap())
+}
+
+/// The Helm chart with default values (per mode) renders the objects the kustomize overlays
+/// render, field for field. The one difference: the Namespace, which `helm install
+/// --create-namespace` makes, so the chart renders it only with namespace.create=true.
+/// admissionPolicy.classic=true adds what deploy/classic-admission adds.
+#[test]
+fn the_helm_chart_renders_what_the_overlays_render() {
+    let Some(helm) = helm() else { return };
+    let without_namespace = |objects: Vec<Value>| -> Vec<Value> {
+        objects
+            .into_iter()
+            .filter(|o| o["kind"] != "Namespace")
+            .collect()
+    };
+    for mode in OVERLAYS {
+        let kustomize = render(mode);
+        let mode_value = format!("mode={mode}");
+        assert_same_objects(
+            &format!("helm --set {mode_value} (left) vs deploy/{mode} without its Namespace"),
+            helm_template(helm, NAMESPACE, &[&mode_value]),
+            without_namespace(kustomize.clone()),
+        );
+        assert_same_objects(
+            &format!("helm --set {mode_value},namespace.create=true (left) vs deploy/{mode}"),
+            helm_template(helm, NAMESPACE, &[&mode_value, "namespace.create=true"]),
+            kustomize,
+        );
+    }
+    let mut classic_admission = render("classic");
+    classic_admission.extend(render("classic-admission"));
+    assert_same_objects(
+        "helm --set mode=classic,admissionPolicy.classic=true (left) vs deploy/classic + deploy/classic-admission",
+        helm_template(
+            helm,
+            NAMESPACE,
+            &[
+                "mode=classic",
+                "namespace.create=true",
+                "admissionPolicy.classic=true",
+            ],
+        ),
+        classic_admission,
+    );
+    // The default mode is structured (Kubernetes 1.34+ take it as it is).
+    assert_same_objects(
+        "helm defaults (left) vs helm --set mode=structured",
+        helm_template(helm, NAMESPACE, &[]),
+        helm_template(helm, NAMESPACE, &["mode=structured"]),
+    );
+}
+
+/// Each value the chart offers reaches every place that depends on it: the release
+/// namespace (objects, binding subjects, the admission policies' user), the driver name
+/// (plugin env and directories, the class), the kubelet directory, devices, image, log
+/// format, scheduling; and a bad mode is refused.
+#[test]
+fn the_helm_values_reach_every_place() {
+    let Some(helm) = helm() else { return };
+    let set = [
+        "driverName=gpu.example.com",
+        "className=gpu.example.com",
+        "kubeletPlugin.kubeletDir=/var/snap/microk8s/common/var/lib/kubelet",
+        "kubeletPlugin.cdiRoot=/etc/cdi",
+        "kubeletPlugin.numDevices=16",
+        "kubeletPlugin.nodeSelector.gpu=yes",
+        "image.repository=registry.example.com/fake-dra",
+        "image.tag=v0.1.0",
+        "image.pullPolicy=Always",
+        "logFormat=text",
+        "admissionPolicy.classic=true",
+    ];
+    for mode in OVERLAYS {
+        let mode_value = format!("mode={mode}");
+        let mut values = vec![mode_value.as_str()];
+        values.extend(set);
+        let objects = helm_template(helm, "drivers", &values);
+        for o in &objects {
+            let cluster_scoped = matches!(
+                o["kind"].as_str().unwrap(),
+                "ClusterRole"
+                    | "ClusterRoleBinding"
+                    | "CustomResourceDefinition"
+                    | "PriorityClass"
+                    | "ResourceClass"
+                    | "DeviceClass"
+                    | "ValidatingAdmissionPolicy"
+                    | "ValidatingAdmissionPolicyBinding"
+            );
+            if !cluster_scoped {
+                assert_eq!(o["metadata"]["namespace"], "drivers", "{}", object_key(o));
+            }
+            for s in o["subjects"].as_array().into_iter().flatten() {
+                assert_eq!(s["namespace"], "drivers", "{}", object_key(o));
+            }
+        }
+        let ds = find(&objects, "DaemonSet", PLUGIN_SA);
+        let pod = &ds["spec"]["template"]["spec"];
+        let c = &pod["containers"][0];
+        assert_eq!(c["image"], "registry.example.com/fake-dra:v0.1.0");
+        assert_eq!(c["imagePullPolicy"], "Always");
+        assert_eq!(env(c, "DRA_MODE")["value"], *mode);
+        assert_eq!(env(c, "DRIVER_NAME")["value"], "gpu.example.com");
+        assert_eq!(env(c, "NUM_DEVICES")["value"], "16");
+        assert_eq!(env(c, "LOG_FORMAT")["value"], "text");
+        assert_eq!(env(c, "CDI_ROOT")["value"], "/etc/cdi");
+        assert_eq!(pod["nodeSelector"]["gpu"], "yes");
+        let kubelet = "/var/snap/microk8s/common/var/lib/kubelet";
+        assert_eq!(
+            env(c, "PLUGIN_DIR")["value"],
+            format!("{kubelet}/plugins/gpu.example.com")
+        );
+        assert_eq!(
+            env(c, "REGISTRY_DIR")["value"],
+            format!("{kubelet}/plugins_registry")
+        );
+        let host_paths: BTreeSet<&str> = pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["hostPath"]["path"].as_str().unwrap())
+            .collect();
+        let mount_paths: BTreeSet<&str> = c["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["mountPath"].as_str().unwrap())
+            .collect();
+        let want = BTreeSet::from([
+            format!("{kubelet}/plugins_registry"),
+            format!("{kubelet}/plugins/gpu.example.com"),
+            "/etc/cdi".to_owned(),
+        ]);
+        assert_eq!(
+            host_paths,
+            want.iter().map(String::as_str).collect::<BTreeSet<_>>()
+        );
+        assert_eq!(
+            host_paths, mount_paths,
+            "mounted where they are on the host"
+        );
+        let policy = objects
+            .iter()
+            .find(|o| o["kind"] == "ValidatingAdmissionPolicy")
+            .unwrap_or_else(|| panic!("{mode}: no admission policy"));
+        assert!(
+            policy
+                .to_string()
+                .contains(&format!("system:serviceaccount:drivers:{PLUGIN_SA}")),
+            "{mode}: the policy must name the plugin's user in the release namespace"
+        );
+        match *mode {
+            "classic" => {
+                let rc = find(&objects, "ResourceClass", "gpu.example.com");
+                assert_eq!(rc["driverName"], "gpu.example.com");
+                let ctl = &find(&objects, "Deployment", CONTROLLER_SA)["spec"]["template"]["spec"]
+                    ["containers"][0];
+                assert_eq!(env(ctl, "FAKE_DRA_DRIVER_NAME")["value"], "gpu.example.com");
+                assert_eq!(env(ctl, "FAKE_DRA_LOG_FORMAT")["value"], "text");
+                assert_eq!(ctl["image"], "registry.example.com/fake-dra:v0.1.0");
+            }
+            _ => {
+                let dc = find(&objects, "DeviceClass", "gpu.example.com");
+                assert_eq!(
+                    dc["spec"]["selectors"][0]["cel"]["expression"],
+                    "device.driver == \"gpu.example.com\""
+                );
+            }
+        }
+    }
+    // 1.32/1.33 serve DeviceClasses as v1beta1 only.
+    let objects = helm_template(helm, NAMESPACE, &["deviceClassApiVersion=v1beta1"]);
+    assert_eq!(
+        find(&objects, "DeviceClass", "fake.3-shake.com")["apiVersion"],
+        "resource.k8s.io/v1beta1"
+    );
+    let out = Command::new(helm)
+        .args(["template", "fake-dra"])
+        .arg(repo().join("deploy/helm/fake-dra"))
+        .args(["--set", "mode=auto"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "mode=auto must be refused");
+}
+
+fn load_docs(path: &Path) -> Vec<Value> {
+    parse_docs(&std::fs::read_to_string(path).unwrap())
 }
 
 /// What the e2e assertions look at: namespaces, workloads and their containers.
