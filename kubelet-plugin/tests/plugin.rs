@@ -620,7 +620,7 @@ async fn serves_health_readiness_and_metrics() {
         .port();
     let addr = format!("127.0.0.1:{port}");
     let mut o = opts(&api);
-    o.env.push(("HTTP_ADDRESS", &addr));
+    o.env.push(("FAKE_DRA_HTTP_ADDRESS", &addr));
     let _plugin = Plugin::start(&dirs, o).await;
     assert!(
         http_get(&addr, "/healthz")
@@ -681,4 +681,41 @@ async fn classic_mode_refuses_a_driver_name_too_long_for_the_cdi_annotation() {
     assert!(stderr.contains(long), "{stderr}");
     assert!(stderr.contains("at most 26"), "{stderr}");
     assert!(!dirs.registry_dir().join(format!("{long}.sock")).exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_env_names_still_work_with_a_warning() {
+    let api = start_api().await;
+    let dirs = Dirs::new();
+    let mut o = opts(&api);
+    // An old name alone is used; next to its new name it is ignored.
+    o.env.push(("NUM_DEVICES", "3"));
+    o.env.push(("MODELS", "OLD_MODEL"));
+    o.env.push(("FAKE_DRA_MODELS", "NEW_MODEL"));
+    let log = dirs.root.path().join("stderr.log");
+    let file = std::fs::File::create(&log).unwrap();
+    let plugin = Plugin::start_with(&dirs, o, |mut cmd| {
+        cmd.stderr(file);
+        cmd
+    })
+    .await;
+    let nas = wait_for_nas(&api, |n| n.is_ready()).await;
+    let devices = &nas.spec.allocatable_devices;
+    assert_eq!(devices.len(), 3, "{devices:?}");
+    assert!(
+        devices.iter().all(|d| d.model == "NEW_MODEL"),
+        "{devices:?}"
+    );
+    drop(plugin);
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        stderr.contains(
+            "environment variable NUM_DEVICES is deprecated and will stop working in the next release; set FAKE_DRA_NUM_DEVICES instead"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("environment variable MODELS is ignored because FAKE_DRA_MODELS is set"),
+        "{stderr}"
+    );
 }

@@ -89,7 +89,7 @@ pub struct SimConfig {
     /// The Kubernetes version the emulator reports and serves the APIs of; default from
     /// the overlay: classic 1.30, structured 1.34.
     pub server_version: Option<(u32, u32)>,
-    /// Extra env for every kubelet plugin (e.g. `NUM_DEVICES`), after the DaemonSet's.
+    /// Extra env for every kubelet plugin (e.g. `FAKE_DRA_NUM_DEVICES`), after the DaemonSet's.
     pub plugin_env: Vec<(String, String)>,
     /// Labels every Node carries besides `kubernetes.io/hostname`.
     pub node_labels: Vec<(String, String)>,
@@ -732,12 +732,12 @@ mod tests {
     fn env_maps_downward_api_host_paths_and_ports() {
         let container = json!({
             "env": [
-                {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-                {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-                {"name": "CDI_ROOT", "value": "/var/run/cdi"},
-                {"name": "PLUGIN_DIR", "value": "/var/lib/kubelet/plugins/drv"},
-                {"name": "HTTP_ADDRESS", "value": "0.0.0.0:8080"},
-                {"name": "DRIVER_NAME", "value": "drv"}
+                {"name": "FAKE_DRA_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                {"name": "FAKE_DRA_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                {"name": "FAKE_DRA_CDI_ROOT", "value": "/var/run/cdi"},
+                {"name": "FAKE_DRA_PLUGIN_DIR", "value": "/var/lib/kubelet/plugins/drv"},
+                {"name": "FAKE_DRA_HTTP_ADDRESS", "value": "0.0.0.0:8080"},
+                {"name": "FAKE_DRA_DRIVER_NAME", "value": "drv"}
             ],
             "volumeMounts": [
                 {"name": "cdi", "mountPath": "/var/run/cdi"},
@@ -757,12 +757,12 @@ mod tests {
             .unwrap()
             .into_iter()
             .collect();
-        assert_eq!(env["NODE_NAME"], "node-a");
-        assert_eq!(env["NAMESPACE"], "fake-dra");
-        assert_eq!(env["CDI_ROOT"], "/n/cdi");
-        assert_eq!(env["PLUGIN_DIR"], "/n/plugin");
-        assert_eq!(env["HTTP_ADDRESS"], "127.0.0.1:0");
-        assert_eq!(env["DRIVER_NAME"], "drv");
+        assert_eq!(env["FAKE_DRA_NODE_NAME"], "node-a");
+        assert_eq!(env["FAKE_DRA_NAMESPACE"], "fake-dra");
+        assert_eq!(env["FAKE_DRA_CDI_ROOT"], "/n/cdi");
+        assert_eq!(env["FAKE_DRA_PLUGIN_DIR"], "/n/plugin");
+        assert_eq!(env["FAKE_DRA_HTTP_ADDRESS"], "127.0.0.1:0");
+        assert_eq!(env["FAKE_DRA_DRIVER_NAME"], "drv");
         let unknown = json!({"env": [{"name": "X", "value": "/srv/x"}], "volumeMounts": [{"name": "s", "mountPath": "/srv"}]});
         let err = container_env(&unknown, &pod, &|p| node_dir_for(&dirs, p))
             .unwrap_err()

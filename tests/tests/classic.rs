@@ -331,7 +331,7 @@ async fn s10_deleting_pods_and_claims_frees_everything() {
 async fn s11_kill_9_of_controller_and_plugin_converges_without_double_allocation() {
     // 2 + 4 + 8 + 4 parents are asked for in all: more than two nodes of 8 have.
     let mut sim = start(SimConfig {
-        plugin_env: vec![("NUM_DEVICES".into(), "16".into())],
+        plugin_env: vec![("FAKE_DRA_NUM_DEVICES".into(), "16".into())],
         ..SimConfig::default()
     })
     .await;

@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 use serde_json::Value;
 
 const OVERLAYS: &[&str] = &["classic", "structured"];
-const NAMESPACE: &str = "fake-dra";
+const FAKE_DRA_NAMESPACE: &str = "fake-dra";
 const CONTROLLER_SA: &str = "fake-dra-controller";
 const PLUGIN_SA: &str = "fake-dra-kubelet-plugin";
 
@@ -83,7 +83,7 @@ fn granted(objects: &[Value], sa: &str) -> Access {
         .filter(|o| o["kind"] == "ClusterRoleBinding" || o["kind"] == "RoleBinding")
     {
         let bound = b["subjects"].as_array().unwrap().iter().any(|s| {
-            s["kind"] == "ServiceAccount" && s["name"] == sa && s["namespace"] == NAMESPACE
+            s["kind"] == "ServiceAccount" && s["name"] == sa && s["namespace"] == FAKE_DRA_NAMESPACE
         });
         if !bound {
             continue;
@@ -92,7 +92,7 @@ fn granted(objects: &[Value], sa: &str) -> Access {
         let role_name = b["roleRef"]["name"].as_str().unwrap();
         let role = find(objects, role_kind, role_name);
         if b["kind"] == "RoleBinding" {
-            assert_eq!(b["metadata"]["namespace"], NAMESPACE);
+            assert_eq!(b["metadata"]["namespace"], FAKE_DRA_NAMESPACE);
         }
         for rule in role["rules"].as_array().unwrap() {
             let list = |k: &str| -> Vec<String> {
@@ -226,7 +226,7 @@ fn controller_deployment_is_hardened() {
             continue;
         }
         let d = find(&objects, "Deployment", "fake-dra-controller");
-        assert_eq!(d["metadata"]["namespace"], NAMESPACE);
+        assert_eq!(d["metadata"]["namespace"], FAKE_DRA_NAMESPACE);
         let pod = &d["spec"]["template"]["spec"];
         assert_eq!(pod["serviceAccountName"], CONTROLLER_SA);
         let pc = pod["priorityClassName"]
@@ -255,7 +255,7 @@ fn plugin_daemonset_is_hardened_and_mounts_only_the_kubelet_dirs() {
     for overlay in OVERLAYS {
         let objects = render(overlay);
         let ds = find(&objects, "DaemonSet", "fake-dra-kubelet-plugin");
-        assert_eq!(ds["metadata"]["namespace"], NAMESPACE);
+        assert_eq!(ds["metadata"]["namespace"], FAKE_DRA_NAMESPACE);
         let pod = &ds["spec"]["template"]["spec"];
         assert_eq!(pod["serviceAccountName"], PLUGIN_SA);
         assert_eq!(pod["priorityClassName"], "system-node-critical");
@@ -268,11 +268,15 @@ fn plugin_daemonset_is_hardened_and_mounts_only_the_kubelet_dirs() {
         let c = &containers[0];
         hardened(&c["securityContext"], "plugin");
         assert_eq!(
-            env(c, "NODE_NAME")["valueFrom"]["fieldRef"]["fieldPath"],
+            env(c, "FAKE_DRA_NODE_NAME")["valueFrom"]["fieldRef"]["fieldPath"],
             "spec.nodeName"
         );
         // Each overlay is for one DRA generation: no discovery guess at start.
-        assert_eq!(env(c, "DRA_MODE")["value"], *overlay, "{overlay}: DRA_MODE");
+        assert_eq!(
+            env(c, "FAKE_DRA_MODE")["value"],
+            *overlay,
+            "{overlay}: FAKE_DRA_MODE"
+        );
         let host: BTreeMap<String, String> = pod["volumes"]
             .as_array()
             .unwrap()
@@ -299,8 +303,8 @@ fn plugin_daemonset_is_hardened_and_mounts_only_the_kubelet_dirs() {
             let name = m["name"].as_str().unwrap();
             assert_eq!(m["mountPath"].as_str(), host.get(name).map(String::as_str));
         }
-        let plugin_dir = env(c, "PLUGIN_DIR")["value"].as_str().unwrap();
-        let driver = env(c, "DRIVER_NAME")["value"].as_str().unwrap();
+        let plugin_dir = env(c, "FAKE_DRA_PLUGIN_DIR")["value"].as_str().unwrap();
+        let driver = env(c, "FAKE_DRA_DRIVER_NAME")["value"].as_str().unwrap();
         assert_eq!(plugin_dir, format!("/var/lib/kubelet/plugins/{driver}"));
         assert_eq!(driver, fake_dra_crds::DEFAULT_DRIVER_NAME);
     }
@@ -376,7 +380,7 @@ fn structured_overlay_confines_slice_writes_to_the_plugins_node() {
         "the policy must match create/update/delete of resourceslices (v1, v1beta1): {rules:?}"
     );
     // It applies to the plugin's ServiceAccount (and only to it).
-    let sa_user = format!("system:serviceaccount:{NAMESPACE}:{PLUGIN_SA}");
+    let sa_user = format!("system:serviceaccount:{FAKE_DRA_NAMESPACE}:{PLUGIN_SA}");
     let conditions = spec["matchConditions"].as_array().unwrap();
     assert!(
         conditions.iter().any(|c| c["expression"]
@@ -472,9 +476,14 @@ fn check_env_and_command(objects: &[Value], kind: &str, name: &str, bin: &str) {
         .as_array()
         .unwrap()
         .iter()
-        .find(|e| e["name"].as_str().unwrap().ends_with("HTTP_ADDRESS"))
+        .find(|e| {
+            e["name"]
+                .as_str()
+                .unwrap()
+                .ends_with("FAKE_DRA_HTTP_ADDRESS")
+        })
         .and_then(|e| e["value"].as_str())
-        .unwrap_or_else(|| panic!("{kind} {name}: no HTTP_ADDRESS for the probes"));
+        .unwrap_or_else(|| panic!("{kind} {name}: no FAKE_DRA_HTTP_ADDRESS for the probes"));
     assert!(
         addr.ends_with(&format!(":{port}")),
         "{addr} vs containerPort {port}"
@@ -666,12 +675,16 @@ fn the_helm_chart_renders_what_the_overlays_render() {
         let mode_value = format!("mode={mode}");
         assert_same_objects(
             &format!("helm --set {mode_value} (left) vs deploy/{mode} without its Namespace"),
-            helm_template(helm, NAMESPACE, &[&mode_value]),
+            helm_template(helm, FAKE_DRA_NAMESPACE, &[&mode_value]),
             without_namespace(kustomize.clone()),
         );
         assert_same_objects(
             &format!("helm --set {mode_value},namespace.create=true (left) vs deploy/{mode}"),
-            helm_template(helm, NAMESPACE, &[&mode_value, "namespace.create=true"]),
+            helm_template(
+                helm,
+                FAKE_DRA_NAMESPACE,
+                &[&mode_value, "namespace.create=true"],
+            ),
             kustomize,
         );
     }
@@ -681,7 +694,7 @@ fn the_helm_chart_renders_what_the_overlays_render() {
         "helm --set mode=classic,admissionPolicy.classic=true (left) vs deploy/classic + deploy/classic-admission",
         helm_template(
             helm,
-            NAMESPACE,
+            FAKE_DRA_NAMESPACE,
             &[
                 "mode=classic",
                 "namespace.create=true",
@@ -693,8 +706,8 @@ fn the_helm_chart_renders_what_the_overlays_render() {
     // The default mode is structured (Kubernetes 1.34+ take it as it is).
     assert_same_objects(
         "helm defaults (left) vs helm --set mode=structured",
-        helm_template(helm, NAMESPACE, &[]),
-        helm_template(helm, NAMESPACE, &["mode=structured"]),
+        helm_template(helm, FAKE_DRA_NAMESPACE, &[]),
+        helm_template(helm, FAKE_DRA_NAMESPACE, &["mode=structured"]),
     );
 }
 
@@ -747,19 +760,19 @@ fn the_helm_values_reach_every_place() {
         let c = &pod["containers"][0];
         assert_eq!(c["image"], "registry.example.com/fake-dra:v0.1.0");
         assert_eq!(c["imagePullPolicy"], "Always");
-        assert_eq!(env(c, "DRA_MODE")["value"], *mode);
-        assert_eq!(env(c, "DRIVER_NAME")["value"], "gpu.example.com");
-        assert_eq!(env(c, "NUM_DEVICES")["value"], "16");
-        assert_eq!(env(c, "LOG_FORMAT")["value"], "text");
-        assert_eq!(env(c, "CDI_ROOT")["value"], "/etc/cdi");
+        assert_eq!(env(c, "FAKE_DRA_MODE")["value"], *mode);
+        assert_eq!(env(c, "FAKE_DRA_DRIVER_NAME")["value"], "gpu.example.com");
+        assert_eq!(env(c, "FAKE_DRA_NUM_DEVICES")["value"], "16");
+        assert_eq!(env(c, "FAKE_DRA_LOG_FORMAT")["value"], "text");
+        assert_eq!(env(c, "FAKE_DRA_CDI_ROOT")["value"], "/etc/cdi");
         assert_eq!(pod["nodeSelector"]["gpu"], "yes");
         let kubelet = "/var/snap/microk8s/common/var/lib/kubelet";
         assert_eq!(
-            env(c, "PLUGIN_DIR")["value"],
+            env(c, "FAKE_DRA_PLUGIN_DIR")["value"],
             format!("{kubelet}/plugins/gpu.example.com")
         );
         assert_eq!(
-            env(c, "REGISTRY_DIR")["value"],
+            env(c, "FAKE_DRA_REGISTRY_DIR")["value"],
             format!("{kubelet}/plugins_registry")
         );
         let host_paths: BTreeSet<&str> = pod["volumes"]
@@ -817,7 +830,7 @@ fn the_helm_values_reach_every_place() {
         }
     }
     // 1.32/1.33 serve DeviceClasses as v1beta1 only.
-    let objects = helm_template(helm, NAMESPACE, &["deviceClassApiVersion=v1beta1"]);
+    let objects = helm_template(helm, FAKE_DRA_NAMESPACE, &["deviceClassApiVersion=v1beta1"]);
     assert_eq!(
         find(&objects, "DeviceClass", "fake.3-shake.com")["apiVersion"],
         "resource.k8s.io/v1beta1"

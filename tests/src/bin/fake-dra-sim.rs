@@ -78,7 +78,7 @@ struct Args {
         global = true
     )]
     runtime: Runtime,
-    /// Parent devices per node (the plugin's NUM_DEVICES).
+    /// Parent devices per node (the plugin's FAKE_DRA_NUM_DEVICES).
     #[arg(long, env = "FAKE_DRA_SIM_NUM_DEVICES", global = true)]
     num_devices: Option<usize>,
     /// Directory with fake-dra-controller and fake-dra-kubelet-plugin (default: next to this binary).
@@ -225,7 +225,7 @@ async fn run(args: Args) -> Result<(), String> {
         work_dir: args.work_dir.clone(),
         plugin_env: args
             .num_devices
-            .map(|n| ("NUM_DEVICES".to_string(), n.to_string()))
+            .map(|n| ("FAKE_DRA_NUM_DEVICES".to_string(), n.to_string()))
             .into_iter()
             .collect(),
         ..SimConfig::default()
