@@ -258,6 +258,19 @@ fn populate_rootfs(root: &Path) -> std::io::Result<()> {
     for applet in &applets {
         std::os::unix::fs::symlink("busybox", bin.join(applet))?;
     }
+    // The few applets busybox installs elsewhere (`linuxrc` at the root).
+    for path in busybox_output(Path::new(BUSYBOX), "--list-full")?.lines() {
+        let in_bin_dirs = APPLET_DIRS
+            .iter()
+            .any(|dir| Path::new("/").join(path).parent() == Some(Path::new(dir)));
+        if !path.is_empty() && !in_bin_dirs && !path.contains("..") {
+            let link = root.join(path);
+            if let Some(parent) = link.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::os::unix::fs::symlink("/usr/bin/busybox", link)?;
+        }
+    }
     if !applets.contains("printenv") {
         let printenv = bin.join("printenv");
         std::fs::write(&printenv, PRINTENV_SCRIPT)?;
@@ -268,23 +281,28 @@ fn populate_rootfs(root: &Path) -> std::io::Result<()> {
 
 /// The applets of a busybox binary (`busybox --list`), without `busybox` itself.
 fn busybox_list(busybox: &Path) -> std::io::Result<BTreeSet<String>> {
-    let list = std::process::Command::new(busybox)
-        .arg("--list")
-        .stdin(Stdio::null())
-        .output()?;
-    if !list.status.success() {
-        return Err(std::io::Error::other(format!(
-            "{} --list failed: {}",
-            busybox.display(),
-            String::from_utf8_lossy(&list.stderr)
-        )));
-    }
-    Ok(String::from_utf8_lossy(&list.stdout)
+    Ok(busybox_output(busybox, "--list")?
         .lines()
         .map(str::trim)
         .filter(|a| !a.is_empty() && *a != "busybox" && !a.contains('/'))
         .map(str::to_string)
         .collect())
+}
+
+/// What `busybox <option>` prints.
+fn busybox_output(busybox: &Path, option: &str) -> std::io::Result<String> {
+    let out = std::process::Command::new(busybox)
+        .arg(option)
+        .stdin(Stdio::null())
+        .output()?;
+    if !out.status.success() {
+        return Err(std::io::Error::other(format!(
+            "{} {option} failed: {}",
+            busybox.display(),
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// The host's busybox applets, listed once; `None` when busybox is not installed.
@@ -1516,6 +1534,64 @@ mod tests {
         assert!(skipped[0].contains("broken.yaml"), "{skipped:?}");
         let (none, _) = load_cdi_specs(&dir.path().join("missing")).unwrap();
         assert!(none.is_empty());
+    }
+
+    #[test]
+    fn programs_map_to_busybox_applets_then_the_host() {
+        let applets: BTreeSet<String> = ["ash", "sh", "env", "sleep"]
+            .into_iter()
+            .map(String::from)
+            .collect();
+        let bb = Path::new("/bb/busybox");
+        let host = tempfile::tempdir().unwrap();
+        let tool = host.path().join("tool");
+        std::fs::write(&tool, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path_env = host.path().display().to_string();
+        let busybox = |applet: &str| Program {
+            path: bb.to_path_buf(),
+            prefix: vec![applet.to_string()],
+        };
+        let resolve = |program: &str, applets| resolve_program(program, &path_env, applets, bb);
+        for (program, applet) in [
+            ("ash", "ash"),
+            ("/bin/ash", "ash"),
+            ("/usr/bin/env", "env"),
+            ("/sbin/sleep", "sleep"),
+            ("/usr/sbin/sh", "sh"),
+        ] {
+            assert_eq!(
+                resolve(program, Some(&applets)),
+                Ok(busybox(applet)),
+                "{program}"
+            );
+        }
+        let direct = |path: &Path| Program {
+            path: path.to_path_buf(),
+            prefix: Vec::new(),
+        };
+        // Not an applet: the host's program of that name, in the container's PATH.
+        assert_eq!(resolve("tool", Some(&applets)), Ok(direct(&tool)));
+        assert_eq!(resolve("/usr/bin/tool", Some(&applets)), Ok(direct(&tool)));
+        // No busybox at all: the host's program too.
+        assert_eq!(resolve("tool", None), Ok(direct(&tool)));
+        // A path outside the image's bin directories runs as it is.
+        assert_eq!(
+            resolve("/opt/x/ash", Some(&applets)),
+            Ok(direct(Path::new("/opt/x/ash")))
+        );
+        assert_eq!(
+            resolve("./ash", Some(&applets)),
+            Ok(direct(Path::new("./ash")))
+        );
+        // Neither: the error names the program and why.
+        let err = resolve("/bin/ash", None).unwrap_err();
+        assert!(
+            err.contains("\"ash\"") && err.contains("busybox (/bb/busybox) is not installed"),
+            "{err}"
+        );
+        let err = resolve("nope", Some(&applets)).unwrap_err();
+        assert!(err.contains("\"nope\" is not a busybox applet"), "{err}");
     }
 
     #[test]
