@@ -8,8 +8,10 @@
 
 pub mod conversion;
 mod error;
+pub mod fields;
 mod http;
 mod managed;
+mod openapi;
 mod registry;
 mod schema;
 mod selectors;
