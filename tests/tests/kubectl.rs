@@ -244,12 +244,17 @@ async fn kubectl_describe_shows_events_written_through_events_k8s_io() {
     };
     let server = ApiServer::start().await.unwrap();
     let kubectl = Kubectl::new(program, server.kubeconfig());
-    let pod = kubectl.file(
-        "pod.yaml",
-        "apiVersion: v1\nkind: Pod\nmetadata: {namespace: default, name: pod0}\nspec: {containers: [{name: c, image: busybox}]}\n",
-    );
-    kubectl.ok(&["apply", "-f", &pod]);
-    let (uid, _) = kubectl.ok(&["get", "pod", "pod0", "-o", "jsonpath={.metadata.uid}"]);
+    // Made with a client, so that only `describe` is under test here.
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "pod0"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }))
+    .unwrap();
+    let pod = Api::namespaced(server.client().unwrap(), "default")
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+    let uid = pod.metadata.uid.unwrap();
     let (before, _) = kubectl.ok(&["describe", "pod", "pod0"]);
     assert!(
         before.contains("Events:") && before.contains("<none>"),
@@ -336,8 +341,7 @@ async fn kubectl_describe_in_the_sim_shows_why_a_pod_waits() {
     };
     let sim = start_default().await;
     let kubectl = Kubectl::new(program, &sim.work_dir().join("kubeconfig"));
-    let manifests = kubectl.file(
-        "waiting.yaml",
+    let manifests = parse(
         r#"
 apiVersion: v1
 kind: Namespace
@@ -370,7 +374,7 @@ spec:
     source: {resourceClaimTemplateName: nobody}
 "#,
     );
-    kubectl.ok(&["apply", "-f", &manifests]);
+    sim.apply(&manifests).await.unwrap();
     let described = eventually("the claim's Events naming the unknown model", || async {
         let (described, _) = kubectl.ok(&["describe", "resourceclaims", "-n", "waits"]);
         described.contains("ULTRA_9000").then_some(described)
