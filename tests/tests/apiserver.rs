@@ -938,6 +938,23 @@ async fn field_validation_strict_warn_and_ignore() {
             "unknown field \"metadata.bogus\"".to_string()
         ]
     );
+    // Server-side apply: its YAML too.
+    let (code, _, status) = raw(
+        &client,
+        http::Method::PATCH,
+        &format!("{url}/applied?fieldManager=me&fieldValidation=Strict"),
+        "application/apply-patch+yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\ndata:\n  a: \"1\"\n  a: \"2\"\ndta: 1\n",
+    )
+    .await;
+    assert_eq!(code, 400, "{status}");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("strict decoding error: duplicate field \"data.a\", unknown field \"dta\""),
+        "{status}"
+    );
     // Custom resources: the CRD schema says what is known.
     let (code, _, status) = raw(
         &client,

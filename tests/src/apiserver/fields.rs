@@ -147,7 +147,23 @@ pub fn duplicate_fields(json: &[u8]) -> Vec<FieldPath> {
     found.into_inner()
 }
 
-/// A serde seed that visits a JSON document and records duplicate keys with their paths.
+/// [`duplicate_fields`] of a YAML document (an apply patch).
+pub fn duplicate_fields_yaml(yaml: &[u8]) -> Vec<FieldPath> {
+    let found = RefCell::new(Vec::new());
+    let walk = Walk {
+        path: FieldPath::default(),
+        found: &found,
+    };
+    if walk
+        .deserialize(serde_yaml_ng::Deserializer::from_slice(yaml))
+        .is_err()
+    {
+        return Vec::new();
+    }
+    found.into_inner()
+}
+
+/// A serde seed that visits a document and records duplicate keys with their paths.
 struct Walk<'a> {
     path: FieldPath,
     found: &'a RefCell<Vec<FieldPath>>,
@@ -619,6 +635,12 @@ mod tests {
             vec!["metadata.name", "spec.containers[0].image"]
         );
         assert!(duplicate_fields(b"{not json").is_empty());
+        assert_eq!(
+            paths(&duplicate_fields_yaml(
+                b"data:\n  a: 1\n  a: 2\nlist:\n- {x: 1, x: 2}\n"
+            )),
+            vec!["data.a", "list[0].x"]
+        );
     }
 
     #[test]

@@ -433,7 +433,7 @@ async fn serve_resource(
                     opts.duplicate_fields = fields::duplicate_fields(&body);
                 }
                 PatchType::Json => opts.patch_op_issues = fields::json_patch_op_issues(&body),
-                PatchType::Apply => {}
+                PatchType::Apply => opts.duplicate_fields = fields::duplicate_fields_yaml(&body),
             }
             let mut store = shared.lock();
             store.take_warnings();
