@@ -682,7 +682,9 @@ impl RunningContainer {
         }
     }
 
-    /// The pid of the container's main process (process runner) or of the podman client.
+    /// The pid of the process the runner started, the leader of the container's process
+    /// group: the container's main process (process runner) or the podman client — or their
+    /// supervisor when a [`super::lifeline`] is installed.
     pub fn pid(&self) -> Option<u32> {
         match &self.runner {
             Runner::Process { pgid } => *pgid,
