@@ -9,15 +9,15 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use serde_json::Value;
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
 use crate::apiserver::{ApiServer, ApiServerOptions, StartError};
 use crate::binaries;
+use crate::cluster::lifeline;
 use crate::cluster::{
     ClusterConfig, ClusterError, ContainerRuntime, EmulatedCluster, LogSink, NodeDirs,
 };
@@ -29,6 +29,13 @@ pub const DEPLOY_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy");
 const DRIVER_NAMESPACE: &str = "fake-dra";
 /// How long the sim waits for the plugins to register (a safety net, not a pace).
 const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a driver process may take to exit after SIGTERM before it is killed.
+const TERMINATION_GRACE: Duration = Duration::from_secs(10);
+/// Default work directories are `<temp dir>/fake-dra-sim-XXXXXX`.
+const WORK_DIR_PREFIX: &str = "fake-dra-sim-";
+/// The file in a work directory naming the sim that uses it: `<pid> <start time>`, the
+/// start time (`/proc/<pid>/stat`) telling that sim from a later process with its pid.
+pub const OWNER_FILE: &str = "fake-dra-sim.pid";
 
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
@@ -135,7 +142,7 @@ struct ProcessSpec {
 }
 
 impl ProcessSpec {
-    fn spawn(&self) -> Result<Child, SimError> {
+    fn spawn(&self) -> Result<DriverProcess, SimError> {
         let io = |what: &str| {
             let what = format!("{what} {}", self.log.display());
             move |source| SimError::Io { what, source }
@@ -146,7 +153,12 @@ impl ProcessSpec {
             .open(&self.log)
             .map_err(io("opening"))?;
         let stderr = log.try_clone().map_err(io("opening"))?;
-        let mut command = Command::new(&self.program);
+        let starting = |source| SimError::Io {
+            what: format!("starting {}", self.program.display()),
+            source,
+        };
+        let mut command = lifeline::command(&self.program, &[], &lifeline::Cleanup::default())
+            .map_err(starting)?;
         command
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -154,16 +166,115 @@ impl ProcessSpec {
         if let Some(filter) = std::env::var_os("RUST_LOG") {
             command.env("RUST_LOG", filter);
         }
-        command
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(stderr)
-            .kill_on_drop(true);
-        command.spawn().map_err(|source| SimError::Io {
-            what: format!("starting {}", self.program.display()),
-            source,
-        })
+        // A group of its own, as a pod's processes have: killing the group kills the
+        // process and its supervisor, and a Ctrl-C at the terminal reaches only the sim,
+        // which shuts the drivers down in order.
+        command.stdout(log).stderr(stderr).process_group(0);
+        let child = command.spawn().map_err(starting)?;
+        Ok(DriverProcess { child })
     }
+}
+
+/// A running driver process (under its supervisor when the lifeline is installed), in a
+/// process group of its own. Dropping it kills the group.
+#[derive(Debug)]
+struct DriverProcess {
+    child: Child,
+}
+
+impl DriverProcess {
+    /// `kill -9` of the process (and its supervisor), waiting until it is gone.
+    async fn kill(mut self) {
+        if let Some(pgid) = self.child.id()
+            && let Err(e) = lifeline::signal_group("KILL", pgid)
+        {
+            tracing::warn!("killing a driver process: {e}");
+            let _ = self.child.start_kill();
+        }
+        let _ = self.child.wait().await;
+    }
+
+    /// SIGTERM, then SIGKILL if it has not exited within [`TERMINATION_GRACE`].
+    async fn terminate(mut self) {
+        if let Some(pid) = self.child.id()
+            && let Err(e) = lifeline::send_signal("TERM", &[pid])
+        {
+            tracing::warn!("stopping a driver process: {e}");
+        }
+        if tokio::time::timeout(TERMINATION_GRACE, self.child.wait())
+            .await
+            .is_err()
+        {
+            self.kill().await;
+        }
+    }
+}
+
+impl Drop for DriverProcess {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None))
+            && let Some(pgid) = self.child.id()
+            && let Err(e) = lifeline::signal_group("KILL", pgid)
+        {
+            tracing::warn!("killing a driver process: {e}");
+        }
+    }
+}
+
+/// Writes [`OWNER_FILE`] into `work_dir`: this process and when it started.
+fn record_owner(work_dir: &Path) -> Result<(), SimError> {
+    let pid = std::process::id();
+    let start_time = lifeline::stat_of(pid).map_or(0, |s| s.start_time);
+    let path = work_dir.join(OWNER_FILE);
+    std::fs::write(&path, format!("{pid} {start_time}\n")).map_err(|source| SimError::Io {
+        what: format!("writing {}", path.display()),
+        source,
+    })
+}
+
+/// Removes the default work directories (`<temp>/fake-dra-sim-*`) of sims that are no
+/// longer running — killed before they could clean up — and says so in the log. A
+/// directory without an owner file is left alone: it may be a sim's that is just starting,
+/// or one from before owner files.
+pub fn remove_stale_work_dirs(temp: &Path) -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    let Ok(entries) = std::fs::read_dir(temp) else {
+        return removed;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let ours = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with(WORK_DIR_PREFIX));
+        if !ours || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let Ok(owner) = std::fs::read_to_string(path.join(OWNER_FILE)) else {
+            continue;
+        };
+        let mut fields = owner.split_whitespace().map(str::parse::<u64>);
+        let (Some(Ok(pid)), Some(Ok(start_time))) = (fields.next(), fields.next()) else {
+            tracing::warn!(dir = %path.display(), "unreadable {OWNER_FILE}; leaving the directory alone");
+            continue;
+        };
+        let Ok(pid) = u32::try_from(pid) else {
+            continue;
+        };
+        if lifeline::is_alive(pid, start_time) {
+            continue;
+        }
+        match std::fs::remove_dir_all(&path) {
+            Ok(()) => {
+                tracing::info!(dir = %path.display(), pid, "removed the work directory of a fake-dra-sim that is no longer running");
+                removed.push(path);
+            }
+            Err(e) => {
+                tracing::warn!(dir = %path.display(), pid, "removing the work directory of a fake-dra-sim that is no longer running: {e}")
+            }
+        }
+    }
+    removed
 }
 
 /// A running no-cluster fake-dra.
@@ -172,9 +283,9 @@ pub struct Sim {
     cluster: EmulatedCluster,
     /// `None` when the overlay has no controller (structured DRA).
     controller_spec: Option<ProcessSpec>,
-    controller: Option<Child>,
+    controller: Option<DriverProcess>,
     plugin_specs: BTreeMap<String, ProcessSpec>,
-    plugins: BTreeMap<String, Child>,
+    plugins: BTreeMap<String, DriverProcess>,
     work_dir: PathBuf,
     // Removed last.
     _temp: Option<tempfile::TempDir>,
@@ -195,8 +306,9 @@ impl Sim {
         let (temp, work_dir) = match &config.work_dir {
             Some(dir) => (None, dir.clone()),
             None => {
+                remove_stale_work_dirs(&std::env::temp_dir());
                 let temp = tempfile::Builder::new()
-                    .prefix("fake-dra-sim-")
+                    .prefix(WORK_DIR_PREFIX)
                     .tempdir()
                     .map_err(|source| SimError::Io {
                         what: "creating the work dir".into(),
@@ -211,6 +323,7 @@ impl Sim {
             what: format!("creating {}", logs_dir.display()),
             source,
         })?;
+        record_owner(&work_dir)?;
         let runtime = match config.runtime {
             RuntimeChoice::Auto => {
                 ContainerRuntime::detect(&work_dir).map_err(ClusterError::from)?
@@ -226,13 +339,10 @@ impl Sim {
         let server = ApiServer::start_with(ApiServerOptions {
             install_driver_crds: false,
             server_version: config.kubernetes_version(),
+            kubeconfig_dir: Some(work_dir.clone()),
         })
         .await?;
-        let kubeconfig = work_dir.join("kubeconfig");
-        std::fs::copy(server.kubeconfig(), &kubeconfig).map_err(|source| SimError::Io {
-            what: "copying the kubeconfig".into(),
-            source,
-        })?;
+        let kubeconfig = server.kubeconfig().to_path_buf();
         let cluster_config = ClusterConfig {
             nodes: config.nodes.clone(),
             node_labels: config.node_labels.clone(),
@@ -352,8 +462,8 @@ impl Sim {
 
     /// `kill -9` of the controller.
     pub async fn kill_controller(&mut self) {
-        if let Some(mut child) = self.controller.take() {
-            let _ = child.kill().await;
+        if let Some(process) = self.controller.take() {
+            process.kill().await;
         }
     }
 
@@ -393,8 +503,8 @@ impl Sim {
 
     /// `kill -9` of a node's plugin.
     pub async fn kill_plugin(&mut self, node: &str) {
-        if let Some(mut child) = self.plugins.remove(node) {
-            let _ = child.kill().await;
+        if let Some(process) = self.plugins.remove(node) {
+            process.kill().await;
         }
     }
 
@@ -425,24 +535,9 @@ impl Sim {
     /// SIGTERM to the driver processes (they mark their NodeAllocationStates NotReady and
     /// remove their sockets), then the cluster stops.
     pub async fn shutdown(mut self) {
-        let mut children: Vec<Child> = self.plugins.into_values().collect();
+        let mut children: Vec<DriverProcess> = self.plugins.into_values().collect();
         children.extend(self.controller.take());
-        for child in &children {
-            if let Some(pid) = child.id() {
-                let _ = Command::new("kill")
-                    .args(["-TERM", &pid.to_string()])
-                    .status()
-                    .await;
-            }
-        }
-        for mut child in children {
-            if tokio::time::timeout(Duration::from_secs(10), child.wait())
-                .await
-                .is_err()
-            {
-                let _ = child.kill().await;
-            }
-        }
+        futures::future::join_all(children.into_iter().map(DriverProcess::terminate)).await;
         self.cluster.shutdown().await;
     }
 }

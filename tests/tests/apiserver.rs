@@ -803,3 +803,445 @@ async fn resource_claims_follow_the_v1alpha2_rules() {
         status.message
     );
 }
+
+/// A raw request (bodies with duplicate keys cannot be built from typed objects): the
+/// status, the `Warning` headers' texts and the body.
+async fn raw(
+    client: &kube::Client,
+    method: http::Method,
+    uri: &str,
+    content_type: &str,
+    body: &str,
+) -> (u16, Vec<String>, serde_json::Value) {
+    use http_body_util::BodyExt;
+    let request = http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("content-type", content_type)
+        .body(kube::client::Body::from(body.as_bytes().to_vec()))
+        .unwrap();
+    let response = client.send(request).await.unwrap();
+    let status = response.status().as_u16();
+    let warnings = response
+        .headers()
+        .get_all("warning")
+        .iter()
+        .map(|v| {
+            let v = v.to_str().unwrap();
+            // `299 - "text"`, the text with \" and \\ escaped.
+            let text = v
+                .strip_prefix("299 - \"")
+                .unwrap()
+                .strip_suffix('"')
+                .unwrap();
+            text.replace("\\\"", "\"").replace("\\\\", "\\")
+        })
+        .collect();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let body = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+    (status, warnings, body)
+}
+
+const JSON: &str = "application/json";
+
+/// `fieldValidation` as kube-apiserver answers it: Strict refuses naming every unknown or
+/// duplicate field, Warn (also the default) and Ignore accept and drop the unknown ones,
+/// Warn saying so in `Warning` headers.
+#[tokio::test]
+async fn field_validation_strict_warn_and_ignore() {
+    let (server, client) = server().await;
+    let url = format!("{}/api/v1/namespaces/default/configmaps", server.url());
+    let body = |name: &str| {
+        format!(
+            r#"{{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {{"name": "{name}", "labelz": {{}}}},
+               "data": {{"a": "1", "a": "2"}}, "dta": {{"b": "2"}}}}"#
+        )
+    };
+    let (code, _, status) = raw(
+        &client,
+        http::Method::POST,
+        &format!("{url}?fieldValidation=Strict"),
+        JSON,
+        &body("strict"),
+    )
+    .await;
+    assert_eq!(code, 400, "{status}");
+    assert_eq!(status["reason"], "BadRequest");
+    assert_eq!(
+        status["message"],
+        "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: \
+         duplicate field \"data.a\", unknown field \"dta\", unknown field \"metadata.labelz\""
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    assert!(cms.get_opt("strict").await.unwrap().is_none());
+
+    let expected = vec![
+        "duplicate field \"data.a\"".to_string(),
+        "unknown field \"dta\"".to_string(),
+        "unknown field \"metadata.labelz\"".to_string(),
+    ];
+    for (query, name, warned) in [
+        ("?fieldValidation=Warn", "warn", true),
+        ("", "default", true),
+        ("?fieldValidation=Ignore", "ignore", false),
+    ] {
+        let (code, warnings, created) = raw(
+            &client,
+            http::Method::POST,
+            &format!("{url}{query}"),
+            JSON,
+            &body(name),
+        )
+        .await;
+        assert_eq!(code, 201, "{created}");
+        assert_eq!(
+            warnings,
+            if warned { expected.clone() } else { Vec::new() },
+            "{query}"
+        );
+        // The last of a duplicate wins; unknown fields are not stored.
+        assert_eq!(created["data"], json!({"a": "2"}));
+        assert!(created.get("dta").is_none() && created["metadata"].get("labelz").is_none());
+    }
+
+    // A merge patch is checked on the object it makes, its own duplicates first.
+    let (code, _, status) = raw(
+        &client,
+        http::Method::PATCH,
+        &format!("{url}/warn?fieldValidation=Strict"),
+        "application/merge-patch+json",
+        r#"{"data": {"x": "1", "x": "2"}, "spec": {"oops": true}}"#,
+    )
+    .await;
+    assert_eq!(code, 400);
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("strict decoding error: duplicate field \"data.x\", unknown field \"spec\""),
+        "{status}"
+    );
+    // A JSON patch's own operations are checked too.
+    let (code, warnings, _) = raw(
+        &client,
+        http::Method::PATCH,
+        &format!("{url}/warn?fieldValidation=Warn"),
+        "application/json-patch+json",
+        r#"[{"op": "add", "path": "/data/y", "value": "1", "foo": 1}, {"op": "add", "path": "/metadata/bogus", "value": 1}]"#,
+    )
+    .await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        warnings,
+        vec![
+            "json patch unknown field \"[0].foo\"".to_string(),
+            "unknown field \"metadata.bogus\"".to_string()
+        ]
+    );
+    // Server-side apply: its YAML too.
+    let (code, _, status) = raw(
+        &client,
+        http::Method::PATCH,
+        &format!("{url}/applied?fieldManager=me&fieldValidation=Strict"),
+        "application/apply-patch+yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\ndata:\n  a: \"1\"\n  a: \"2\"\ndta: 1\n",
+    )
+    .await;
+    assert_eq!(code, 400, "{status}");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("strict decoding error: duplicate field \"data.a\", unknown field \"dta\""),
+        "{status}"
+    );
+    // Custom resources: the CRD schema says what is known.
+    let (code, _, status) = raw(
+        &client,
+        http::Method::POST,
+        &format!(
+            "{}/apis/fake.resource.3-shake.com/v1alpha1/namespaces/default/fakeclaimparameters?fieldValidation=Strict",
+            server.url()
+        ),
+        JSON,
+        r#"{"apiVersion": "fake.resource.3-shake.com/v1alpha1", "kind": "FakeClaimParameters",
+            "metadata": {"name": "p"}, "spec": {"count": 2, "cont": 4, "selector": {"modle": "x"}}}"#,
+    )
+    .await;
+    assert_eq!(code, 400, "{status}");
+    assert!(
+        status["message"].as_str().unwrap().ends_with(
+            "strict decoding error: unknown field \"spec.cont\", unknown field \"spec.selector.modle\""
+        ),
+        "{status}"
+    );
+    let (code, _, status) = raw(
+        &client,
+        http::Method::POST,
+        &format!("{url}?fieldValidation=Sometimes"),
+        JSON,
+        &body("bad-mode"),
+    )
+    .await;
+    assert_eq!(code, 400, "{status}");
+}
+
+/// core/v1 and events.k8s.io/v1 Events are one store served through both APIs, converted
+/// as upstream converts them, with each API's field selectors.
+#[tokio::test]
+async fn events_are_one_store_served_through_both_apis() {
+    use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, ObjectReference};
+    use k8s_openapi::api::events::v1::Event as NewEvent;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    let (_server, client) = server().await;
+    let regarding = ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: Some("pod0".into()),
+        namespace: Some("default".into()),
+        uid: Some("uid-0".into()),
+        ..Default::default()
+    };
+    let core_api: Api<CoreEvent> = Api::namespaced(client.clone(), "default");
+    let new_api: Api<NewEvent> = Api::namespaced(client.clone(), "default");
+    let mut core_watch = core_api
+        .watch(&WatchParams::default(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    let written_new = new_api
+        .create(
+            &PostParams::default(),
+            &NewEvent {
+                metadata: ObjectMeta {
+                    name: Some("from-new".into()),
+                    ..Default::default()
+                },
+                event_time: Some(MicroTime(jiff::Timestamp::now())),
+                action: Some("Allocate".into()),
+                reason: Some("InvalidParameters".into()),
+                note: Some("spec.count must be between 1 and 128".into()),
+                type_: Some("Warning".into()),
+                regarding: Some(regarding.clone()),
+                reporting_controller: Some("fake.resource.3-shake.com-controller".into()),
+                reporting_instance: Some("ctl-0".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    core_api
+        .create(
+            &PostParams::default(),
+            &CoreEvent {
+                metadata: ObjectMeta {
+                    name: Some("from-core".into()),
+                    ..Default::default()
+                },
+                involved_object: regarding.clone(),
+                reason: Some("FailedScheduling".into()),
+                message: Some("0/2 nodes are available".into()),
+                source: Some(EventSource {
+                    component: Some("default-scheduler".into()),
+                    host: None,
+                }),
+                count: Some(3),
+                type_: Some("Warning".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+
+    // The event written through events.k8s.io, read through core/v1 as kubectl describe
+    // reads it.
+    let by_pod = ListParams::default().fields(
+        "involvedObject.name=pod0,involvedObject.namespace=default,involvedObject.uid=uid-0",
+    );
+    let core_list = core_api.list(&by_pod).await.unwrap().items;
+    assert_eq!(core_list.len(), 2, "{core_list:?}");
+    let converted = core_list
+        .iter()
+        .find(|e| e.metadata.name.as_deref() == Some("from-new"))
+        .unwrap();
+    assert_eq!(
+        converted.message.as_deref(),
+        Some("spec.count must be between 1 and 128")
+    );
+    assert_eq!(converted.involved_object, regarding);
+    assert_eq!(
+        converted.reporting_component.as_deref(),
+        Some("fake.resource.3-shake.com-controller")
+    );
+    assert_eq!(converted.metadata.uid, written_new.metadata.uid);
+    assert_eq!(
+        converted.metadata.resource_version,
+        written_new.metadata.resource_version
+    );
+    // And the other way, with events.k8s.io's selector names.
+    let new_list = new_api
+        .list(&ListParams::default().fields("regarding.name=pod0,reason=FailedScheduling"))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(new_list.len(), 1, "{new_list:?}");
+    assert_eq!(new_list[0].note.as_deref(), Some("0/2 nodes are available"));
+    assert_eq!(new_list[0].deprecated_count, Some(3));
+    assert_eq!(
+        new_list[0]
+            .deprecated_source
+            .as_ref()
+            .and_then(|s| s.component.as_deref()),
+        Some("default-scheduler")
+    );
+    assert_eq!(
+        core_api
+            .list(&ListParams::default().fields("involvedObject.kind=ResourceClaim"))
+            .await
+            .unwrap()
+            .items
+            .len(),
+        0
+    );
+    // A watch of one API sees what was written through the other.
+    let first = tokio::time::timeout(Duration::from_secs(60), core_watch.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    match first {
+        WatchEvent::Added(e) => assert_eq!(e.metadata.name.as_deref(), Some("from-new")),
+        other => panic!("{other:?}"),
+    }
+    // One object: deleting it through one API deletes it from the other.
+    core_api
+        .delete("from-new", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(new_api.get_opt("from-new").await.unwrap().is_none());
+}
+
+fn widget_crd(schema: serde_json::Value, versions: &[(&str, bool)]) -> serde_json::Value {
+    let versions: Vec<serde_json::Value> = versions
+        .iter()
+        .map(|(name, storage)| {
+            json!({"name": name, "served": true, "storage": storage,
+                   "schema": {"openAPIV3Schema": {"type": "object", "properties": {"spec": schema}}}})
+        })
+        .collect();
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                 "versions": versions},
+    })
+}
+
+/// An updated CRD is served as it now reads: new fields are kept and validated, new
+/// versions are served; group, plural and scope cannot change.
+#[tokio::test]
+async fn crd_update_takes_its_new_schema() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{ApiResource, DynamicObject};
+    let (_server, client) = server().await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd: CustomResourceDefinition = serde_json::from_value(widget_crd(
+        json!({"type": "object", "properties": {"a": {"type": "string"}}}),
+        &[("v1", true)],
+    ))
+    .unwrap();
+    crds.create(&PostParams::default(), &crd).await.unwrap();
+    let widgets = |version: &str| -> Api<DynamicObject> {
+        let resource = ApiResource {
+            group: "example.com".into(),
+            version: version.into(),
+            api_version: format!("example.com/{version}"),
+            kind: "Widget".into(),
+            plural: "widgets".into(),
+        };
+        Api::namespaced_with(client.clone(), "default", &resource)
+    };
+    let widget = |name: &str, spec: serde_json::Value, version: &str| -> DynamicObject {
+        serde_json::from_value(
+            json!({"apiVersion": format!("example.com/{version}"), "kind": "Widget",
+                                      "metadata": {"name": name}, "spec": spec}),
+        )
+        .unwrap()
+    };
+    let first = widgets("v1")
+        .create(
+            &PostParams::default(),
+            &widget("w1", json!({"a": "x", "b": 5}), "v1"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        first.data["spec"],
+        json!({"a": "x"}),
+        "b is not in the schema yet"
+    );
+
+    // The new schema: b, an integer of at least 1; and a second version served.
+    let mut current = crds.get("widgets.example.com").await.unwrap();
+    let updated: CustomResourceDefinition = serde_json::from_value(widget_crd(
+        json!({"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer", "minimum": 1}}}),
+        &[("v1", true), ("v2", false)],
+    ))
+    .unwrap();
+    current.spec = updated.spec;
+    let replaced = crds
+        .replace("widgets.example.com", &PostParams::default(), &current)
+        .await
+        .unwrap();
+    assert_eq!(
+        replaced.status.as_ref().map(|s| s.stored_versions.clone()),
+        Some(Some(vec!["v1".to_string()]))
+    );
+    let second = widgets("v1")
+        .create(
+            &PostParams::default(),
+            &widget("w2", json!({"a": "y", "b": 5}), "v1"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(second.data["spec"], json!({"a": "y", "b": 5}));
+    let status = api_error(
+        widgets("v1")
+            .create(&PostParams::default(), &widget("w3", json!({"b": 0}), "v1"))
+            .await,
+    );
+    assert_eq!(status.code, 422, "{}", status.message);
+    assert!(status.message.contains("spec.b"), "{}", status.message);
+    // The new version serves the same objects.
+    let through_v2 = widgets("v2").get("w2").await.unwrap();
+    assert_eq!(through_v2.data["spec"]["b"], 5);
+    // The schema change also shows in Strict validation: b is known now, c is not.
+    let patch = widgets("v1")
+        .patch(
+            "w2",
+            &PatchParams::default().validation_strict(),
+            &Patch::Merge(json!({"spec": {"b": 6, "c": 1}})),
+        )
+        .await;
+    let status = api_error(patch);
+    assert_eq!(status.code, 400, "{}", status.message);
+    assert!(
+        status
+            .message
+            .ends_with("strict decoding error: unknown field \"spec.c\""),
+        "{}",
+        status.message
+    );
+
+    // Scope is immutable.
+    let mut current = crds.get("widgets.example.com").await.unwrap();
+    current.spec.scope = "Cluster".into();
+    let status = api_error(
+        crds.replace("widgets.example.com", &PostParams::default(), &current)
+            .await,
+    );
+    assert_eq!(status.code, 422, "{}", status.message);
+    assert!(status.message.contains("spec.scope"), "{}", status.message);
+}

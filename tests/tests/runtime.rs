@@ -519,3 +519,121 @@ async fn try_exit_code_reports_after_the_output_is_in() {
         running.stop().await;
     }
 }
+
+/// Runs `command` to completion and returns its output lines and exit code.
+async fn run_to_end(
+    runtime: &ContainerRuntime,
+    id: &str,
+    command: &[&str],
+    cdi_root: &Path,
+) -> (Vec<String>, i32) {
+    let logs = LogSink::default();
+    let spec = spec(id, command, devices(), cdi_root);
+    let (ns, pod, ctr) = (
+        spec.namespace.clone(),
+        spec.pod.clone(),
+        spec.container.clone(),
+    );
+    let mut running = runtime
+        .start(spec, logs.clone())
+        .await
+        .unwrap_or_else(|e| panic!("{}: {command:?}: {e}", runtime.name()));
+    let code = tokio::time::timeout(SAFETY, running.wait()).await.unwrap();
+    (logs.lines(&ns, &pod, &ctr), code)
+}
+
+/// Commands as manifests written for Alpine/Wolfi-based images give them: busybox's
+/// shells and tools by name or by their absolute paths in the image, in both runners.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busybox_commands_of_real_images_run_in_both_runners() {
+    let work = tempfile::tempdir().unwrap();
+    let cdi = cdi_dir("node-a", "");
+    let mut runtimes = vec![ContainerRuntime::Process];
+    runtimes.extend(podman_or_skip(work.path()));
+    let cases: [(&[&str], &[&str]); 10] = [
+        (
+            &["ash", "-c", "echo \"ash $FAKE_NODE_NAME\""],
+            &["ash node-a"],
+        ),
+        (&["/bin/ash", "-c", "echo \"$GREETING\""], &["hello world"]),
+        (&["/bin/sh", "-c", "echo sh; exit 0"], &["sh"]),
+        (&["sh", "-c", "echo $((6 * 7))"], &["42"]),
+        (&["printenv", "FAKE_NODE_NAME"], &["node-a"]),
+        (
+            &["printenv", "FAKE_DEVICE_0", "GREETING"],
+            &["FAKE-xyz", "hello world"],
+        ),
+        (&["/usr/bin/env", "sh", "-c", "echo env"], &["env"]),
+        (&["sleep", "0"], &[]),
+        (&["/bin/echo", "echo"], &["echo"]),
+        (&["/usr/bin/printenv", "GREETING"], &["hello world"]),
+    ];
+    for runtime in &runtimes {
+        for (i, (command, want)) in cases.iter().enumerate() {
+            let (lines, code) = run_to_end(runtime, &format!("bb{i}"), command, cdi.path()).await;
+            assert_eq!(code, 0, "{}: {command:?}: {lines:#?}", runtime.name());
+            assert_eq!(lines, *want, "{}: {command:?}", runtime.name());
+        }
+        // `env` without arguments prints the whole environment, CDI edits included.
+        let (lines, code) = run_to_end(runtime, "env", &["env"], cdi.path()).await;
+        assert_eq!(code, 0, "{}: {lines:#?}", runtime.name());
+        assert_has(&lines, "FAKE_NODE_NAME=node-a");
+        // printenv of an unset variable fails, as it does everywhere.
+        let (_, code) = run_to_end(runtime, "unset", &["printenv", "NOT_SET"], cdi.path()).await;
+        assert_eq!(code, 1, "{}", runtime.name());
+    }
+    // The process runner really runs busybox's applet, not the host's program of that name.
+    if std::path::Path::new("/bin/busybox").exists() {
+        let (lines, _) = run_to_end(
+            &ContainerRuntime::Process,
+            "exe",
+            &["sh", "-c", "readlink /proc/$$/exe"],
+            cdi.path(),
+        )
+        .await;
+        assert!(lines.iter().any(|l| l.ends_with("/busybox")), "{lines:#?}");
+    } else {
+        eprintln!(
+            "!!!!!!!! SKIPPED: /bin/busybox not installed (apt-get install busybox-static): the process runner fell back to the host's programs !!!!!!!!"
+        );
+    }
+}
+
+/// The podman rootfs has every applet `busybox --list` gives under each of /bin, /sbin,
+/// /usr/bin and /usr/sbin, so also at the path `busybox --list-full` puts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn podman_rootfs_has_every_applet_everywhere() {
+    let work = tempfile::tempdir().unwrap();
+    let Some(podman) = podman_or_skip(work.path()) else {
+        return;
+    };
+    let cdi = cdi_dir("node-a", "");
+    let script = "n=0; for a in $(busybox --list); do n=$((n+1)); for d in /bin /sbin /usr/bin /usr/sbin; do [ -x $d/$a ] || echo \"missing $d/$a\"; done; done; for p in $(busybox --list-full); do [ -x /$p ] || echo \"missing /$p\"; done; echo \"checked $n\"";
+    let (lines, code) = run_to_end(&podman, "applets", &["sh", "-c", script], cdi.path()).await;
+    assert_eq!(code, 0, "{lines:#?}");
+    let host = Command::new("/bin/busybox").arg("--list").output().unwrap();
+    let count = String::from_utf8_lossy(&host.stdout).lines().count();
+    assert_eq!(lines, vec![format!("checked {count}")]);
+}
+
+/// A program that is neither a busybox applet nor on the host: an error naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn process_runner_names_a_missing_program() {
+    let cdi = cdi_dir("node-a", "");
+    for program in ["no-such-program-7f3a", "/bin/no-such-program-7f3a"] {
+        let err = ContainerRuntime::Process
+            .start(
+                spec("missing", &[program, "-c", "true"], Vec::new(), cdi.path()),
+                LogSink::default(),
+            )
+            .await
+            .map(|_| ())
+            .unwrap_err();
+        assert!(
+            matches!(err, RuntimeError::ProgramNotFound { .. }),
+            "{program}: {err}"
+        );
+        assert!(err.to_string().contains(program), "{err}");
+        assert!(err.to_string().contains("no-such-program-7f3a"), "{err}");
+    }
+}

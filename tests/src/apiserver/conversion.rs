@@ -11,11 +11,30 @@
 //!   request in `v1beta1`; `firstAvailable` and its subrequests are the same in both.
 //! - ResourceSlice: `devices[].basic{attributes, capacity, …}` (`v1beta1`) is flat in `v1`.
 //! - DeviceClass and every status: identical.
+//!
+//! `events.k8s.io/v1` Events are stored as core/v1 Events (kube-apiserver stores the
+//! internal Event, whose layout is core's) and renamed field by field as
+//! `pkg/apis/events/v1/conversion.go` does: `regarding` ↔ `involvedObject`, `note` ↔
+//! `message`, `reportingController` ↔ `reportingComponent`, `deprecatedSource` ↔
+//! `source`, `deprecatedFirstTimestamp`/`deprecatedLastTimestamp`/`deprecatedCount` ↔
+//! `firstTimestamp`/`lastTimestamp`/`count`; `eventTime`, `series`, `action`, `reason`,
+//! `related`, `reportingInstance` and `type` are the same in both.
 
 use serde_json::{Map, Value};
 
 use super::error::{ApiError, ApiResult};
 use super::registry::ResourceKey;
+
+/// `(events.k8s.io/v1 name, core/v1 name)` of the Event fields that differ by name only.
+const EVENT_RENAMES: [(&str, &str); 7] = [
+    ("regarding", "involvedObject"),
+    ("note", "message"),
+    ("reportingController", "reportingComponent"),
+    ("deprecatedSource", "source"),
+    ("deprecatedFirstTimestamp", "firstTimestamp"),
+    ("deprecatedLastTimestamp", "lastTimestamp"),
+    ("deprecatedCount", "count"),
+];
 
 /// The fields of `v1`'s `ExactDeviceRequest`, which `v1beta1` keeps on the request itself.
 const EXACT_FIELDS: [&str; 7] = [
@@ -33,6 +52,30 @@ enum Kind {
     Claim,
     Template,
     Slice,
+}
+
+fn is_events_k8s_io(key: &ResourceKey) -> bool {
+    key.group == "events.k8s.io" && key.plural == "events"
+}
+
+/// Renames an Event's fields from one layout's names to the other's; a field whose new
+/// name is taken already is dropped (it cannot be in a valid object of the old layout).
+fn rename_event_fields(obj: &mut Value, to_core: bool) {
+    let Some(map) = obj.as_object_mut() else {
+        return;
+    };
+    for (events, core) in EVENT_RENAMES {
+        let (from, to) = if to_core {
+            (events, core)
+        } else {
+            (core, events)
+        };
+        // A field of the other layout is unknown in this one: the decoder drops it.
+        map.remove(to);
+        if let Some(value) = map.remove(from) {
+            map.insert(to.into(), value);
+        }
+    }
 }
 
 fn kind_of(key: &ResourceKey) -> Option<Kind> {
@@ -59,6 +102,10 @@ fn requests_mut(obj: &mut Value, kind: Kind) -> Option<&mut Vec<Value>> {
 /// Brings a body written through `version` into the stored (`v1`) layout and applies the
 /// `v1` defaults. `v1alpha2` and the other groups pass through unchanged.
 pub fn to_storage(key: &ResourceKey, version: &str, obj: &mut Value) -> ApiResult<()> {
+    if is_events_k8s_io(key) {
+        rename_event_fields(obj, true);
+        return Ok(());
+    }
     let Some(kind) = kind_of(key) else {
         return Ok(());
     };
@@ -89,6 +136,10 @@ pub fn to_storage(key: &ResourceKey, version: &str, obj: &mut Value) -> ApiResul
 
 /// Renders a stored (`v1`) object in `version`.
 pub fn from_storage(key: &ResourceKey, version: &str, obj: &mut Value) {
+    if is_events_k8s_io(key) {
+        rename_event_fields(obj, false);
+        return;
+    }
     let Some(kind) = kind_of(key) else { return };
     if version != "v1beta1" {
         return;
@@ -253,6 +304,37 @@ mod tests {
                 .get("exactly")
                 .is_none()
         );
+    }
+
+    #[test]
+    fn events_convert_like_upstream() {
+        let key = ResourceKey {
+            group: "events.k8s.io".into(),
+            plural: "events".into(),
+        };
+        let events = json!({
+            "metadata": {"name": "e"}, "eventTime": "2024-01-01T00:00:00.000000Z",
+            "series": {"count": 2, "lastObservedTime": "2024-01-01T00:00:01.000000Z"},
+            "reportingController": "c", "reportingInstance": "i", "action": "A", "reason": "R",
+            "regarding": {"kind": "Pod", "name": "p"}, "note": "n", "type": "Warning",
+            "deprecatedSource": {"component": "x"}, "deprecatedCount": 3,
+            "deprecatedFirstTimestamp": "2024-01-01T00:00:00Z", "deprecatedLastTimestamp": "2024-01-01T00:00:02Z",
+        });
+        let mut core = events.clone();
+        to_storage(&key, "v1", &mut core).unwrap();
+        assert_eq!(
+            core,
+            json!({
+                "metadata": {"name": "e"}, "eventTime": "2024-01-01T00:00:00.000000Z",
+                "series": {"count": 2, "lastObservedTime": "2024-01-01T00:00:01.000000Z"},
+                "reportingComponent": "c", "reportingInstance": "i", "action": "A", "reason": "R",
+                "involvedObject": {"kind": "Pod", "name": "p"}, "message": "n", "type": "Warning",
+                "source": {"component": "x"}, "count": 3,
+                "firstTimestamp": "2024-01-01T00:00:00Z", "lastTimestamp": "2024-01-01T00:00:02Z",
+            })
+        );
+        from_storage(&key, "v1", &mut core);
+        assert_eq!(core, events);
     }
 
     #[test]

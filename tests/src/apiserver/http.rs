@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use tokio::sync::{Notify, broadcast, mpsc, watch};
 
 use super::error::{ApiError, ApiResult};
+use super::fields::{self, FieldValidation};
 use super::registry::ResourceType;
 use super::selectors::{FieldSelector, LabelSelector, Selectors};
 use super::store::{DeleteOptions, PatchType, Store, Target, WriteOptions};
@@ -184,6 +185,15 @@ async fn route(
         ["apis", group] => Some(api_group(&shared.lock(), group)),
         ["api", "v1"] => Some(resource_list(&shared.lock(), "", "v1")),
         ["apis", group, version] => Some(resource_list(&shared.lock(), group, version)),
+        ["openapi", "v3"] => Some(Ok(super::openapi::v3_discovery(&shared.lock()))),
+        ["openapi", "v3", "api", version] => Some(
+            super::openapi::v3_group_version(&shared.lock(), "", version)
+                .ok_or_else(|| ApiError::no_route(path)),
+        ),
+        ["openapi", "v3", "apis", group, version] => Some(
+            super::openapi::v3_group_version(&shared.lock(), group, version)
+                .ok_or_else(|| ApiError::no_route(path)),
+        ),
         _ => None,
     };
     if let Some(result) = discovery {
@@ -312,12 +322,25 @@ fn refuse_unimplemented_params(query: &HashMap<String, String>) -> ApiResult<()>
     if query.contains_key("dryRun") {
         return Err(ApiError::not_implemented("dryRun"));
     }
-    if query.get("fieldValidation").is_some_and(|v| v == "Strict") {
-        return Err(ApiError::not_implemented(
-            "fieldValidation=Strict (unknown fields are pruned, as with Ignore/Warn)",
-        ));
-    }
     Ok(())
+}
+
+/// A `Warning` response header (RFC 7234 `warn-code warn-agent "warn-text"`), as the
+/// apiserver sends them: code 299, agent `-`.
+fn with_warnings(mut response: Response<Body>, warnings: &[String]) -> Response<Body> {
+    for warning in warnings {
+        let text = warning.replace('\\', "\\\\").replace('"', "\\\"");
+        match hyper::header::HeaderValue::from_str(&format!("299 - \"{text}\"")) {
+            Ok(value) => {
+                response.headers_mut().append(hyper::header::WARNING, value);
+            }
+            Err(_) => tracing::debug!(
+                warning,
+                "a warning that is no valid header value was not sent"
+            ),
+        }
+    }
+    response
 }
 
 async fn serve_resource(
@@ -330,10 +353,15 @@ async fn serve_resource(
     body: Bytes,
 ) -> ApiResult<Response<Body>> {
     refuse_unimplemented_params(query)?;
-    let opts = WriteOptions {
+    let mut opts = WriteOptions {
         field_manager: query.get("fieldManager").cloned(),
         user_agent: user_agent.to_string(),
         force: flag(query, "force"),
+        field_validation: FieldValidation::from_query(
+            query.get("fieldValidation").map(String::as_str),
+        )?,
+        duplicate_fields: Vec::new(),
+        patch_op_issues: Vec::new(),
     };
     let is_collection = target.name.is_none();
     match (method.clone(), is_collection) {
@@ -358,17 +386,31 @@ async fn serve_resource(
             Ok(json_response(200, &list))
         }
         (Method::GET, false) => Ok(json_response(200, &shared.lock().get(target)?)),
-        (Method::POST, true) => Ok(json_response(
-            201,
-            &shared.lock().create(target, decode_json(&body)?, &opts)?,
-        )),
+        (Method::POST, true) => {
+            let object = decode_json(&body)?;
+            opts.duplicate_fields = fields::duplicate_fields(&body);
+            let mut store = shared.lock();
+            store.take_warnings();
+            let created = store.create(target, object, &opts)?;
+            Ok(with_warnings(
+                json_response(201, &created),
+                &store.take_warnings(),
+            ))
+        }
         (Method::POST, false) if target.subresource.as_deref() == Some("binding") => Ok(
             json_response(201, &shared.lock().bind_pod(target, &decode_json(&body)?)?),
         ),
-        (Method::PUT, false) => Ok(json_response(
-            200,
-            &shared.lock().update(target, decode_json(&body)?, &opts)?,
-        )),
+        (Method::PUT, false) => {
+            let object = decode_json(&body)?;
+            opts.duplicate_fields = fields::duplicate_fields(&body);
+            let mut store = shared.lock();
+            store.take_warnings();
+            let updated = store.update(target, object, &opts)?;
+            Ok(with_warnings(
+                json_response(200, &updated),
+                &store.take_warnings(),
+            ))
+        }
         (Method::PATCH, false) => {
             let patch_type = match content_type.split(';').next().unwrap_or_default().trim() {
                 "application/merge-patch+json" => PatchType::Merge,
@@ -386,9 +428,19 @@ async fn serve_resource(
                     "force may only be set for apply patches",
                 ));
             }
-            Ok(json_response(
-                200,
-                &shared.lock().patch(target, patch_type, &body, &opts)?,
+            match patch_type {
+                PatchType::Merge | PatchType::Strategic => {
+                    opts.duplicate_fields = fields::duplicate_fields(&body);
+                }
+                PatchType::Json => opts.patch_op_issues = fields::json_patch_op_issues(&body),
+                PatchType::Apply => opts.duplicate_fields = fields::duplicate_fields_yaml(&body),
+            }
+            let mut store = shared.lock();
+            store.take_warnings();
+            let patched = store.patch(target, patch_type, &body, &opts)?;
+            Ok(with_warnings(
+                json_response(200, &patched),
+                &store.take_warnings(),
             ))
         }
         (Method::DELETE, collection) => {

@@ -8,8 +8,10 @@
 
 pub mod conversion;
 mod error;
+pub mod fields;
 mod http;
 mod managed;
+mod openapi;
 mod registry;
 mod schema;
 mod selectors;
@@ -70,6 +72,10 @@ pub struct ApiServerOptions {
     pub server_version: (u32, u32),
     /// Install fake-dra's CRDs before serving.
     pub install_driver_crds: bool,
+    /// Where the kubeconfig is written; default: a temporary directory of its own, removed
+    /// with the server. `fake-dra-sim` names its work directory, so that a killed sim
+    /// leaves nothing outside it.
+    pub kubeconfig_dir: Option<PathBuf>,
 }
 
 impl Default for ApiServerOptions {
@@ -77,6 +83,7 @@ impl Default for ApiServerOptions {
         Self {
             server_version: (1, 30),
             install_driver_crds: true,
+            kubeconfig_dir: None,
         }
     }
 }
@@ -87,7 +94,7 @@ pub struct ApiServer {
     shared: Arc<Shared>,
     addr: SocketAddr,
     kubeconfig: PathBuf,
-    _dir: tempfile::TempDir,
+    _dir: Option<tempfile::TempDir>,
     tasks: JoinSet<()>,
 }
 
@@ -115,8 +122,14 @@ impl ApiServer {
             .await
             .map_err(StartError::Bind)?;
         let addr = listener.local_addr().map_err(StartError::Bind)?;
-        let dir = tempfile::tempdir().map_err(StartError::Kubeconfig)?;
-        let kubeconfig = dir.path().join("kubeconfig");
+        let (dir, kubeconfig) = match &options.kubeconfig_dir {
+            Some(given) => (None, given.join("kubeconfig")),
+            None => {
+                let dir = tempfile::tempdir().map_err(StartError::Kubeconfig)?;
+                let kubeconfig = dir.path().join("kubeconfig");
+                (Some(dir), kubeconfig)
+            }
+        };
         std::fs::write(&kubeconfig, kubeconfig_yaml(&format!("http://{addr}")))
             .map_err(StartError::Kubeconfig)?;
 

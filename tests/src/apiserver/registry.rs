@@ -33,6 +33,11 @@ pub struct ResourceType {
     pub schemas: BTreeMap<String, Value>,
     /// Whether this came from a CustomResourceDefinition (patch and validation rules differ).
     pub custom: bool,
+    /// The resource whose objects these are, when this type serves another resource's
+    /// objects in its own shape: `events.k8s.io/v1` Events are the core Events, stored once
+    /// (as kube-apiserver keeps both in `/registry/events`) and converted on every read and
+    /// write ([`super::conversion`]).
+    pub stored_as: Option<ResourceKey>,
 }
 
 impl ResourceType {
@@ -94,6 +99,7 @@ fn builtin(
         status_subresource,
         schemas: BTreeMap::new(),
         custom: false,
+        stored_as: None,
     }
 }
 
@@ -141,15 +147,21 @@ pub fn builtin_types(server_version: (u32, u32)) -> Result<Vec<ResourceType>, St
             true,
             false,
         ),
-        builtin(
-            "events.k8s.io",
-            "v1",
-            "events",
-            "Event",
-            &["ev"],
-            true,
-            false,
-        ),
+        ResourceType {
+            stored_as: Some(ResourceKey {
+                group: String::new(),
+                plural: "events".into(),
+            }),
+            ..builtin(
+                "events.k8s.io",
+                "v1",
+                "events",
+                "Event",
+                &["ev"],
+                true,
+                false,
+            )
+        },
         builtin(
             "coordination.k8s.io",
             "v1",
@@ -384,5 +396,6 @@ pub fn from_crd(crd: &Value) -> ApiResult<ResourceType> {
         status_subresource,
         schemas,
         custom: true,
+        stored_as: None,
     })
 }

@@ -123,8 +123,33 @@ fn parse_label_term(term: &str) -> ApiResult<LabelRequirement> {
 }
 
 /// A parsed `fieldSelector`: `field=value`, `field==value`, `field!=value`, comma-separated.
+/// Fields are kept as the stored objects name them (an `events.k8s.io` label is mapped to
+/// the core Event field it stands for), so matching reads the stored object.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct FieldSelector(Vec<(String, bool, String)>);
+
+/// `events.k8s.io/v1` Events are core Events in storage: their selectable labels are
+/// mapped to the core ones (pkg/apis/events/v1/conversion.go, AddFieldLabelConversionsForEvent).
+const EVENTS_K8S_IO_LABELS: [(&str, &str); 11] = [
+    ("reason", "reason"),
+    ("regarding.kind", "involvedObject.kind"),
+    ("regarding.namespace", "involvedObject.namespace"),
+    ("regarding.name", "involvedObject.name"),
+    ("regarding.uid", "involvedObject.uid"),
+    ("regarding.apiVersion", "involvedObject.apiVersion"),
+    (
+        "regarding.resourceVersion",
+        "involvedObject.resourceVersion",
+    ),
+    ("regarding.fieldPath", "involvedObject.fieldPath"),
+    ("reportingController", "reportingComponent"),
+    ("source", "source"),
+    ("type", "type"),
+];
+
+/// The label a core Event's `source` field selects by: `source.component`, or
+/// `reportingComponent` when that is empty (pkg/registry/core/event/strategy.go).
+const EVENT_SOURCE: &str = "source";
 
 /// The fields each kind can be selected by, besides `metadata.name` and `metadata.namespace`
 /// which every kind supports (pkg/registry/*/strategy.go `ToSelectableFields` upstream).
@@ -174,15 +199,38 @@ impl FieldSelector {
                 )));
             };
             let field = field.trim();
-            let extra = selectable_fields(group, plural);
-            if !matches!(field, "metadata.name" | "metadata.namespace") && !extra.contains(&field) {
-                let mut known = vec!["metadata.name", "metadata.namespace"];
-                known.extend_from_slice(extra);
-                return Err(ApiError::bad_request(format!(
-                    "field label not supported: {field} (supported: {})",
-                    known.join(", ")
-                )));
-            }
+            let field = if (group, plural) == ("events.k8s.io", "events") {
+                match EVENTS_K8S_IO_LABELS
+                    .iter()
+                    .find(|(label, _)| *label == field)
+                {
+                    Some((_, core)) => *core,
+                    None if matches!(field, "metadata.name" | "metadata.namespace") => field,
+                    None => {
+                        let known: Vec<&str> = EVENTS_K8S_IO_LABELS
+                            .iter()
+                            .map(|(label, _)| *label)
+                            .collect();
+                        return Err(ApiError::bad_request(format!(
+                            "field label not supported: {field} (supported: metadata.name, metadata.namespace, {})",
+                            known.join(", ")
+                        )));
+                    }
+                }
+            } else {
+                let extra = selectable_fields(group, plural);
+                if !matches!(field, "metadata.name" | "metadata.namespace")
+                    && !extra.contains(&field)
+                {
+                    let mut known = vec!["metadata.name", "metadata.namespace"];
+                    known.extend_from_slice(extra);
+                    return Err(ApiError::bad_request(format!(
+                        "field label not supported: {field} (supported: {})",
+                        known.join(", ")
+                    )));
+                }
+                field
+            };
             terms.push((field.to_string(), equal, value.trim().to_string()));
         }
         Ok(Self(terms))
@@ -190,7 +238,20 @@ impl FieldSelector {
 
     pub fn matches(&self, obj: &Value) -> bool {
         self.0.iter().all(|(field, equal, value)| {
-            let pointer = format!("/{}", field.replace('.', "/"));
+            let pointer = if field == EVENT_SOURCE {
+                // Only Events select by `source`.
+                let component = obj
+                    .pointer("/source/component")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                if component.is_empty() {
+                    "/reportingComponent".to_string()
+                } else {
+                    "/source/component".to_string()
+                }
+            } else {
+                format!("/{}", field.replace('.', "/"))
+            };
             let actual = match obj.pointer(&pointer) {
                 Some(Value::String(s)) => s.clone(),
                 Some(Value::Bool(b)) => b.to_string(),
@@ -252,5 +313,26 @@ mod tests {
         assert!(err.is_err_and(|e| e.code == 400 && e.message.contains("spec.nodeName")));
         let unset = FieldSelector::parse("spec.nodeName=", "", "pods");
         assert_eq!(unset.map(|s| s.matches(&json!({"metadata": {}}))), Ok(true));
+    }
+
+    #[test]
+    fn event_selectors_of_both_apis_read_the_core_layout() {
+        let event = json!({"metadata": {"name": "e"}, "involvedObject": {"kind": "Pod", "name": "p"}, "reportingComponent": "ctl", "type": "Warning"});
+        let core = FieldSelector::parse(
+            "involvedObject.name=p,involvedObject.kind=Pod,source=ctl",
+            "",
+            "events",
+        );
+        assert_eq!(core.map(|s| s.matches(&event)), Ok(true));
+        let new = FieldSelector::parse(
+            "regarding.name=p,reportingController=ctl,type=Warning",
+            "events.k8s.io",
+            "events",
+        );
+        assert_eq!(new.map(|s| s.matches(&event)), Ok(true));
+        let with_source = json!({"source": {"component": "kubelet"}, "reportingComponent": "ctl"});
+        let source = FieldSelector::parse("source=kubelet", "", "events");
+        assert_eq!(source.map(|s| s.matches(&with_source)), Ok(true));
+        assert!(FieldSelector::parse("involvedObject.name=p", "events.k8s.io", "events").is_err());
     }
 }

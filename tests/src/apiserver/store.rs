@@ -10,6 +10,7 @@ use tokio::sync::broadcast;
 
 use super::conversion;
 use super::error::{ApiError, ApiResult, FieldCause};
+use super::fields::{self, FieldIssues, FieldPath, FieldValidation};
 use super::managed::ManagedFields;
 use super::registry::{self, ResourceKey, ResourceType};
 use super::schema;
@@ -75,6 +76,12 @@ pub struct WriteOptions {
     /// Used as the manager name when `fieldManager` is absent, as upstream does.
     pub user_agent: String,
     pub force: bool,
+    /// What to do with unknown and duplicate fields (Warn when the request says nothing).
+    pub field_validation: FieldValidation,
+    /// Keys the request body gave twice (found in its bytes, before decoding kept the last).
+    pub duplicate_fields: Vec<FieldPath>,
+    /// A JSON patch's problems with its own operations.
+    pub patch_op_issues: Vec<String>,
 }
 
 impl WriteOptions {
@@ -170,6 +177,8 @@ pub struct Store {
     /// The Kubernetes release emulated: it decides the kinds and versions served and the
     /// Pod layout accepted.
     server_version: (u32, u32),
+    /// `Warning` headers for the response to the current write ([`Store::take_warnings`]).
+    warnings: Vec<String>,
 }
 
 pub fn now_rfc3339() -> String {
@@ -278,6 +287,7 @@ impl Store {
             faults: Vec::new(),
             snapshots: VecDeque::new(),
             server_version,
+            warnings: Vec::new(),
         };
         for rt in types {
             store.register(rt);
@@ -320,12 +330,23 @@ impl Store {
     }
 
     pub fn register(&mut self, rt: ResourceType) {
-        self.objects.entry(rt.key()).or_default();
+        if rt.stored_as.is_none() {
+            self.objects.entry(rt.key()).or_default();
+        }
         self.types.insert(rt.key(), rt);
     }
 
     pub fn server_version(&self) -> (u32, u32) {
         self.server_version
+    }
+
+    /// Where the objects of `key` are kept: the resource itself, or the one it serves in
+    /// another shape ([`ResourceType::stored_as`]).
+    fn storage_key(&self, key: &ResourceKey) -> ResourceKey {
+        self.types
+            .get(key)
+            .and_then(|t| t.stored_as.clone())
+            .unwrap_or_else(|| key.clone())
     }
 
     pub fn types(&self) -> impl Iterator<Item = &ResourceType> {
@@ -345,6 +366,39 @@ impl Store {
 
     pub fn revision(&self) -> u64 {
         self.revision
+    }
+
+    /// The warnings of the writes since the last call: the HTTP layer takes them before and
+    /// after a write, under the same lock, and answers them as `Warning` headers.
+    pub fn take_warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.warnings)
+    }
+
+    /// `fieldValidation`: the unknown fields of `obj` (a body in `version`) and the
+    /// duplicates the request had; unknown fields are dropped whatever the mode, as the
+    /// apiserver's decoder drops them; `Strict` refuses, `Warn` warns.
+    fn check_fields(
+        &mut self,
+        rt: &ResourceType,
+        version: &str,
+        obj: &mut Value,
+        opts: &WriteOptions,
+    ) -> ApiResult<()> {
+        let issues = FieldIssues {
+            duplicate: opts.duplicate_fields.clone(),
+            unknown: fields::unknown_fields(rt, version, self.server_version, obj),
+            patch_ops: opts.patch_op_issues.clone(),
+        };
+        if issues.is_empty() {
+            return Ok(());
+        }
+        match opts.field_validation {
+            FieldValidation::Strict => return Err(issues.strict_error(&rt.kind, version)),
+            FieldValidation::Warn => self.warnings.extend(issues.messages()),
+            FieldValidation::Ignore => {}
+        }
+        fields::remove_fields(obj, &issues.unknown);
+        Ok(())
     }
 
     pub fn add_fault(&mut self, fault: Fault) {
@@ -416,11 +470,12 @@ impl Store {
             Value::String(self.revision.to_string()),
         );
         let object = stored.object.clone();
+        let key = self.storage_key(key);
         self.objects
             .entry(key.clone())
             .or_default()
             .insert(okey, stored);
-        self.publish(key, kind, object.clone(), previous);
+        self.publish(&key, kind, object.clone(), previous);
         object
     }
 
@@ -450,6 +505,7 @@ impl Store {
 
     /// Removes an object for good: the DELETED event carries a new resourceVersion.
     fn remove(&mut self, key: &ResourceKey, okey: &ObjectKey) -> Option<Value> {
+        let key = &self.storage_key(key);
         let stored = self.objects.get_mut(key)?.remove(okey)?;
         self.revision += 1;
         let mut object = stored.object;
@@ -467,7 +523,7 @@ impl Store {
     fn lookup(&self, target: &Target) -> ApiResult<&Stored> {
         let rt = self.rt(&target.key)?;
         self.objects
-            .get(&target.key)
+            .get(&self.storage_key(&target.key))
             .and_then(|m| m.get(&target.object_key()))
             .ok_or_else(|| {
                 ApiError::not_found(&rt.qualified(), target.name.as_deref().unwrap_or_default())
@@ -483,7 +539,7 @@ impl Store {
     /// Every object of the resource in the target's namespace scope, sorted by namespace and name.
     pub fn objects_in(&self, key: &ResourceKey, namespace: Option<&str>) -> Vec<Value> {
         self.objects
-            .get(key)
+            .get(&self.storage_key(key))
             .into_iter()
             .flatten()
             .filter(|((ns, _), _)| namespace.is_none_or(|n| n == ns))
@@ -580,11 +636,12 @@ impl Store {
                         ))
                     });
                 }
+                let storage = self.storage_key(&target.key);
                 self.history
                     .iter()
                     .filter(|e| e.revision > from)
                     .filter_map(|e| {
-                        filter_event(e, target, selectors)
+                        filter_event(e, &storage, target, selectors)
                             .map(|(k, o)| (k, Self::render(rt, &target.version, &o)))
                     })
                     .collect()
@@ -604,7 +661,7 @@ impl Store {
         selectors: &Selectors,
     ) -> Option<(EventKind, Value)> {
         let rt = self.types.get(&target.key)?;
-        filter_event(event, target, selectors)
+        filter_event(event, &self.storage_key(&target.key), target, selectors)
             .map(|(k, o)| (k, Self::render(rt, &target.version, &o)))
     }
 
@@ -678,6 +735,7 @@ impl Store {
         self.take_fault(FaultVerb::Create, target)?;
         let rt = self.rt(&target.key)?.clone();
         Self::check_body_identity(&rt, target, &body)?;
+        self.check_fields(&rt, &target.version, &mut body, opts)?;
         conversion::to_storage(&target.key, &target.version, &mut body)?;
         if target.subresource.is_some() {
             return Err(ApiError::method_not_allowed(format!(
@@ -711,7 +769,7 @@ impl Store {
                     for _ in 0..8 {
                         if !self
                             .objects
-                            .get(&target.key)
+                            .get(&self.storage_key(&target.key))
                             .is_some_and(|m| m.contains_key(&(namespace.clone(), name.clone())))
                         {
                             break;
@@ -730,7 +788,7 @@ impl Store {
         validation::validate_name(&rt, &name)?;
         if self
             .objects
-            .get(&target.key)
+            .get(&self.storage_key(&target.key))
             .is_some_and(|m| m.contains_key(&(namespace.clone(), name.clone())))
         {
             return Err(ApiError::already_exists(&rt.qualified(), &name));
@@ -840,6 +898,60 @@ impl Store {
         Ok(())
     }
 
+    /// An updated CRD serves what it says from now on: its versions, names and schemas (the
+    /// objects stay as stored; new writes are checked against the new schema), as the
+    /// apiextensions-apiserver rebuilds its handler for the CRD on every change. Group,
+    /// plural and scope cannot change.
+    fn reregister_crd(&mut self, old: &Value, crd: &mut Value) -> ApiResult<()> {
+        let name = meta_str(crd, "name").unwrap_or_default().to_string();
+        let new_type = registry::from_crd(crd)?;
+        for (version, schema) in &new_type.schemas {
+            schema::check_supported(
+                schema,
+                &format!("spec.versions[{version}].schema.openAPIV3Schema"),
+            )?;
+        }
+        let old_type = registry::from_crd(old)?;
+        let immutable = |field: &str, value: &Value| {
+            ApiError::invalid(
+                "CustomResourceDefinition.apiextensions.k8s.io",
+                &name,
+                vec![FieldCause::invalid(field, value, "field is immutable")],
+            )
+        };
+        if new_type.group != old_type.group {
+            return Err(immutable("spec.group", &Value::String(new_type.group)));
+        }
+        if new_type.plural != old_type.plural {
+            return Err(immutable(
+                "spec.names.plural",
+                &Value::String(new_type.plural),
+            ));
+        }
+        if new_type.namespaced != old_type.namespaced {
+            return Err(immutable(
+                "spec.scope",
+                crd.pointer("/spec/scope").unwrap_or(&Value::Null),
+            ));
+        }
+        let mut stored_versions: Vec<Value> = crd
+            .pointer("/status/storedVersions")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        if let Some(storage) = new_type.versions.first()
+            && !stored_versions.iter().any(|v| v.as_str() == Some(storage))
+        {
+            stored_versions.push(Value::String(storage.clone()));
+        }
+        if let Some(status) = crd.get_mut("status").and_then(Value::as_object_mut) {
+            status.insert("acceptedNames".into(), crd_names(&new_type));
+            status.insert("storedVersions".into(), Value::Array(stored_versions));
+        }
+        self.register(new_type);
+        Ok(())
+    }
+
     /// Deleting a CRD deletes its custom objects with it (the apiextensions finalizer's job).
     fn unregister_crd(&mut self, crd: &Value) {
         let Ok(rt) = registry::from_crd(crd) else {
@@ -867,6 +979,7 @@ impl Store {
         self.take_fault(FaultVerb::Update, target)?;
         let rt = self.rt(&target.key)?.clone();
         Self::check_body_identity(&rt, target, &body)?;
+        self.check_fields(&rt, &target.version, &mut body, opts)?;
         conversion::to_storage(&target.key, &target.version, &mut body)?;
         let old = self.lookup(target)?.clone();
         if let Some(rv) = meta_str(&body, "resourceVersion")
@@ -985,6 +1098,15 @@ impl Store {
         if new == old.object {
             return Ok(Self::render(rt, &target.version, &old.object));
         }
+        if rt.group == "apiextensions.k8s.io"
+            && rt.plural == "customresourcedefinitions"
+            && target.subresource.is_none()
+        {
+            self.reregister_crd(&old.object, &mut new)?;
+            if new == old.object {
+                return Ok(Self::render(rt, &target.version, &old.object));
+            }
+        }
         let okey = target.object_key();
         let grace = meta(&new)
             .and_then(|m| m.get("deletionGracePeriodSeconds"))
@@ -1067,6 +1189,7 @@ impl Store {
             ));
         }
         Self::check_body_identity(&rt, target, &patched)?;
+        self.check_fields(&rt, &target.version, &mut patched, opts)?;
         conversion::to_storage(&target.key, &target.version, &mut patched)?;
         let new = Self::merge_into_old(&rt, target, &old.object, patched)?;
         let mut managed = old.managed.clone();
@@ -1101,6 +1224,7 @@ impl Store {
             ));
         }
         Self::check_body_identity(rt, target, &config)?;
+        self.check_fields(rt, &target.version, &mut config, opts)?;
         let Ok(old) = self.lookup(target).cloned() else {
             // Apply creates what does not exist.
             let mut create_target = target.clone();
@@ -1109,9 +1233,10 @@ impl Store {
             meta_mut(&mut body).insert("name".into(), Value::String(name.clone()));
             let created = self.create(&create_target, body, opts)?;
             conversion::to_storage(&target.key, &target.version, &mut config)?;
+            let key = self.storage_key(&target.key);
             if let Some(stored) = self
                 .objects
-                .get_mut(&target.key)
+                .get_mut(&key)
                 .and_then(|m| m.get_mut(&target.object_key()))
             {
                 stored.managed = ManagedFields::default();
@@ -1526,12 +1651,14 @@ fn uses_strategic_features(patch: &Value) -> bool {
     }
 }
 
+/// `storage` is where the target's objects are kept (what `event.resource` names).
 fn filter_event(
     event: &WatchEvent,
+    storage: &ResourceKey,
     target: &Target,
     selectors: &Selectors,
 ) -> Option<(EventKind, Value)> {
-    if event.resource != target.key {
+    if event.resource != *storage {
         return None;
     }
     if let Some(ns) = &target.namespace

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use fake_dra_e2e::cluster::lifeline;
 use fake_dra_e2e::manifests::{self, Manifest};
 use fake_dra_e2e::sim::{RuntimeChoice, Sim, SimConfig};
 
@@ -163,17 +164,38 @@ async fn interrupted() {
     }
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    // The hidden supervisor every child of the sim runs under (see `lifeline`): checked
+    // before clap, so its command line is the child's and nothing else.
+    let mut argv = std::env::args_os().skip(1);
+    if argv.next().is_some_and(|a| a == lifeline::SUBCOMMAND) {
+        return lifeline::supervise_main(argv.collect());
+    }
     let args = Args::parse();
     init_logging(args.log_format);
-    match run(args).await {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("fake-dra-sim: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(start(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("fake-dra-sim: {message}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Ties every process the sim starts to its life, then runs.
+async fn start(args: Args) -> Result<(), String> {
+    // Whatever ends the sim — Ctrl-C, a crash, `kill -9` — its children end with it.
+    let exe = std::env::current_exe()
+        .map_err(|e| format!("locating this executable for the process supervisor: {e}"))?;
+    lifeline::install(exe).map_err(|e| e.to_string())?;
+    run(args).await
 }
 
 async fn run(args: Args) -> Result<(), String> {

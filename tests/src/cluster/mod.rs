@@ -9,6 +9,7 @@
 
 pub mod claims;
 pub mod kubelet;
+pub mod lifeline;
 pub mod runtime;
 pub mod scheduler;
 pub mod structured;

@@ -7,10 +7,12 @@
 //! edits itself. Both runners must show the same values for the variables fake-dra sets.
 
 use std::collections::BTreeSet;
+use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
+use std::sync::OnceLock;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -20,8 +22,21 @@ use tokio::process::{Child, Command};
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
-/// Where Debian's busybox-static puts the binary the podman rootfs is made of.
-const BUSYBOX: &str = "/bin/busybox";
+use super::lifeline::{self, find_in_path, is_executable};
+
+/// Where Debian's busybox-static puts the binary the podman rootfs is made of and the
+/// process runner runs applets with.
+pub(crate) const BUSYBOX: &str = "/bin/busybox";
+/// The directories of an image whose programs its busybox provides: an absolute command
+/// in one of them names the applet of its file name (`/bin/ash`, `/usr/bin/env`).
+const APPLET_DIRS: [&str; 4] = ["/bin", "/sbin", "/usr/bin", "/usr/sbin"];
+/// `printenv` as Alpine's busybox has it, for a rootfs whose busybox lacks the applet
+/// (Debian's busybox-static 1.35 has none): the values of the named variables, one a line,
+/// exit 1 when one is unset; the whole environment without arguments.
+const PRINTENV_SCRIPT: &str = r#"#!/bin/sh
+[ $# -eq 0 ] && exec /bin/busybox env
+exec /bin/busybox awk 'BEGIN { rc = 0; for (i = 1; i < ARGC; i++) { if (ARGV[i] in ENVIRON) print ENVIRON[ARGV[i]]; else rc = 1 } exit rc }' "$@"
+"#;
 /// What to install when the podman runner is unusable.
 const INSTALL_HINT: &str = "apt-get install podman runc busybox-static";
 /// Set to `1` (as CI does) to make a missing podman an error instead of a fallback.
@@ -85,6 +100,14 @@ pub enum RuntimeError {
     CdiDeviceAmbiguous { id: String, files: Vec<PathBuf> },
     #[error("process runtime applies only env edits; device {device} has {edit}")]
     UnsupportedEdit { device: String, edit: String },
+    #[error(
+        "container {container}: program {program:?} not found: {why} (the process runner runs busybox applets with {BUSYBOX}: apt-get install busybox-static)"
+    )]
+    ProgramNotFound {
+        container: String,
+        program: String,
+        why: String,
+    },
 }
 
 /// How an emulated node runs containers.
@@ -176,17 +199,6 @@ fn podman_missing() -> Vec<String> {
     missing
 }
 
-fn find_in_path(program: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(program))
-        .find(|candidate| is_executable(candidate))
-}
-
-fn is_executable(path: &Path) -> bool {
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
 /// The effective uid from /proc (no libc: `unsafe` is forbidden here).
 fn effective_uid() -> Option<u32> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -194,22 +206,35 @@ fn effective_uid() -> Option<u32> {
     line.split_whitespace().nth(2)?.parse().ok()
 }
 
-/// A directory with bin/busybox and a symlink per applet. Built in a staging directory and
-/// renamed into place, so concurrent callers with the same `work_dir` never see half of it.
+/// A busybox root filesystem laid out like a merged-/usr image (Wolfi, Debian): every applet
+/// `busybox --list` gives is a link in `usr/bin`, and `bin`, `sbin` and `usr/sbin` lead
+/// there, so a command finds its program under whichever of those paths a manifest names
+/// (`/bin/ash`, `/usr/bin/env`, `/sbin/ip`). Built in a staging directory and renamed into
+/// place, so concurrent callers with the same `work_dir` never see half of it.
 fn build_rootfs(work_dir: &Path) -> Result<PathBuf, RuntimeError> {
     let target = work_dir.join("podman-rootfs");
     let io_err = |path: &Path| {
         let path = path.to_path_buf();
         move |source| RuntimeError::Rootfs { path, source }
     };
-    if !target.join("bin/busybox").is_file() {
+    let complete = |root: &Path| {
+        root.join("usr/bin/busybox").is_file()
+            && root.join("bin").is_symlink()
+            && root.join("usr/bin/printenv").exists()
+    };
+    if !complete(&target) {
         std::fs::create_dir_all(work_dir).map_err(io_err(work_dir))?;
+        if target.exists() {
+            // An older layout (a reused --work-dir): rebuilt, since renaming onto a
+            // non-empty directory fails.
+            let _ = std::fs::remove_dir_all(&target);
+        }
         let staging = work_dir.join(format!(".podman-rootfs-{}", uuid::Uuid::new_v4()));
         let built = populate_rootfs(&staging).and_then(|()| std::fs::rename(&staging, &target));
         if let Err(source) = built {
             let _ = std::fs::remove_dir_all(&staging);
             // Another caller may have won the rename.
-            if !target.join("bin/busybox").is_file() {
+            if !complete(&target) {
                 return Err(RuntimeError::Rootfs {
                     path: target,
                     source,
@@ -221,28 +246,149 @@ fn build_rootfs(work_dir: &Path) -> Result<PathBuf, RuntimeError> {
 }
 
 fn populate_rootfs(root: &Path) -> std::io::Result<()> {
-    for dir in ["bin", "etc", "tmp", "proc", "sys", "dev", "run"] {
+    for dir in ["usr/bin", "etc", "tmp", "proc", "sys", "dev", "run"] {
         std::fs::create_dir_all(root.join(dir))?;
     }
-    let bin = root.join("bin");
-    std::fs::copy(BUSYBOX, bin.join("busybox"))?;
-    let list = std::process::Command::new(BUSYBOX)
-        .arg("--list")
-        .stdin(Stdio::null())
-        .output()?;
-    if !list.status.success() {
-        return Err(std::io::Error::other(format!(
-            "{BUSYBOX} --list failed: {}",
-            String::from_utf8_lossy(&list.stderr)
-        )));
+    for (link, to) in [("bin", "usr/bin"), ("sbin", "usr/bin"), ("usr/sbin", "bin")] {
+        std::os::unix::fs::symlink(to, root.join(link))?;
     }
-    for applet in String::from_utf8_lossy(&list.stdout).lines().map(str::trim) {
-        if applet.is_empty() || applet == "busybox" || applet.contains('/') {
-            continue;
-        }
+    let bin = root.join("usr/bin");
+    std::fs::copy(BUSYBOX, bin.join("busybox"))?;
+    let applets = busybox_list(Path::new(BUSYBOX))?;
+    for applet in &applets {
         std::os::unix::fs::symlink("busybox", bin.join(applet))?;
     }
+    // The few applets busybox installs elsewhere (`linuxrc` at the root).
+    for path in busybox_output(Path::new(BUSYBOX), "--list-full")?.lines() {
+        let in_bin_dirs = APPLET_DIRS
+            .iter()
+            .any(|dir| Path::new("/").join(path).parent() == Some(Path::new(dir)));
+        if !path.is_empty() && !in_bin_dirs && !path.contains("..") {
+            let link = root.join(path);
+            if let Some(parent) = link.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::os::unix::fs::symlink("/usr/bin/busybox", link)?;
+        }
+    }
+    if !applets.contains("printenv") {
+        let printenv = bin.join("printenv");
+        std::fs::write(&printenv, PRINTENV_SCRIPT)?;
+        std::fs::set_permissions(&printenv, std::fs::Permissions::from_mode(0o755))?;
+    }
     Ok(())
+}
+
+/// The applets of a busybox binary (`busybox --list`), without `busybox` itself.
+fn busybox_list(busybox: &Path) -> std::io::Result<BTreeSet<String>> {
+    Ok(busybox_output(busybox, "--list")?
+        .lines()
+        .map(str::trim)
+        .filter(|a| !a.is_empty() && *a != "busybox" && !a.contains('/'))
+        .map(str::to_string)
+        .collect())
+}
+
+/// What `busybox <option>` prints.
+fn busybox_output(busybox: &Path, option: &str) -> std::io::Result<String> {
+    let out = std::process::Command::new(busybox)
+        .arg(option)
+        .stdin(Stdio::null())
+        .output()?;
+    if !out.status.success() {
+        return Err(std::io::Error::other(format!(
+            "{} {option} failed: {}",
+            busybox.display(),
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The host's busybox applets, listed once; `None` when busybox is not installed.
+fn host_applets() -> Option<&'static BTreeSet<String>> {
+    static APPLETS: OnceLock<Option<BTreeSet<String>>> = OnceLock::new();
+    APPLETS
+        .get_or_init(|| {
+            let busybox = Path::new(BUSYBOX);
+            if !is_executable(busybox) {
+                return None;
+            }
+            busybox_list(busybox)
+                .inspect_err(|e| tracing::warn!("listing the busybox applets: {e}"))
+                .ok()
+        })
+        .as_ref()
+}
+
+/// How the process runner runs a container's program.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Program {
+    pub path: PathBuf,
+    /// Arguments before the container's own (the applet name for busybox).
+    pub prefix: Vec<String>,
+}
+
+/// The process runner's rule for a container's program (`command[0]`), so manifests
+/// written for real images run as they are:
+///
+/// 1. A bare name (`ash`) or an absolute path in `/bin`, `/sbin`, `/usr/bin` or `/usr/sbin`
+///    (`/bin/ash`, `/usr/bin/env`) names the program of that file name. When it is an
+///    applet of `applets` (the host's `/bin/busybox --list`), it runs as
+///    `/bin/busybox <applet> <args…>`, as in an image whose shell and tools are busybox.
+/// 2. Otherwise the host's program: a bare name looked up in the container's `PATH`; an
+///    absolute path as it is when the host has it, else its file name in that `PATH`.
+///    Any other path (`./x`, `/opt/tool`) runs as it is.
+/// 3. Nothing found: an error naming the program.
+pub(crate) fn resolve_program(
+    program: &str,
+    path_env: &str,
+    applets: Option<&BTreeSet<String>>,
+    busybox: &Path,
+) -> Result<Program, String> {
+    let name = if !program.contains('/') {
+        Some(program)
+    } else {
+        let path = Path::new(program);
+        let in_applet_dir = path
+            .parent()
+            .and_then(Path::to_str)
+            .is_some_and(|dir| APPLET_DIRS.contains(&dir));
+        in_applet_dir
+            .then(|| path.file_name().and_then(|n| n.to_str()))
+            .flatten()
+    };
+    let direct = |path: PathBuf| Program {
+        path,
+        prefix: Vec::new(),
+    };
+    let Some(name) = name.filter(|n| !n.is_empty()) else {
+        // A path outside the image's bin directories: the host's file, as it is.
+        return Ok(direct(PathBuf::from(program)));
+    };
+    if applets.is_some_and(|a| a.contains(name)) {
+        return Ok(Program {
+            path: busybox.to_path_buf(),
+            prefix: vec![name.to_string()],
+        });
+    }
+    if program.starts_with('/') && is_executable(Path::new(program)) {
+        return Ok(direct(PathBuf::from(program)));
+    }
+    let in_path = std::env::split_paths(path_env)
+        .map(|dir| dir.join(name))
+        .find(|candidate| is_executable(candidate));
+    match in_path {
+        Some(found) => Ok(direct(found)),
+        None => Err(format!(
+            "{} and no {name:?} on the host (PATH {path_env})",
+            if applets.is_some() {
+                format!("{name:?} is not a busybox applet")
+            } else {
+                format!("busybox ({}) is not installed", busybox.display())
+            }
+        )),
+    }
 }
 
 /// One container of a Pod, as the kubelet hands it to the runtime.
@@ -317,42 +463,60 @@ fn start_podman(
         .cdi_root
         .canonicalize()
         .unwrap_or_else(|_| spec.cdi_root.clone());
-    let mut command = Command::new("unshare");
-    command
-        .args([
-            "--mount",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            MOUNT_NS_SCRIPT,
-            "sh",
-        ])
-        .arg(&cdi_root);
-    command.arg("podman").args(PODMAN_GLOBAL_ARGS);
-    command.args([
-        "run",
-        "--rm",
-        "--name",
-        &name,
-        "--hostname",
-        &hostname_for(&spec.pod),
-        "--network=none",
-    ]);
-    command.args([
-        "--ulimit",
-        "nofile=20000:20000",
-        "--ulimit",
-        "nproc=32768:32768",
-    ]);
+    let mut argv: Vec<OsString> = [
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        MOUNT_NS_SCRIPT,
+        "sh",
+    ]
+    .map(OsString::from)
+    .into();
+    argv.push(cdi_root.into_os_string());
+    argv.push("podman".into());
+    argv.extend(PODMAN_GLOBAL_ARGS.map(OsString::from));
+    argv.extend(
+        [
+            "run",
+            "--rm",
+            "--name",
+            &name,
+            "--hostname",
+            &hostname_for(&spec.pod),
+            "--network=none",
+            "--ulimit",
+            "nofile=20000:20000",
+            "--ulimit",
+            "nproc=32768:32768",
+        ]
+        .map(OsString::from),
+    );
     for device in &spec.cdi_devices {
-        command.arg("--device").arg(device);
+        argv.extend(["--device".into(), OsString::from(device)]);
     }
     for (key, value) in &spec.env {
-        command.arg("-e").arg(format!("{key}={value}"));
+        argv.extend(["-e".into(), OsString::from(format!("{key}={value}"))]);
     }
-    command.arg("--rootfs").arg(rootfs).args(&spec.command);
-    let child = spawn(command, &format!("podman for {}", spec.label()))?;
+    argv.extend(["--rootfs".into(), rootfs.as_os_str().to_owned()]);
+    argv.extend(spec.command.iter().map(OsString::from));
+    // Killing `podman run` leaves the container to conmon: a cut lifeline removes it too.
+    let mut cleanup = lifeline::Cleanup::default();
+    cleanup
+        .run
+        .push(find_in_path("podman").map_or_else(|| "podman".into(), PathBuf::into_os_string));
+    cleanup.run.extend(PODMAN_GLOBAL_ARGS.map(OsString::from));
+    cleanup
+        .run
+        .extend(["rm", "-f", "-t", "0", "--ignore", &name].map(OsString::from));
+    let what = format!("podman for {}", spec.label());
+    let command =
+        lifeline::command("unshare", &argv, &cleanup).map_err(|source| RuntimeError::Spawn {
+            what: what.clone(),
+            source,
+        })?;
+    let child = spawn(command, &what)?;
     Ok(RunningContainer::new(
         child,
         Runner::Podman { name },
@@ -380,16 +544,41 @@ async fn start_process(
             what: format!("scratch directory for {}", spec.label()),
             source,
         })?;
-    let mut command = Command::new(&spec.command[0]);
-    command
-        .args(&spec.command[1..])
-        .env_clear()
-        .envs(env)
-        .current_dir(scratch.path());
-    let child = spawn(
-        command,
-        &format!("{:?} for {}", spec.command[0], spec.label()),
-    )?;
+    let path_env = env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "PATH")
+        .map_or(DEFAULT_PATH, |(_, v)| v.as_str());
+    let program = resolve_program(
+        &spec.command[0],
+        path_env,
+        host_applets(),
+        Path::new(BUSYBOX),
+    )
+    .map_err(|why| RuntimeError::ProgramNotFound {
+        container: spec.label(),
+        program: spec.command[0].clone(),
+        why,
+    })?;
+    let args: Vec<OsString> = program
+        .prefix
+        .iter()
+        .chain(&spec.command[1..])
+        .map(OsString::from)
+        .collect();
+    let what = format!("{:?} for {}", spec.command[0], spec.label());
+    let cleanup = lifeline::Cleanup {
+        remove: vec![scratch.path().to_path_buf()],
+        ..lifeline::Cleanup::default()
+    };
+    let mut command = lifeline::command(&program.path, &args, &cleanup).map_err(|source| {
+        RuntimeError::Spawn {
+            what: what.clone(),
+            source,
+        }
+    })?;
+    command.env_clear().envs(env).current_dir(scratch.path());
+    let child = spawn(command, &what)?;
     let pgid = child.id();
     Ok(RunningContainer::new(
         child,
@@ -400,12 +589,12 @@ async fn start_process(
     ))
 }
 
-/// Spawns with the settings both runners share: no stdin, captured output, its own
-/// process group (so a Ctrl-C of the test run doesn't reach it first and the process
-/// runner can kill everything the container started), killed if the handle is dropped.
+/// Spawns with the settings both runners share: captured output, its own process group
+/// (so a Ctrl-C of the test run doesn't reach it first and the runner can kill everything
+/// the container started, supervisor included), killed if the handle is dropped. stdin is
+/// [`lifeline::command`]'s.
 fn spawn(mut command: Command, what: &str) -> Result<Child, RuntimeError> {
     command
-        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
@@ -493,7 +682,9 @@ impl RunningContainer {
         }
     }
 
-    /// The pid of the container's main process (process runner) or of the podman client.
+    /// The pid of the process the runner started, the leader of the container's process
+    /// group: the container's main process (process runner) or the podman client — or their
+    /// supervisor when a [`super::lifeline`] is installed.
     pub fn pid(&self) -> Option<u32> {
         match &self.runner {
             Runner::Process { pgid } => *pgid,
@@ -586,7 +777,13 @@ impl RunningContainer {
         }
         if self.poll_exit().is_none() {
             tracing::warn!(container = %self.label, "podman did not exit after `podman rm -f {name}`; killing it");
-            let _ = self.child.start_kill();
+            match self.child.id() {
+                // The podman client's group: its supervisor too, when there is one.
+                Some(pgid) => kill_group_blocking(pgid),
+                None => {
+                    let _ = self.child.start_kill();
+                }
+            }
             if let Ok(status) = self.child.wait().await {
                 self.exited(status);
             }
@@ -632,6 +829,9 @@ impl Drop for RunningContainer {
             Runner::Process { pgid: None } => {}
             Runner::Podman { name } => {
                 let name = name.clone();
+                if let Some(pgid) = self.child.id() {
+                    kill_group_blocking(pgid);
+                }
                 std::thread::spawn(move || {
                     let _ = std::process::Command::new("podman")
                         .args(PODMAN_GLOBAL_ARGS)
@@ -694,37 +894,16 @@ async fn kill_group(pgid: u32) -> bool {
 /// [`kill_group`] for sync contexts; kill(1) returns at once. A group that is already
 /// gone is no error.
 fn kill_group_blocking(pgid: u32) {
-    let (program, args) = kill_group_argv(pgid);
-    let status = std::process::Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-    if let Err(e) = status {
-        tracing::warn!(
-            pgid,
-            "running kill(1) for the container's process group: {e}"
-        );
+    if let Err(e) = lifeline::signal_group("KILL", pgid) {
+        tracing::warn!(pgid, "killing the container's process group: {e}");
     }
 }
 
-/// procps' kill wherever it is (the PATH of a test run may lack it), else busybox's.
+/// kill(1) for a process group (the group as `-pgid`).
 fn kill_group_argv(pgid: u32) -> (PathBuf, Vec<String>) {
-    let group = format!("-{pgid}");
-    let procps = ["/usr/bin/kill", "/bin/kill"]
-        .into_iter()
-        .map(PathBuf::from)
-        .find(|p| is_executable(p))
-        .or_else(|| find_in_path("kill"));
-    match procps {
-        Some(kill) => (kill, vec!["-KILL".into(), "--".into(), group]),
-        // busybox's kill takes no `--`.
-        None => (
-            PathBuf::from(BUSYBOX),
-            vec!["kill".into(), "-KILL".into(), group],
-        ),
-    }
+    let (program, mut args) = lifeline::kill_argv("KILL");
+    args.push(format!("-{pgid}"));
+    (program, args)
 }
 
 #[derive(Debug, Clone)]
@@ -1357,6 +1536,64 @@ mod tests {
         assert!(skipped[0].contains("broken.yaml"), "{skipped:?}");
         let (none, _) = load_cdi_specs(&dir.path().join("missing")).unwrap();
         assert!(none.is_empty());
+    }
+
+    #[test]
+    fn programs_map_to_busybox_applets_then_the_host() {
+        let applets: BTreeSet<String> = ["ash", "sh", "env", "sleep"]
+            .into_iter()
+            .map(String::from)
+            .collect();
+        let bb = Path::new("/bb/busybox");
+        let host = tempfile::tempdir().unwrap();
+        let tool = host.path().join("tool");
+        std::fs::write(&tool, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path_env = host.path().display().to_string();
+        let busybox = |applet: &str| Program {
+            path: bb.to_path_buf(),
+            prefix: vec![applet.to_string()],
+        };
+        let resolve = |program: &str, applets| resolve_program(program, &path_env, applets, bb);
+        for (program, applet) in [
+            ("ash", "ash"),
+            ("/bin/ash", "ash"),
+            ("/usr/bin/env", "env"),
+            ("/sbin/sleep", "sleep"),
+            ("/usr/sbin/sh", "sh"),
+        ] {
+            assert_eq!(
+                resolve(program, Some(&applets)),
+                Ok(busybox(applet)),
+                "{program}"
+            );
+        }
+        let direct = |path: &Path| Program {
+            path: path.to_path_buf(),
+            prefix: Vec::new(),
+        };
+        // Not an applet: the host's program of that name, in the container's PATH.
+        assert_eq!(resolve("tool", Some(&applets)), Ok(direct(&tool)));
+        assert_eq!(resolve("/usr/bin/tool", Some(&applets)), Ok(direct(&tool)));
+        // No busybox at all: the host's program too.
+        assert_eq!(resolve("tool", None), Ok(direct(&tool)));
+        // A path outside the image's bin directories runs as it is.
+        assert_eq!(
+            resolve("/opt/x/ash", Some(&applets)),
+            Ok(direct(Path::new("/opt/x/ash")))
+        );
+        assert_eq!(
+            resolve("./ash", Some(&applets)),
+            Ok(direct(Path::new("./ash")))
+        );
+        // Neither: the error names the program and why.
+        let err = resolve("/bin/ash", None).unwrap_err();
+        assert!(
+            err.contains("\"ash\"") && err.contains("busybox (/bb/busybox) is not installed"),
+            "{err}"
+        );
+        let err = resolve("nope", Some(&applets)).unwrap_err();
+        assert!(err.contains("\"nope\" is not a busybox applet"), "{err}");
     }
 
     #[test]
