@@ -267,7 +267,11 @@ impl RealCluster {
         let up = cluster
             .script("hack/local-cluster.sh", &["up"])
             .unwrap_or_else(|e| panic!("hack/local-cluster.sh up: {e}"));
-        eprintln!("real cluster: {}", up.lines().last().unwrap_or_default());
+        let summary = up
+            .lines()
+            .filter(|l| l.starts_with("cluster up in"))
+            .collect::<String>();
+        eprintln!("real cluster: {summary}");
         cluster
             .script("hack/deploy.sh", &["structured"])
             .unwrap_or_else(|e| panic!("hack/deploy.sh structured: {e}"));

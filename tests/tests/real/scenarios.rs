@@ -150,22 +150,24 @@ async fn events_of<B: Backend>(b: &B, namespace: &str, object: &str) -> Vec<(Str
         .collect()
 }
 
-/// Waits for an event with `reason` about the object and records its message.
+/// Waits for the event with `reason` about the pod whose message is the `settled` one
+/// (the one the pod stays with), asserts the pod is Pending, and records the message and
+/// any other message of that reason seen so far.
 async fn pending_with<B: Backend>(
     b: &B,
     p: &mut Protocol,
-    namespace: &str,
-    pod: &str,
+    (namespace, pod): (&str, &str),
     reason: &str,
+    settled: &str,
     label: &str,
 ) -> String {
     let note = wait_until(
-        &format!("a {reason} event for {namespace}/{pod}"),
+        &format!("a {reason} event for {namespace}/{pod} saying {settled:?}"),
         || async {
             events_of(b, namespace, pod)
                 .await
                 .into_iter()
-                .find(|(r, _)| r == reason)
+                .find(|(r, note)| r == reason && note.contains(settled))
                 .map(|(_, note)| note)
         },
     )
@@ -178,6 +180,20 @@ async fn pending_with<B: Backend>(
     p.record(format!("{label} scheduled"), node_of(&po).is_some());
     p.record(format!("{label} event"), reason);
     p.record(format!("{label} message"), &note);
+    let others: BTreeSet<String> = events_of(b, namespace, pod)
+        .await
+        .into_iter()
+        .filter(|(r, n)| r == reason && *n != note)
+        .map(|(_, n)| n)
+        .collect();
+    p.record(
+        format!("{label} other {reason} messages"),
+        if others.is_empty() {
+            "none".to_string()
+        } else {
+            others.into_iter().collect::<Vec<_>>().join(" / ")
+        },
+    );
     note
 }
 
@@ -673,9 +689,9 @@ pub async fn model_selector<B: Backend>(b: &mut B, p: &mut Protocol) {
     let note = pending_with(
         b,
         p,
-        "test7",
-        "pending",
+        ("test7", "pending"),
         "FailedScheduling",
+        "0/1 nodes are available",
         "unknown model",
     )
     .await;
@@ -691,9 +707,9 @@ pub async fn over_request_and_freed_devices<B: Backend>(b: &mut B, p: &mut Proto
     let note = pending_with(
         b,
         p,
-        "test8",
-        "pod0",
+        ("test8", "pod0"),
         "FailedScheduling",
+        "0/1 nodes are available",
         "pod0 (9 devices)",
     )
     .await;
@@ -726,9 +742,9 @@ pub async fn over_request_and_freed_devices<B: Backend>(b: &mut B, p: &mut Proto
     pending_with(
         b,
         p,
-        "test8",
-        "six",
+        ("test8", "six"),
         "FailedScheduling",
+        "0/1 nodes are available",
         "six (6 devices, 4 free)",
     )
     .await;
@@ -804,9 +820,9 @@ pub async fn bad_opaque_parameters<B: Backend>(b: &mut B, p: &mut Protocol) {
     let note = pending_with(
         b,
         p,
-        "bad",
-        "both",
+        ("bad", "both"),
         "FailedPrepareDynamicResources",
+        "ResourceClaim split0",
         "both (good + split 0)",
     )
     .await;
@@ -824,9 +840,9 @@ pub async fn bad_opaque_parameters<B: Backend>(b: &mut B, p: &mut Protocol) {
     let note = pending_with(
         b,
         p,
-        "bad",
-        "typo",
+        ("bad", "typo"),
         "FailedPrepareDynamicResources",
+        "ResourceClaim typo",
         "typo (splitt)",
     )
     .await;
@@ -873,7 +889,7 @@ spec:
         ]),
     )
     .await;
-    let note = pending_with(b, p, "color", "pod0", "FailedScheduling", "pod0").await;
+    let note = pending_with(b, p, ("color", "pod0"), "FailedScheduling", "color", "pod0").await;
     assert!(note.contains("color"), "{note}");
     delete_namespaces(b, &["color"]).await;
     Api::<DeviceClass>::all(b.client())
