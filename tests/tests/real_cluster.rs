@@ -13,7 +13,8 @@
 //! busybox-static, iptables, openssl, binutils): without them the real-cluster test prints
 //! `SKIPPED: …` and passes, or fails when `FAKE_DRA_REQUIRE_REAL_K8S=1` (CI,
 //! `hack/ci-real-k8s.sh`). It also skips when another cluster already runs on this
-//! machine (there is room for one). `FAKE_DRA_KEEP_REAL_CLUSTER=1` leaves the cluster up
+//! machine (there is room for one), or when `FAKE_DRA_REAL_K8S=0`.
+//! `FAKE_DRA_KEEP_REAL_CLUSTER=1` leaves the cluster up
 //! afterwards; `FAKE_DRA_RECORD_REAL_CLUSTER=1` rewrites `real/observed.txt`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -28,6 +29,9 @@ use real::protocol::{self, Protocol};
 use real::{access, scenarios};
 
 const REQUIRE_ENV: &str = "FAKE_DRA_REQUIRE_REAL_K8S";
+/// `0` turns the real-cluster test off (a SKIPPED line), e.g. for a `cargo test --workspace`
+/// that CI follows with hack/ci-real-k8s.sh, which runs it.
+const ENABLE_ENV: &str = "FAKE_DRA_REAL_K8S";
 /// The node of hack/local-cluster.sh (its NODE_NAME default), also given to the emulator.
 const NODE: &str = "fake-dra-node";
 
@@ -78,7 +82,7 @@ fn skip(test: &str, why: &str) {
     use std::io::Write;
     let _ = writeln!(
         std::io::stderr(),
-        "\n*** SKIPPED real_cluster::{test}: {why}. The real-cluster suite did NOT run \
+        "\n*** SKIPPED: real_cluster::{test}: {why}. The real-cluster suite did NOT run \
          ({REQUIRE_ENV}=1 makes this a failure) ***\n"
     );
 }
@@ -88,6 +92,12 @@ fn scenarios_on_the_real_cluster() {
     let _turn = turn();
     let rt = runtime();
     let started = Instant::now();
+    if std::env::var(ENABLE_ENV).as_deref() == Ok("0") {
+        return skip(
+            "scenarios_on_the_real_cluster",
+            &format!("turned off by {ENABLE_ENV}=0"),
+        );
+    }
     let mut cluster = match rt.block_on(RealCluster::start()) {
         Ok(cluster) => cluster,
         Err(why) => return skip("scenarios_on_the_real_cluster", &why),
