@@ -9,11 +9,13 @@
 #                 busybox-static (1.35) and its applet links
 #   pause.tar     fake-dra.local/pause:1, containerd's sandbox image: our pause program
 # into target/kube/images/ (IMAGES_DIR), which hack/local-cluster.sh up loads.
-# Usage: hack/build-image-local.sh [--image NAME:TAG] [--cargo-profile release|dev] [--skip-cargo]
+# Usage: hack/build-image-local.sh [--image NAME:TAG] [--cargo-profile release|dev] [--skip-cargo] [--bin-dir DIR]
 #   --cargo-profile  release (default, target/release) or dev (target/debug: the binaries
 #                    `cargo test --workspace` already built, so CI pays no release build;
 #                    stripped, they behave the same)
 #   --skip-cargo     use the binaries already built for that profile
+#   --bin-dir DIR    take the two binaries from DIR (no cargo build; e.g. the directory
+#                    next to a test executable, which the e2e suite packs)
 # Env: IMAGE (default fake-dra:dev), IMAGES_DIR, CARGO_TARGET_DIR (default target/),
 #      BUSYBOX (default /bin/busybox)
 set -euo pipefail
@@ -21,11 +23,13 @@ source "$(dirname "$0")/lib.sh"
 source "$ROOT/hack/kube/lib.sh"
 skip_cargo=false
 profile=release
+bin_dir=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
     --image) IMAGE="${2:?--image needs a value}"; shift 2 ;;
     --skip-cargo) skip_cargo=true; shift ;;
+    --bin-dir) bin_dir="${2:?--bin-dir needs a value}"; skip_cargo=true; shift 2 ;;
     --cargo-profile) profile="${2:?--cargo-profile needs a value}"; shift 2 ;;
     *) die "unknown argument: $1 (try --help)" ;;
   esac
@@ -72,7 +76,7 @@ r="$work/fake-dra"
 mkdir -p "$r/usr/bin" "$r/etc" "$r/tmp"
 chmod 1777 "$r/tmp"
 for b in "${bins[@]}"; do
-  src="$CARGO_TARGET_DIR/$profile_dir/$b"
+  src="${bin_dir:-$CARGO_TARGET_DIR/$profile_dir}/$b"
   [[ -x "$src" ]] || die "$src not found; run without --skip-cargo"
   strip -o "$r/usr/bin/$b" "$src"
   ldd "$src" | awk '/=> \// { print $3 } /^\t\// { print $1 }' | while read -r lib; do

@@ -2,22 +2,27 @@
 # CI step "real Kubernetes": installs the Debian packages the local cluster needs, builds
 # the components from the Go module proxy (cached: hack/kube-build.sh), builds our images
 # from the dev-profile binaries that `cargo test --workspace` already left in target/debug
-# (built here if they are missing), and runs hack/real-k8s-demo.sh: a fresh one-node cluster,
-# the structured overlay, the seed demo, teardown. Prints the time of each stage. Needs root.
+# (built here if they are missing), runs hack/real-k8s-demo.sh (a fresh one-node cluster,
+# the structured overlay, the seed demo, teardown), then the real-cluster e2e suite
+# (tests/tests/real_cluster.rs, FAKE_DRA_REQUIRE_REAL_K8S=1: its own cluster, 16 scenarios,
+# compared with the recorded protocol, teardown). Prints the time of each stage. Needs root.
 # Run it after `cargo test --workspace`: it packs the binaries that left in target/debug
 # (a separate `cargo build -p ... --bin ...` would recompile for 3.5 minutes, because the
 # features unify differently without the test targets).
-# Usage: hack/ci-real-k8s.sh [--cargo-profile dev|release]
-# Cold (empty Go caches) the Go builds take about 18.5 minutes on 2 cores; warm, this
-# whole step takes under a minute.
+# Usage: hack/ci-real-k8s.sh [--cargo-profile dev|release] [--no-suite]
+#   --no-suite  the demo only (not the e2e suite)
+# Cold (empty Go caches) the Go builds take about 18.5 minutes on 2 cores; warm, the demo
+# takes under a minute and the suite about 5 minutes.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ROOT/hack/kube/lib.sh"
 profile=dev
+suite=true
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
     --cargo-profile) profile="${2:?--cargo-profile needs a value}"; shift 2 ;;
+    --no-suite) suite=false; shift ;;
     *) die "unknown argument: $1 (try --help)" ;;
   esac
 done
@@ -51,4 +56,13 @@ echo "== images: $((SECONDS - t1)) s"
 t1=$SECONDS
 "$ROOT/hack/real-k8s-demo.sh" --skip-build
 echo "== real-k8s demo: $((SECONDS - t1)) s"
+
+if $suite; then
+  # The same package selection as `cargo test --workspace`, so nothing recompiles (a
+  # `-p fake-dra-e2e` selection unifies features differently); the suite packs the binaries
+  # that run next to its executable (target/debug) into its images.
+  t1=$SECONDS
+  (cd "$ROOT" && FAKE_DRA_REQUIRE_REAL_K8S=1 cargo test --locked --workspace --test real_cluster -- scenarios_on_the_real_cluster)
+  echo "== real-cluster e2e suite: $((SECONDS - t1)) s"
+fi
 echo "== ci-real-k8s: $((SECONDS - t0)) s"

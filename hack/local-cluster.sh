@@ -10,7 +10,11 @@
 #   status   says which components run, and shows the node and the pods
 #   load ARCHIVE...  imports OCI image archives into containerd (namespace k8s.io)
 #   kubeconfig       prints the path of the admin kubeconfig
-# Usage: hack/local-cluster.sh up|down|status|load ARCHIVE...|kubeconfig
+#   restart-kubelet  stops the kubelet (SIGTERM; containers keep running) and starts it
+#                    again with the same flags
+#   crictl ARGS...   crictl on this cluster's containerd
+#   env              the cluster's paths as shell assignments (KUBECONFIG, KUBE_BIN, ...)
+# Usage: hack/local-cluster.sh up|down|status|load ARCHIVE...|kubeconfig|restart-kubelet|crictl ARGS...|env
 # Layout (docs/real-kubernetes.md): node "$NODE_NAME" (default fake-dra-node) with the
 # node IP 10.200.0.1/32 on lo; pods on the bridge fakedra0, 10.244.0.0/24; Services
 # 10.96.0.0/16 (kube-proxy, iptables mode); state and logs in $CLUSTER_DIR (default
@@ -300,6 +304,12 @@ EOF
 
 # --- up -----------------------------------------------------------------------------
 
+start_kubelet() {
+  start kubelet "$KUBE_BIN/kubelet" --config "$CLUSTER_DIR/kubelet.yaml" \
+    --kubeconfig "$CLUSTER_DIR/kubelet.kubeconfig" --hostname-override "$NODE_NAME" \
+    --node-ip "$NODE_IP" --root-dir "$KUBELET_ROOT" --v=2
+}
+
 port_free() { ! (exec 3<>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null; }
 
 up() {
@@ -388,9 +398,7 @@ up() {
   "$KUBE_BIN/ctr" --address "$CONTAINERD_SOCK" -n k8s.io images check "name==$SANDBOX_IMAGE" 2>/dev/null | grep -q . \
     || die "the sandbox image $SANDBOX_IMAGE is not in containerd; run hack/build-image-local.sh (it writes $IMAGES_DIR/pause.tar)"
 
-  start kubelet "$KUBE_BIN/kubelet" --config "$CLUSTER_DIR/kubelet.yaml" \
-    --kubeconfig "$CLUSTER_DIR/kubelet.kubeconfig" --hostname-override "$NODE_NAME" \
-    --node-ip "$NODE_IP" --root-dir "$KUBELET_ROOT" --v=2
+  start_kubelet
   start kube-proxy "$KUBE_BIN/kube-proxy" --config "$CLUSTER_DIR/kube-proxy.yaml" --v=1
 
   wait_for node 120 kctl get node "$NODE_NAME" || die "node $NODE_NAME did not register; see $LOGS/kubelet.log"
@@ -536,6 +544,28 @@ down() {
   echo "cluster down in $((SECONDS - t0)) s (logs kept in $LOGS)"
 }
 
+# --- restart-kubelet, crictl, env -------------------------------------------------------
+
+# restart_kubelet: SIGTERM to the kubelet (its containers keep running, as when systemd
+# restarts it), then the same command line again; waits until it serves again (healthz
+# through the API server's node proxy, so also its serving certificate).
+restart_kubelet() {
+  [[ "$(id -u)" == 0 ]] || die "must run as root"
+  running kubelet || die "the kubelet does not run (hack/local-cluster.sh up)"
+  stop kubelet
+  start_kubelet
+  wait_for "the restarted kubelet" 120 kctl get --raw "/api/v1/nodes/$NODE_NAME/proxy/healthz" \
+    || die "the restarted kubelet does not answer; see $LOGS/kubelet.log"
+  echo "kubelet restarted (pid $(pid_of kubelet))"
+}
+
+# env: the cluster's paths as shell assignments, for tools that drive it (the Rust e2e
+# suite tests/tests/real_cluster.rs reads them instead of repeating the layout).
+print_env() {
+  printf 'KUBECONFIG=%q\nKUBE_BIN=%q\nKUBE_VERSION=%q\nCLUSTER_DIR=%q\nNODE_NAME=%q\nCONTAINERD_SOCK=%q\nIMAGES_DIR=%q\nLOGS=%q\n' \
+    "$ADMIN_KUBECONFIG" "$KUBE_BIN" "$KUBE_VERSION" "$CLUSTER_DIR" "$NODE_NAME" "$CONTAINERD_SOCK" "$IMAGES_DIR" "$LOGS"
+}
+
 # --- status -------------------------------------------------------------------------
 
 status() {
@@ -559,6 +589,9 @@ case "$cmd" in
   status) status ;;
   load) shift; [[ $# -gt 0 ]] || die "load needs at least one image archive"; for a in "$@"; do load "$a"; done ;;
   kubeconfig) echo "$ADMIN_KUBECONFIG" ;;
+  restart-kubelet) restart_kubelet ;;
+  crictl) shift; exec "$KUBE_BIN/crictl" --runtime-endpoint "unix://$CONTAINERD_SOCK" "$@" ;;
+  env) print_env ;;
   "") usage; exit 2 ;;
   *) die "unknown command: $cmd (try --help)" ;;
 esac

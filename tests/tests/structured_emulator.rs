@@ -638,7 +638,7 @@ async fn no_device_is_allocated_twice_and_over_requests_stay_pending() {
         event_notes(&client, "FailedScheduling")
             .await
             .iter()
-            .any(|n| n == "0/2 nodes are available: 2 cannot allocate all claims.")
+            .any(|n| n == "0/2 nodes are available: 2 cannot allocate all claims. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
     })
     .await;
 
@@ -789,10 +789,12 @@ async fn unsatisfiable_requests_and_cel_errors_are_reported() {
         let notes = event_notes(&client, "FailedScheduling").await;
         notes
             .iter()
-            .any(|n| n == "0/2 nodes are available: 2 cannot allocate all claims.")
+            .any(|n| n == "0/2 nodes are available: 2 cannot allocate all claims. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
             && notes
                 .iter()
-                .any(|n| n.contains("CEL runtime error") && n.contains(&broken))
+                .any(|n| n.starts_with("running \"DynamicResources\" filter plugin: claim default/")
+                    && n.contains(": selector #0 on device ")
+                    && n.contains("CEL runtime error: no such key: nosuch. consider using CEL optional chaining"))
             && notes
                 .iter()
                 .any(|n| n.contains("deviceclasses.resource.k8s.io \"missing\" not found"))

@@ -472,15 +472,18 @@ fn selector_matches(
                 "{whose}: selector #{i} has no cel expression (the only selector kind)"
             )));
         };
+        // Worded as the upstream allocator (k8s.io/dynamic-resource-allocation/structured,
+        // selectorsMatch): `whose` is `class <name>` or `claim <namespace>/<name>`.
         let program = programs.get(expression).map_err(|e| {
-            AllocateError::Cel(format!(
-                "{whose}: selector #{i} ({expression}): CEL compile error: {e}"
-            ))
+            AllocateError::Cel(format!("{whose}: selector #{i}: CEL compile error: {e}"))
         })?;
         let ok = evaluate(&program, expression, &id.driver, device).map_err(|e| {
             AllocateError::Cel(format!(
-                "{whose}: selector #{i} ({expression}): CEL runtime error for device {}/{}/{}: {e}",
-                id.driver, id.pool, id.device
+                "{whose}: selector #{i} on device {}/{}/{}: CEL runtime error: {}",
+                id.driver,
+                id.pool,
+                id.device,
+                enhance_runtime_error(&e)
             ))
         })?;
         if !ok {
@@ -488,6 +491,22 @@ fn selector_matches(
         }
     }
     Ok(true)
+}
+
+/// A CEL runtime error as cel-go words it, with the hint upstream's
+/// `cel.EnhanceRuntimeError` adds to a missing map key (k8s.io/dynamic-resource-allocation/cel).
+fn enhance_runtime_error(error: &str) -> String {
+    let error = match error.strip_prefix("No such key: ") {
+        Some(key) => format!("no such key: {key}"),
+        None => error.to_string(),
+    };
+    if error.contains("no such key:") {
+        format!(
+            "{error}. consider using CEL optional chaining (.? followed by orValue()) or guarding the check with has() for optional fields"
+        )
+    } else {
+        error
+    }
 }
 
 /// Allocates all `claims` together on `node`: `Ok(Some(allocations))` (one `status.allocation`
@@ -547,10 +566,10 @@ pub fn allocate_on_node(
             let class_selectors = class.spec.selectors.as_deref().unwrap_or_default();
             let request_selectors = exact.selectors.as_deref().unwrap_or_default();
             let mut matching = Vec::new();
+            let class_whose = format!("class {}", exact.device_class_name);
             for (i, (id, device)) in available.devices.iter().enumerate() {
-                let class_whose = format!("{whose}: device class {}", exact.device_class_name);
                 if selector_matches(programs, class_selectors, &class_whose, id, device)?
-                    && selector_matches(programs, request_selectors, &whose, id, device)?
+                    && selector_matches(programs, request_selectors, &claim_name, id, device)?
                 {
                     matching.push(i);
                 }
@@ -750,6 +769,10 @@ struct World {
 
 enum ScheduleError {
     Unschedulable(String),
+    /// Rejected by the DynamicResources PreEnqueue check (a claim of the pod missing,
+    /// being deleted or not the pod's): upstream keeps such a pod out of the active queue
+    /// without a scheduling attempt, so without a FailedScheduling Event.
+    Gated(String),
     Api(kube::Error),
 }
 
@@ -831,6 +854,9 @@ async fn pass(
                     reported.insert(key, message);
                 }
             }
+            Err(ScheduleError::Gated(message)) => {
+                tracing::debug!(pod = %key, %message, "pod gated by PreEnqueue: no scheduling attempt")
+            }
             Err(ScheduleError::Api(error)) => {
                 tracing::debug!(pod = key, %error, "scheduling attempt failed")
             }
@@ -850,11 +876,11 @@ async fn schedule(
     let pod_name = pod.metadata.name.clone().unwrap_or_default();
     let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
 
-    // PreFilter.
+    // PreEnqueue (foreachPodResourceClaim), then PreFilter.
     let mut claims: Vec<ResourceClaim> = Vec::new();
     for pod_claim in pod.resource_claims() {
         let Some(claim_name) = pod.claim_name(&pod_claim.name) else {
-            return Err(ScheduleError::Unschedulable(format!(
+            return Err(ScheduleError::Gated(format!(
                 "waiting for resource claim {} of the pod to be created",
                 pod_claim.name
             )));
@@ -863,12 +889,12 @@ async fn schedule(
             c.metadata.namespace.as_deref() == Some(namespace.as_str())
                 && c.metadata.name.as_deref() == Some(claim_name)
         }) else {
-            return Err(ScheduleError::Unschedulable(format!(
+            return Err(ScheduleError::Gated(format!(
                 "resourceclaim \"{claim_name}\" not found"
             )));
         };
         if claim.metadata.deletion_timestamp.is_some() {
-            return Err(ScheduleError::Unschedulable(format!(
+            return Err(ScheduleError::Gated(format!(
                 "resourceclaim \"{claim_name}\" is being deleted"
             )));
         }
@@ -880,7 +906,7 @@ async fn schedule(
                 .flatten()
                 .any(|o| o.uid == pod_uid)
         {
-            return Err(ScheduleError::Unschedulable(format!(
+            return Err(ScheduleError::Gated(format!(
                 "ResourceClaim {claim_name} was not created for the pod"
             )));
         }
@@ -933,16 +959,28 @@ async fn schedule(
         ) {
             Ok(Some(allocations)) => feasible.push((name, Some(allocations))),
             Ok(None) => *reasons.entry("cannot allocate all claims").or_default() += 1,
+            // A Filter error (not a rejection) ends the scheduling cycle; the framework
+            // names the plugin (frameworkImpl.RunFilterPlugins).
+            Err(AllocateError::Cel(e)) => {
+                return Err(ScheduleError::Unschedulable(format!(
+                    "running \"DynamicResources\" filter plugin: {e}"
+                )));
+            }
             Err(e) => return Err(ScheduleError::Unschedulable(e.to_string())),
         }
     }
 
     if feasible.is_empty() {
-        // PostFilter: an allocated claim nobody uses may be what holds the pod back.
+        // PostFilter, DynamicResources first (before DefaultPreemption): an allocated claim
+        // nobody uses may be what holds the pod back.
+        let mut post_filter = Vec::new();
         for c in claims
             .iter()
             .filter(|c| is_allocated(c) && reserved_for(c).is_empty())
         {
+            if post_filter.is_empty() {
+                post_filter.push("deallocation of ResourceClaim completed".to_string());
+            }
             let patch = json!({"metadata": {"resourceVersion": c.metadata.resource_version}, "status": {"allocation": null}});
             api.patch_status::<ResourceClaim>(
                 Some(&namespace),
@@ -951,14 +989,22 @@ async fn schedule(
             )
             .await?;
         }
-        let details: Vec<String> = reasons
+        let mut details: Vec<String> = reasons
             .iter()
             .map(|(reason, n)| format!("{n} {reason}"))
             .collect();
+        details.sort();
+        // DefaultPreemption: every node failed with UnschedulableAndUnresolvable (the DRA
+        // reasons are), so no victim can help (preemption.Evaluator.evaluate).
+        let n = world.nodes.len();
+        post_filter.push(format!(
+            "preemption: 0/{n} nodes are available: {n} Preemption is not helpful for scheduling."
+        ));
+        // FitError.Error(): the Filter reasons, then the PostFilter messages.
         return Err(ScheduleError::Unschedulable(format!(
-            "0/{} nodes are available: {}.",
-            world.nodes.len(),
-            details.join(", ")
+            "0/{n} nodes are available: {}. {}",
+            details.join(", "),
+            post_filter.join(", ")
         )));
     }
 
