@@ -83,7 +83,7 @@ pub enum StartError {
     /// directory they were prepared with. Starting would sweep them as orphans, taking the
     /// devices from running pods.
     #[error(
-        "checkpoint {checkpoint} is missing, but {cdi_root} holds the CDI specs of {} prepared claim(s) ({}): is --plugin-dir (PLUGIN_DIR) the directory they were prepared with? Starting now would unprepare them under running pods. Mount the right directory; or, if no pod on this node uses these claims any more, delete those spec files and start again",
+        "checkpoint {checkpoint} is missing, but {cdi_root} holds the CDI specs of {} prepared claim(s) ({}): is --plugin-dir (FAKE_DRA_PLUGIN_DIR) the directory they were prepared with? Starting now would unprepare them under running pods. Mount the right directory; or, if no pod on this node uses these claims any more, delete those spec files and start again",
         claims.len(),
         claims.join(", ")
     )]

@@ -600,7 +600,7 @@ pub async fn count_4_split_2<B: Backend>(b: &mut B, p: &mut Protocol) {
     let results = held(&claim_of(b, "test5", "pod0", "fake").await);
     p.record("allocation results", results.len());
     let parents = parent_ids(b, &results).await;
-    let children: BTreeSet<String> = fake_dra_kubelet_plugin::devices::children(&parents, 2)
+    let children: BTreeSet<String> = fake_dra_kubelet_plugin::fake::devices::children(&parents, 2)
         .into_iter()
         .map(|c| c.id)
         .collect();
@@ -1055,7 +1055,7 @@ pub async fn kubelet_restart<B: Backend>(b: &mut B, p: &mut Protocol) {
     let other = running(b, p, "test4", "pod0", "ctr0", "new pod (count 4)").await;
     assert!(
         devices(&other).iter().all(|d| {
-            !fake_dra_kubelet_plugin::devices::children(std::slice::from_ref(d), 2)
+            !fake_dra_kubelet_plugin::fake::devices::children(std::slice::from_ref(d), 2)
                 .iter()
                 .any(|child| devices(&before).contains(&child.id))
         }),
