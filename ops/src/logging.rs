@@ -13,8 +13,13 @@ pub enum LogFormat {
 
 /// Installs the global subscriber; call once, first thing in `main`.
 pub fn init(format: LogFormat) {
+    init_with(format, "info");
+}
+
+/// [`init`] with another filter for when `RUST_LOG` is unset, e.g. `warn,my_crate=info`.
+pub fn init_with(format: LogFormat, default_filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -10,6 +10,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use fake_dra_e2e::cluster::lifeline;
 use fake_dra_e2e::manifests::{self, Manifest};
 use fake_dra_e2e::sim::{RuntimeChoice, Sim, SimConfig};
+use fake_dra_ops::flags::{self, Renamed};
+use fake_dra_ops::logging::{self, LogFormat};
 
 /// The seed demo: count 4, split 2, pod0 in namespace test5 (per DRA generation).
 const DEMO_CLASSIC: &str = "examples/5-count-4-split-2.yaml";
@@ -19,6 +21,44 @@ const DEMO_POD: &str = "pod0";
 const DEMO_CONTAINER: &str = "ctr0";
 /// A safety net for the demo; it normally finishes in seconds.
 const DEMO_TIMEOUT: Duration = Duration::from_secs(120);
+/// The sim's own log: its progress, and only warnings from the emulator around it.
+const DEFAULT_LOG_FILTER: &str = "warn,fake_dra_e2e::sim=info";
+
+/// The names from before the env rule (`FAKE_DRA_SIM_<FLAG>`), kept one release.
+const RENAMED: &[Renamed] = &[
+    Renamed {
+        old: "FAKE_DRA_SIM_NODES",
+        new: "FAKE_DRA_NODES",
+    },
+    Renamed {
+        old: "FAKE_DRA_SIM_MODE",
+        new: "FAKE_DRA_MODE",
+    },
+    Renamed {
+        old: "FAKE_DRA_SIM_KUBERNETES_VERSION",
+        new: "FAKE_DRA_KUBERNETES_VERSION",
+    },
+    Renamed {
+        old: "FAKE_DRA_SIM_RUNTIME",
+        new: "FAKE_DRA_RUNTIME",
+    },
+    Renamed {
+        old: "FAKE_DRA_SIM_NUM_DEVICES",
+        new: "FAKE_DRA_NUM_DEVICES",
+    },
+    Renamed {
+        old: "FAKE_DRA_SIM_DEPLOY_DIR",
+        new: "FAKE_DRA_DEPLOY_DIR",
+    },
+    Renamed {
+        old: "FAKE_DRA_SIM_WORK_DIR",
+        new: "FAKE_DRA_WORK_DIR",
+    },
+    Renamed {
+        old: "FAKE_DRA_SIM_LOG_FORMAT",
+        new: "FAKE_DRA_LOG_FORMAT",
+    },
+];
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum Runtime {
@@ -36,12 +76,6 @@ enum Mode {
     Structured,
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
-}
-
 /// fake-dra on an emulated cluster: no Kubernetes, no images. Containers run on a local
 /// busybox root filesystem with podman when it is installed, else as local processes.
 #[derive(Debug, Parser)]
@@ -52,7 +86,7 @@ struct Args {
     /// Node names, comma-separated.
     #[arg(
         long,
-        env = "FAKE_DRA_SIM_NODES",
+        env = "FAKE_DRA_NODES",
         value_delimiter = ',',
         default_value = "kind-worker,kind-worker2",
         global = true
@@ -61,40 +95,40 @@ struct Args {
     /// DRA generation: installs deploy/<mode> and emulates a matching Kubernetes.
     #[arg(
         long,
-        env = "FAKE_DRA_SIM_MODE",
+        env = "FAKE_DRA_MODE",
         value_enum,
         default_value = "classic",
         global = true
     )]
     mode: Mode,
     /// Kubernetes version to emulate, e.g. 1.33 (default: 1.30 classic, 1.34 structured).
-    #[arg(long, env = "FAKE_DRA_SIM_KUBERNETES_VERSION", value_parser = parse_version, global = true)]
+    #[arg(long, env = "FAKE_DRA_KUBERNETES_VERSION", value_parser = parse_version, global = true)]
     kubernetes_version: Option<(u32, u32)>,
     /// Container runtime of the nodes (auto: podman when usable).
     #[arg(
         long,
-        env = "FAKE_DRA_SIM_RUNTIME",
+        env = "FAKE_DRA_RUNTIME",
         value_enum,
         default_value = "auto",
         global = true
     )]
     runtime: Runtime,
     /// Parent devices per node (the plugin's FAKE_DRA_NUM_DEVICES).
-    #[arg(long, env = "FAKE_DRA_SIM_NUM_DEVICES", global = true)]
+    #[arg(long, env = "FAKE_DRA_NUM_DEVICES", global = true)]
     num_devices: Option<usize>,
     /// Directory with fake-dra-controller and fake-dra-kubelet-plugin (default: next to this binary).
     #[arg(long, env = "FAKE_DRA_BIN_DIR", global = true)]
     bin_dir: Option<PathBuf>,
     /// The deploy/ directory whose overlay is installed.
-    #[arg(long, env = "FAKE_DRA_SIM_DEPLOY_DIR", default_value = fake_dra_e2e::sim::DEPLOY_DIR, global = true)]
+    #[arg(long, env = "FAKE_DRA_DEPLOY_DIR", default_value = fake_dra_e2e::sim::DEPLOY_DIR, global = true)]
     deploy_dir: PathBuf,
     /// Keep node directories and driver logs here (default: a temporary directory, removed at exit).
-    #[arg(long, env = "FAKE_DRA_SIM_WORK_DIR", global = true)]
+    #[arg(long, env = "FAKE_DRA_WORK_DIR", global = true)]
     work_dir: Option<PathBuf>,
     /// Format of the sim's own log (stderr).
     #[arg(
         long,
-        env = "FAKE_DRA_SIM_LOG_FORMAT",
+        env = "FAKE_DRA_LOG_FORMAT",
         value_enum,
         default_value = "text",
         global = true
@@ -108,13 +142,19 @@ enum Cmd {
     /// which prints its environment (FAKE_DEVICE_0 … FAKE_DEVICE_7).
     Demo {
         /// Keep the cluster running after the demo until Ctrl-C.
-        #[arg(long)]
+        #[arg(long, env = "FAKE_DRA_KEEP_RUNNING")]
         keep_running: bool,
     },
     /// Apply manifests (files or directories) and print container logs until Ctrl-C.
     Run {
-        /// A manifest file or a directory of them; repeatable.
-        #[arg(short = 'f', long = "filename", required = true)]
+        /// A manifest file or a directory of them; repeatable (comma-separated in the env).
+        #[arg(
+            short = 'f',
+            long = "filename",
+            env = "FAKE_DRA_FILENAME",
+            value_delimiter = ',',
+            required = true
+        )]
         files: Vec<PathBuf>,
     },
 }
@@ -136,34 +176,6 @@ fn parse_version(text: &str) -> Result<(u32, u32), String> {
     }
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,fake_dra_e2e::sim=info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
-}
-
-async fn interrupted() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-        }
-        _ => std::future::pending().await,
-    }
-}
-
 fn main() -> ExitCode {
     // The hidden supervisor every child of the sim runs under (see `lifeline`): checked
     // before clap, so its command line is the child's and nothing else.
@@ -171,8 +183,11 @@ fn main() -> ExitCode {
     if argv.next().is_some_and(|a| a == lifeline::SUBCOMMAND) {
         return lifeline::supervise_main(argv.collect());
     }
-    let args = Args::parse();
-    init_logging(args.log_format);
+    let (args, old_names) = flags::parse::<Args>(RENAMED);
+    logging::init_with(args.log_format, DEFAULT_LOG_FILTER);
+    for old in &old_names {
+        old.warn();
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -254,7 +269,7 @@ async fn run(args: Args) -> Result<(), String> {
     };
     let sim = tokio::select! {
         started = Sim::start(config) => started.map_err(|e| e.to_string())?,
-        () = interrupted() => return Err("interrupted while starting".into()),
+        () = fake_dra_ops::signals::shutdown() => return Err("interrupted while starting".into()),
     };
     eprintln!(
         "fake-dra-sim: cluster up: nodes {}; driver logs in {}",
@@ -301,10 +316,38 @@ async fn drive(sim: &Sim, args: &Args, manifests: &[Manifest]) -> Result<(), Str
             () = &mut deadline, if demo.is_some() && !demo_done => {
                 return Err(format!("the demo pod {DEMO_NAMESPACE}/{DEMO_POD} printed no FAKE_NODE_NAME within {DEMO_TIMEOUT:?}; see the driver logs under {}", sim.work_dir().join("logs").display()));
             }
-            () = interrupted() => {
+            () = fake_dra_ops::signals::shutdown() => {
                 eprintln!("fake-dra-sim: shutting down");
                 return Ok(());
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn every_flag_follows_the_env_rule() {
+        assert_eq!(flags::rule_breakers(&Args::command()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn every_old_name_maps_to_a_flag() {
+        let (_, seen) = flags::apply_old_names(Args::command(), RENAMED, |_| Some("x".into()));
+        // With old and new names both set, each old one is reported as ignored: every
+        // entry was matched against a flag's twin.
+        assert_eq!(seen.len(), RENAMED.len());
+        for r in RENAMED {
+            assert!(
+                Args::command()
+                    .get_arguments()
+                    .any(|a| a.get_env().is_some_and(|e| e == r.new)),
+                "{} maps to no flag",
+                r.new
+            );
         }
     }
 }
