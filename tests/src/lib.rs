@@ -8,6 +8,7 @@
 
 pub mod apiserver;
 pub mod binaries;
+pub mod cel;
 pub mod cluster;
 pub mod manifests;
 pub mod sim;

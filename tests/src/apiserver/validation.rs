@@ -358,7 +358,7 @@ fn selectors(list: Option<&Value>, path: &str, causes: &mut Vec<FieldCause>) {
         match selector.pointer("/cel/expression").and_then(Value::as_str) {
             None | Some("") => causes.push(FieldCause::required(&field, "")),
             Some(expression) => {
-                if let Err(e) = crate::cluster::structured::compile(expression) {
+                if let Err(e) = crate::cel::compile(expression) {
                     causes.push(FieldCause::invalid(
                         &field,
                         &Value::String(expression.into()),

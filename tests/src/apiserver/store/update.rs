@@ -1,0 +1,309 @@
+//! Update, patch and server-side apply.
+
+use super::*;
+
+impl Store {
+    pub fn update(
+        &mut self,
+        target: &Target,
+        mut body: Value,
+        opts: &WriteOptions,
+    ) -> ApiResult<Value> {
+        self.take_fault(FaultVerb::Update, target)?;
+        let rt = self.rt(&target.key)?.clone();
+        Self::check_body_identity(&rt, target, &body)?;
+        self.check_fields(&rt, &target.version, &mut body, opts)?;
+        conversion::to_storage(&target.key, &target.version, &mut body)?;
+        let old = self.lookup(target)?.clone();
+        if let Some(rv) = meta_str(&body, "resourceVersion")
+            && Some(rv) != meta_str(&old.object, "resourceVersion")
+        {
+            return Err(ApiError::stale_resource_version(
+                &rt.qualified(),
+                target.name.as_deref().unwrap_or_default(),
+            ));
+        }
+        let new = Self::merge_into_old(&rt, target, &old.object, body)?;
+        let mut managed = old.managed.clone();
+        managed.record_update(&opts.manager(), Some(&old.object), &new);
+        self.finish_update(&rt, target, old, new, managed)
+    }
+
+    /// Builds the stored object of an update: the main endpoint keeps the old status (when
+    /// status is a subresource), `/status` keeps everything but status, and system metadata
+    /// always comes from the stored object.
+    pub(super) fn merge_into_old(
+        rt: &ResourceType,
+        target: &Target,
+        old: &Value,
+        body: Value,
+    ) -> ApiResult<Value> {
+        let mut new = match target.subresource.as_deref() {
+            Some("status") if rt.status_subresource => {
+                let mut new = old.clone();
+                if let Some(map) = new.as_object_mut() {
+                    match body.get("status") {
+                        Some(status) => map.insert("status".into(), status.clone()),
+                        None => map.remove("status"),
+                    };
+                }
+                new
+            }
+            None => {
+                let mut new = body;
+                if rt.status_subresource
+                    && let Some(map) = new.as_object_mut()
+                {
+                    match old.get("status") {
+                        Some(status) => map.insert("status".into(), status.clone()),
+                        None => map.remove("status"),
+                    };
+                }
+                new
+            }
+            Some(other) => return Err(ApiError::no_route(&format!("{}/{other}", rt.plural))),
+        };
+        let old_meta = meta(old).cloned().unwrap_or_default();
+        let m = meta_mut(&mut new);
+        for system in [
+            "name",
+            "namespace",
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+            "resourceVersion",
+        ] {
+            match old_meta.get(system) {
+                Some(v) => m.insert(system.into(), v.clone()),
+                None => m.remove(system),
+            };
+        }
+        m.remove("managedFields");
+        if let Some(map) = new.as_object_mut() {
+            map.insert(
+                "apiVersion".into(),
+                Value::String(rt.api_version(&target.version)),
+            );
+            map.insert("kind".into(), Value::String(rt.kind.clone()));
+        }
+        Ok(new)
+    }
+
+    pub(super) fn finish_update(
+        &mut self,
+        rt: &ResourceType,
+        target: &Target,
+        old: Stored,
+        mut new: Value,
+        managed: ManagedFields,
+    ) -> ApiResult<Value> {
+        let name = target.name.clone().unwrap_or_default();
+        if rt.custom
+            && let Some(schema) = rt.schemas.get(&target.version)
+        {
+            schema::admit(schema, &mut new, &rt.kind_group(), &name)?;
+        }
+        if is_deleting(&old.object) {
+            let before = finalizers(&old.object);
+            if finalizers(&new).iter().any(|f| !before.contains(f)) {
+                let cause = FieldCause::forbidden(
+                    "metadata.finalizers",
+                    "no new finalizers can be added if the object is being deleted",
+                );
+                return Err(ApiError::invalid(&rt.kind_group(), &name, vec![cause]));
+            }
+        }
+        if spec_part(&new) != spec_part(&old.object) {
+            let generation = meta(&old.object)
+                .and_then(|m| m.get("generation"))
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            meta_mut(&mut new).insert("generation".into(), Value::from(generation + 1));
+        }
+        if rt.group.is_empty() && rt.plural == "pods" {
+            validation::prune_pod_claims(&mut new, self.server_version);
+        }
+        validation::validate_write(rt, Some(&old.object), &new, self.server_version)?;
+        // An update that changes nothing is not written and bumps nothing (GuaranteedUpdate
+        // short-circuits on identical bytes), so controllers do not feed their own loops.
+        if new == old.object {
+            return Ok(Self::render(rt, &target.version, &old.object));
+        }
+        if rt.group == "apiextensions.k8s.io"
+            && rt.plural == "customresourcedefinitions"
+            && target.subresource.is_none()
+        {
+            self.reregister_crd(&old.object, &mut new)?;
+            if new == old.object {
+                return Ok(Self::render(rt, &target.version, &old.object));
+            }
+        }
+        let okey = target.object_key();
+        let grace = meta(&new)
+            .and_then(|m| m.get("deletionGracePeriodSeconds"))
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        if is_deleting(&new) && finalizers(&new).is_empty() && grace == 0 {
+            let gone = self.remove(&target.key, &okey).unwrap_or(new);
+            return Ok(Self::render(rt, &target.version, &gone));
+        }
+        let previous = Some(old.object);
+        let object = self.commit(
+            &target.key,
+            okey,
+            Stored {
+                object: new,
+                managed,
+            },
+            EventKind::Modified,
+            previous,
+        );
+        Ok(Self::render(rt, &target.version, &object))
+    }
+
+    pub fn patch(
+        &mut self,
+        target: &Target,
+        patch_type: PatchType,
+        body: &[u8],
+        opts: &WriteOptions,
+    ) -> ApiResult<Value> {
+        self.take_fault(FaultVerb::Patch, target)?;
+        let rt = self.rt(&target.key)?.clone();
+        if patch_type == PatchType::Apply {
+            return self.apply(&rt, target, body, opts);
+        }
+        let patch: Value = serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+        let old = self.lookup(target)?.clone();
+        let mut patched = Self::render(&rt, &target.version, &old.object);
+        match patch_type {
+            PatchType::Merge => json_patch::merge(&mut patched, &patch),
+            PatchType::Strategic => {
+                if rt.custom {
+                    // apiextensions-apiserver: custom resources do not support strategic merge.
+                    return Err(ApiError::unsupported_media_type(
+                        "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+                    ));
+                }
+                if uses_strategic_features(&patch) {
+                    return Err(ApiError::not_implemented(
+                        "strategic merge patch with lists or $-directives (use a merge or JSON patch)",
+                    ));
+                }
+                // Without lists or directives a strategic merge patch means what a merge patch means.
+                json_patch::merge(&mut patched, &patch);
+            }
+            PatchType::Json => {
+                let ops: json_patch::Patch = serde_json::from_value(patch).map_err(|e| {
+                    ApiError::bad_request(format!("error decoding JSON patch: {e}"))
+                })?;
+                json_patch::patch(&mut patched, &ops).map_err(|e| {
+                    // A failed `test` is the JSON-patch way of a precondition: the apiserver says 422.
+                    ApiError::invalid(
+                        &rt.kind_group(),
+                        target.name.as_deref().unwrap_or_default(),
+                        vec![FieldCause::invalid(
+                            "",
+                            &Value::Null,
+                            format!("the JSON patch could not be applied: {e}"),
+                        )],
+                    )
+                })?;
+            }
+            PatchType::Apply => unreachable_patch(),
+        }
+        if meta_str(&patched, "resourceVersion") != meta_str(&old.object, "resourceVersion") {
+            return Err(ApiError::stale_resource_version(
+                &rt.qualified(),
+                target.name.as_deref().unwrap_or_default(),
+            ));
+        }
+        Self::check_body_identity(&rt, target, &patched)?;
+        self.check_fields(&rt, &target.version, &mut patched, opts)?;
+        conversion::to_storage(&target.key, &target.version, &mut patched)?;
+        let new = Self::merge_into_old(&rt, target, &old.object, patched)?;
+        let mut managed = old.managed.clone();
+        managed.record_update(&opts.manager(), Some(&old.object), &new);
+        self.finish_update(&rt, target, old, new, managed)
+    }
+
+    /// Server-side apply (`application/apply-patch+yaml`).
+    pub(super) fn apply(
+        &mut self,
+        rt: &ResourceType,
+        target: &Target,
+        body: &[u8],
+        opts: &WriteOptions,
+    ) -> ApiResult<Value> {
+        let name = target.name.clone().unwrap_or_default();
+        let Some(manager) = opts.field_manager.clone().filter(|m| !m.is_empty()) else {
+            let cause = FieldCause::required("fieldManager", "is required for apply patch");
+            return Err(ApiError::invalid(
+                "PatchOptions.meta.k8s.io",
+                "",
+                vec![cause],
+            ));
+        };
+        let mut config: Value = serde_yaml_ng::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+        if config.get("apiVersion").and_then(Value::as_str).is_none()
+            || config.get("kind").and_then(Value::as_str).is_none()
+        {
+            return Err(ApiError::bad_request(
+                "apply patches must name apiVersion and kind",
+            ));
+        }
+        Self::check_body_identity(rt, target, &config)?;
+        self.check_fields(rt, &target.version, &mut config, opts)?;
+        let Ok(old) = self.lookup(target).cloned() else {
+            // Apply creates what does not exist.
+            let mut create_target = target.clone();
+            create_target.name = None;
+            let mut body = config.clone();
+            meta_mut(&mut body).insert("name".into(), Value::String(name.clone()));
+            let created = self.create(&create_target, body, opts)?;
+            conversion::to_storage(&target.key, &target.version, &mut config)?;
+            let key = self.storage_key(&target.key);
+            if let Some(stored) = self
+                .objects
+                .get_mut(&key)
+                .and_then(|m| m.get_mut(&target.object_key()))
+            {
+                stored.managed = ManagedFields::default();
+                stored
+                    .managed
+                    .apply(&manager, &Value::Object(Map::new()), &config);
+            }
+            return Ok(created);
+        };
+        // Managed fields are tracked on the stored layout, whatever version applied.
+        conversion::to_storage(&target.key, &target.version, &mut config)?;
+        if let Some(rv) = meta_str(&config, "resourceVersion")
+            && Some(rv) != meta_str(&old.object, "resourceVersion")
+        {
+            return Err(ApiError::stale_resource_version(&rt.qualified(), &name));
+        }
+        let mut managed = old.managed.clone();
+        let conflicts = managed.conflicts(&manager, &old.object, &config);
+        if !conflicts.is_empty() && !opts.force {
+            let list: Vec<String> = conflicts
+                .iter()
+                .map(|c| format!("conflict with \"{}\": .{}", c.manager, c.path.join(".")))
+                .collect();
+            let mut err = ApiError::conflict(&rt.qualified(), &name, "");
+            err.message = format!(
+                "Apply failed with {} conflict{}: {}",
+                list.len(),
+                if list.len() == 1 { "" } else { "s" },
+                list.join("\n")
+            );
+            return Err(err);
+        }
+        let merged = managed.apply(&manager, &old.object, &config);
+        let new = Self::merge_into_old(rt, target, &old.object, merged)?;
+        self.finish_update(rt, target, old, new, managed)
+    }
+}

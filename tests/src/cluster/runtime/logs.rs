@@ -1,0 +1,144 @@
+//! Container logs: lines read from a container's stdout/stderr, fanned out to subscribers.
+
+use super::*;
+
+#[derive(Debug, Clone)]
+pub(super) struct Origin {
+    pub(super) namespace: String,
+    pub(super) pod: String,
+    pub(super) container: String,
+}
+
+/// Copies a stream into the sink line by line (lossy UTF-8, so binary output can't stop it).
+pub(super) async fn forward_lines(
+    stream: impl AsyncRead + Unpin,
+    logs: LogSink,
+    origin: Origin,
+    podman_stderr: bool,
+) {
+    let mut reader = BufReader::new(stream);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        match reader.read_until(b'\n', &mut buf).await {
+            Ok(0) => break,
+            Ok(_) => {
+                let line = String::from_utf8_lossy(&buf);
+                let line = line.strip_suffix('\n').unwrap_or(&line);
+                let line = line.strip_suffix('\r').unwrap_or(line);
+                if podman_stderr && line.starts_with("Error: ") {
+                    tracing::warn!(container = %format!("{}/{}/{}", origin.namespace, origin.pod, origin.container), "podman: {line}");
+                }
+                logs.push(LogLine {
+                    namespace: origin.namespace.clone(),
+                    pod: origin.pod.clone(),
+                    container: origin.container.clone(),
+                    line: line.to_string(),
+                });
+            }
+            Err(e) => {
+                tracing::warn!("reading container output: {e}");
+                break;
+            }
+        }
+    }
+}
+
+/// One line a container printed.
+#[derive(Debug, Clone)]
+pub struct LogLine {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    pub line: String,
+}
+
+impl LogLine {
+    pub(super) fn is_of(&self, namespace: &str, pod: &str, container: &str) -> bool {
+        self.namespace == namespace && self.pod == pod && self.container == container
+    }
+}
+
+/// Every line every container printed (stdout and stderr), kept in memory and broadcast.
+#[derive(Debug, Clone)]
+pub struct LogSink {
+    pub(super) lines: Arc<Mutex<Vec<LogLine>>>,
+    pub(super) tx: broadcast::Sender<LogLine>,
+}
+
+impl Default for LogSink {
+    fn default() -> Self {
+        Self {
+            lines: Arc::default(),
+            tx: broadcast::channel(LOG_CHANNEL_CAPACITY).0,
+        }
+    }
+}
+
+impl LogSink {
+    pub fn subscribe(&self) -> broadcast::Receiver<LogLine> {
+        self.tx.subscribe()
+    }
+
+    pub fn lines(&self, namespace: &str, pod: &str, container: &str) -> Vec<String> {
+        self.locked()
+            .iter()
+            .filter(|l| l.is_of(namespace, pod, container))
+            .map(|l| l.line.clone())
+            .collect()
+    }
+
+    pub fn all(&self) -> Vec<LogLine> {
+        self.locked().clone()
+    }
+
+    /// Records a line and broadcasts it.
+    pub fn push(&self, line: LogLine) {
+        let mut lines = self.locked();
+        lines.push(line.clone());
+        // Sent under the lock so subscribers see lines in the stored order; no subscriber is fine.
+        let _ = self.tx.send(line);
+    }
+
+    /// Waits until a line of that container satisfies `pred`, up to `timeout`; returns all
+    /// that container's lines so far, or `Err(lines so far)` on timeout.
+    pub async fn wait_for(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+        timeout: Duration,
+        pred: impl Fn(&str) -> bool,
+    ) -> Result<Vec<String>, Vec<String>> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        // Subscribed before looking, so no line slips between the look and the wait.
+        let mut rx = self.subscribe();
+        let mut recheck = true;
+        loop {
+            if recheck {
+                let lines = self.lines(namespace, pod, container);
+                if lines.iter().any(|l| pred(l)) {
+                    return Ok(lines);
+                }
+                recheck = false;
+            }
+            match tokio::time::timeout_at(deadline, rx.recv()).await {
+                Err(_) | Ok(Err(broadcast::error::RecvError::Closed)) => {
+                    return Err(self.lines(namespace, pod, container));
+                }
+                Ok(Ok(line)) if line.is_of(namespace, pod, container) && pred(&line.line) => {
+                    return Ok(self.lines(namespace, pod, container));
+                }
+                Ok(Ok(_)) => {}
+                Ok(Err(broadcast::error::RecvError::Lagged(_))) => recheck = true,
+            }
+        }
+    }
+
+    pub(super) fn locked(&self) -> MutexGuard<'_, Vec<LogLine>> {
+        // A panic while pushing leaves a consistent Vec; keep serving it.
+        self.lines
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}

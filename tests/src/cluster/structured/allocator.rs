@@ -1,0 +1,437 @@
+//! The structured allocator (`staging/src/k8s.io/dynamic-resource-allocation/structured/allocator.go`):
+//! which devices of a node's ResourceSlices satisfy a pod's unallocated claims.
+
+use super::*;
+use crate::cel::{compile, evaluate};
+
+/// A device, as allocation results name it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DeviceId {
+    pub driver: String,
+    pub pool: String,
+    pub device: String,
+}
+
+/// Why allocation cannot proceed at all, for any node.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AllocateError {
+    /// The claim asks for something that does not exist or is not implemented here.
+    #[error("{0}")]
+    Unresolvable(String),
+    /// A CEL selector failed to compile or evaluate; the message names the expression.
+    #[error("{0}")]
+    Cel(String),
+}
+
+/// The devices allocated by every claim's `status.allocation`.
+pub fn allocated_devices<'a>(
+    claims: impl IntoIterator<Item = &'a ResourceClaim>,
+) -> BTreeSet<DeviceId> {
+    claims
+        .into_iter()
+        .filter_map(|c| {
+            c.status
+                .as_ref()?
+                .allocation
+                .as_ref()?
+                .devices
+                .as_ref()?
+                .results
+                .as_ref()
+        })
+        .flatten()
+        .map(|r| DeviceId {
+            driver: r.driver.clone(),
+            pool: r.pool.clone(),
+            device: r.device.clone(),
+        })
+        .collect()
+}
+
+/// `status.allocation.nodeSelector` for devices local to `node`, as upstream writes it.
+pub fn node_selector_for(node: &str) -> Value {
+    json!({"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]})
+}
+
+/// The node-local devices of one node: slices with `spec.nodeName == node`, only the
+/// newest generation of each pool (`GatherPools`), in a stable order.
+pub(super) struct NodeDevices<'a> {
+    devices: Vec<(DeviceId, &'a Device)>,
+    /// Pools whose newest generation lacks slices (`resourceSliceCount` not reached).
+    incomplete: BTreeSet<(String, String)>,
+}
+
+pub(super) fn node_devices<'a>(node: &str, slices: &'a [ResourceSlice]) -> NodeDevices<'a> {
+    let local: Vec<&ResourceSlice> = slices
+        .iter()
+        .filter(|s| s.spec.node_name.as_deref() == Some(node))
+        .collect();
+    let mut newest: BTreeMap<(String, String), i64> = BTreeMap::new();
+    for s in &local {
+        let key = (s.spec.driver.clone(), s.spec.pool.name.clone());
+        let g = newest.entry(key).or_insert(s.spec.pool.generation);
+        *g = (*g).max(s.spec.pool.generation);
+    }
+    let mut current: Vec<&ResourceSlice> = local
+        .into_iter()
+        .filter(|s| {
+            newest.get(&(s.spec.driver.clone(), s.spec.pool.name.clone()))
+                == Some(&s.spec.pool.generation)
+        })
+        .collect();
+    current.sort_by(|a, b| {
+        (&a.spec.driver, &a.spec.pool.name, &a.metadata.name).cmp(&(
+            &b.spec.driver,
+            &b.spec.pool.name,
+            &b.metadata.name,
+        ))
+    });
+    let mut counts: BTreeMap<(String, String), (usize, i64)> = BTreeMap::new();
+    let mut devices = Vec::new();
+    for s in current {
+        let entry = counts
+            .entry((s.spec.driver.clone(), s.spec.pool.name.clone()))
+            .or_insert((0, s.spec.pool.resource_slice_count));
+        entry.0 += 1;
+        for d in s.spec.devices.iter().flatten() {
+            devices.push((
+                DeviceId {
+                    driver: s.spec.driver.clone(),
+                    pool: s.spec.pool.name.clone(),
+                    device: d.name.clone(),
+                },
+                d,
+            ));
+        }
+    }
+    let incomplete = counts
+        .into_iter()
+        .filter(|(_, (seen, want))| (*seen as i64) < *want)
+        .map(|(k, _)| k)
+        .collect();
+    NodeDevices {
+        devices,
+        incomplete,
+    }
+}
+
+/// Slices the allocator does not use, named so a caller can log them.
+pub fn unsupported_slices(slices: &[ResourceSlice]) -> Vec<String> {
+    slices
+        .iter()
+        .filter(|s| s.spec.node_name.as_deref().is_none_or(str::is_empty))
+        .map(|s| s.metadata.name.clone().unwrap_or_default())
+        .collect()
+}
+
+/// One request's need, resolved against the node's devices.
+pub(super) enum Slot {
+    /// `All`: exactly these devices.
+    Fixed {
+        claim: usize,
+        request: String,
+        devices: Vec<usize>,
+    },
+    /// `ExactCount`: `count` of these candidates.
+    Pick {
+        claim: usize,
+        request: String,
+        count: usize,
+        candidates: Vec<usize>,
+    },
+}
+
+/// Compiled programs, kept across nodes and pods of one scheduling pass.
+#[derive(Default)]
+pub struct Programs(HashMap<String, Result<Arc<cel::Program>, String>>);
+
+impl std::fmt::Debug for Programs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Programs")
+            .field("count", &self.0.len())
+            .finish()
+    }
+}
+
+impl Programs {
+    fn get(&mut self, expression: &str) -> Result<Arc<cel::Program>, String> {
+        self.0
+            .entry(expression.to_string())
+            .or_insert_with(|| compile(expression).map(Arc::new))
+            .clone()
+    }
+}
+
+pub(super) fn selector_matches(
+    programs: &mut Programs,
+    selectors: &[DeviceSelector],
+    whose: &str,
+    id: &DeviceId,
+    device: &Device,
+) -> Result<bool, AllocateError> {
+    for (i, selector) in selectors.iter().enumerate() {
+        let Some(expression) = selector.cel.as_ref().map(|c| c.expression.as_str()) else {
+            return Err(AllocateError::Unresolvable(format!(
+                "{whose}: selector #{i} has no cel expression (the only selector kind)"
+            )));
+        };
+        // Worded as the upstream allocator (k8s.io/dynamic-resource-allocation/structured,
+        // selectorsMatch): `whose` is `class <name>` or `claim <namespace>/<name>`.
+        let program = programs.get(expression).map_err(|e| {
+            AllocateError::Cel(format!("{whose}: selector #{i}: CEL compile error: {e}"))
+        })?;
+        let ok = evaluate(&program, expression, &id.driver, device).map_err(|e| {
+            AllocateError::Cel(format!(
+                "{whose}: selector #{i} on device {}/{}/{}: CEL runtime error: {}",
+                id.driver,
+                id.pool,
+                id.device,
+                enhance_runtime_error(&e)
+            ))
+        })?;
+        if !ok {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// A CEL runtime error as cel-go words it, with the hint upstream's
+/// `cel.EnhanceRuntimeError` adds to a missing map key (k8s.io/dynamic-resource-allocation/cel).
+pub(super) fn enhance_runtime_error(error: &str) -> String {
+    let error = match error.strip_prefix("No such key: ") {
+        Some(key) => format!("no such key: {key}"),
+        None => error.to_string(),
+    };
+    if error.contains("no such key:") {
+        format!(
+            "{error}. consider using CEL optional chaining (.? followed by orValue()) or guarding the check with has() for optional fields"
+        )
+    } else {
+        error
+    }
+}
+
+/// Allocates all `claims` together on `node`: `Ok(Some(allocations))` (one `status.allocation`
+/// per claim, in order), `Ok(None)` when the node cannot hold them, `Err` when no node can.
+pub fn allocate_on_node(
+    node: &str,
+    claims: &[&ResourceClaim],
+    classes: &BTreeMap<String, DeviceClass>,
+    slices: &[ResourceSlice],
+    taken: &BTreeSet<DeviceId>,
+    programs: &mut Programs,
+) -> Result<Option<Vec<Value>>, AllocateError> {
+    let available = node_devices(node, slices);
+    let mut slots = Vec::new();
+    for (ci, claim) in claims.iter().enumerate() {
+        let claim_name = format!(
+            "claim {}/{}",
+            claim.metadata.namespace.as_deref().unwrap_or_default(),
+            claim.metadata.name.as_deref().unwrap_or_default()
+        );
+        let devices = claim.spec.devices.as_ref();
+        if devices
+            .and_then(|d| d.constraints.as_ref())
+            .is_some_and(|c| !c.is_empty())
+        {
+            return Err(AllocateError::Unresolvable(format!(
+                "{claim_name}: spec.devices.constraints are not implemented by the emulated scheduler"
+            )));
+        }
+        for request in devices
+            .and_then(|d| d.requests.as_ref())
+            .into_iter()
+            .flatten()
+        {
+            let whose = format!("{claim_name}, request {}", request.name);
+            if request.first_available.is_some() {
+                return Err(AllocateError::Unresolvable(format!(
+                    "{whose}: firstAvailable is not implemented by the emulated scheduler"
+                )));
+            }
+            let Some(exact) = request.exactly.as_ref() else {
+                return Err(AllocateError::Unresolvable(format!(
+                    "{whose}: neither exactly nor firstAvailable is set"
+                )));
+            };
+            if exact.admin_access == Some(true) || exact.capacity.is_some() {
+                return Err(AllocateError::Unresolvable(format!(
+                    "{whose}: adminAccess and capacity requests are not implemented by the emulated scheduler"
+                )));
+            }
+            let class = classes.get(&exact.device_class_name).ok_or_else(|| {
+                AllocateError::Unresolvable(format!(
+                    "{whose}: could not retrieve device class {}: deviceclasses.resource.k8s.io \"{}\" not found",
+                    exact.device_class_name, exact.device_class_name
+                ))
+            })?;
+            let class_selectors = class.spec.selectors.as_deref().unwrap_or_default();
+            let request_selectors = exact.selectors.as_deref().unwrap_or_default();
+            let mut matching = Vec::new();
+            let class_whose = format!("class {}", exact.device_class_name);
+            for (i, (id, device)) in available.devices.iter().enumerate() {
+                if selector_matches(programs, class_selectors, &class_whose, id, device)?
+                    && selector_matches(programs, request_selectors, &claim_name, id, device)?
+                {
+                    matching.push(i);
+                }
+            }
+            match exact.allocation_mode.as_deref().unwrap_or("ExactCount") {
+                "All" => {
+                    // "At least one device must exist on the node for the allocation to
+                    // succeed. Allocation will fail if some devices are already allocated."
+                    let pools_complete = matching.iter().all(|i| {
+                        let id = &available.devices[*i].0;
+                        !available
+                            .incomplete
+                            .contains(&(id.driver.clone(), id.pool.clone()))
+                    });
+                    if matching.is_empty()
+                        || !pools_complete
+                        || matching
+                            .iter()
+                            .any(|i| taken.contains(&available.devices[*i].0))
+                    {
+                        return Ok(None);
+                    }
+                    slots.push(Slot::Fixed {
+                        claim: ci,
+                        request: request.name.clone(),
+                        devices: matching,
+                    });
+                }
+                "ExactCount" => {
+                    let count = usize::try_from(exact.count.unwrap_or(1).max(1)).unwrap_or(1);
+                    let candidates: Vec<usize> = matching
+                        .into_iter()
+                        .filter(|i| !taken.contains(&available.devices[*i].0))
+                        .collect();
+                    if candidates.len() < count {
+                        return Ok(None);
+                    }
+                    slots.push(Slot::Pick {
+                        claim: ci,
+                        request: request.name.clone(),
+                        count,
+                        candidates,
+                    });
+                }
+                other => {
+                    return Err(AllocateError::Unresolvable(format!(
+                        "{whose}: unsupported allocationMode {other:?}"
+                    )));
+                }
+            }
+        }
+    }
+    let mut used = vec![false; available.devices.len()];
+    let mut chosen: Vec<Vec<usize>> = slots.iter().map(|_| Vec::new()).collect();
+    for (si, slot) in slots.iter().enumerate() {
+        if let Slot::Fixed { devices, .. } = slot {
+            for d in devices {
+                if used[*d] {
+                    return Ok(None);
+                }
+                used[*d] = true;
+            }
+            chosen[si] = devices.clone();
+        }
+    }
+    let mut budget = SEARCH_BUDGET;
+    if !search(&slots, 0, 0, &mut used, &mut chosen, &mut budget) {
+        return Ok(None);
+    }
+    let mut allocations = Vec::new();
+    for (ci, claim) in claims.iter().enumerate() {
+        let mut results = Vec::new();
+        let mut config = Vec::new();
+        for (si, slot) in slots.iter().enumerate() {
+            let (Slot::Fixed { claim, request, .. } | Slot::Pick { claim, request, .. }) = slot;
+            if *claim != ci {
+                continue;
+            }
+            for d in &chosen[si] {
+                let id = &available.devices[*d].0;
+                results.push(json!({"request": request, "driver": id.driver, "pool": id.pool, "device": id.device}));
+            }
+        }
+        // Class configuration first, one entry per request and class config, then the
+        // claim's own (allocator.go: "allocationResult.Devices.Config").
+        let spec = claim.spec.devices.as_ref();
+        for request in spec.and_then(|d| d.requests.as_ref()).into_iter().flatten() {
+            let class = request
+                .exactly
+                .as_ref()
+                .and_then(|e| classes.get(&e.device_class_name));
+            for c in class
+                .and_then(|c| c.spec.config.as_ref())
+                .into_iter()
+                .flatten()
+            {
+                let mut entry = json!({"source": "FromClass", "requests": [request.name]});
+                if let Some(opaque) = &c.opaque {
+                    entry["opaque"] = serde_json::to_value(opaque).unwrap_or(Value::Null);
+                }
+                config.push(entry);
+            }
+        }
+        for c in spec.and_then(|d| d.config.as_ref()).into_iter().flatten() {
+            let mut entry = json!({"source": "FromClaim"});
+            if let Some(requests) = c.requests.as_ref().filter(|r| !r.is_empty()) {
+                entry["requests"] = json!(requests);
+            }
+            if let Some(opaque) = &c.opaque {
+                entry["opaque"] = serde_json::to_value(opaque).unwrap_or(Value::Null);
+            }
+            config.push(entry);
+        }
+        let mut devices = json!({"results": results});
+        if !config.is_empty() {
+            devices["config"] = Value::Array(config);
+        }
+        allocations.push(json!({"devices": devices, "nodeSelector": node_selector_for(node)}));
+    }
+    Ok(Some(allocations))
+}
+
+/// Backtracking over the `ExactCount` slots: combinations in candidate order, so the
+/// first solution takes the first free devices, as upstream's allocator does.
+pub(super) fn search(
+    slots: &[Slot],
+    slot: usize,
+    start: usize,
+    used: &mut [bool],
+    chosen: &mut [Vec<usize>],
+    budget: &mut usize,
+) -> bool {
+    let Some(current) = slots.get(slot) else {
+        return true;
+    };
+    let (count, candidates) = match current {
+        Slot::Fixed { .. } => return search(slots, slot + 1, 0, used, chosen, budget),
+        Slot::Pick {
+            count, candidates, ..
+        } => (*count, candidates),
+    };
+    if chosen[slot].len() == count {
+        return search(slots, slot + 1, 0, used, chosen, budget);
+    }
+    for (pos, d) in candidates.iter().enumerate().skip(start) {
+        if *budget == 0 {
+            return false;
+        }
+        *budget -= 1;
+        if used[*d] {
+            continue;
+        }
+        used[*d] = true;
+        chosen[slot].push(*d);
+        if search(slots, slot, pos + 1, used, chosen, budget) {
+            return true;
+        }
+        chosen[slot].pop();
+        used[*d] = false;
+    }
+    false
+}

@@ -1,0 +1,363 @@
+//! The kube-scheduler's `DynamicResources` plugin around the allocator: PreFilter,
+//! Filter, PostFilter, Reserve/PreBind and Bind, one pod at a time.
+
+use super::*;
+
+pub async fn run_scheduler(
+    api: ResourceApi,
+    client: kube::Client,
+    changes: broadcast::Receiver<Arc<WatchEvent>>,
+) {
+    let events = Events::new(client.clone(), "default-scheduler", None);
+    let reported = Arc::new(tokio::sync::Mutex::new(HashMap::new()));
+    level_triggered("kube-scheduler", changes, || {
+        let (api, client, events, reported) = (
+            api.clone(),
+            client.clone(),
+            events.clone(),
+            reported.clone(),
+        );
+        async move { pass(&api, &client, &events, &mut *reported.lock().await).await }
+    })
+    .await;
+}
+
+/// What one pass knows of the cluster.
+pub(super) struct World {
+    nodes: Vec<Node>,
+    claims: Vec<ResourceClaim>,
+    classes: BTreeMap<String, DeviceClass>,
+    slices: Vec<ResourceSlice>,
+    /// Devices in any claim's allocation, including those this pass just allocated.
+    taken: BTreeSet<DeviceId>,
+    load: BTreeMap<String, usize>,
+    programs: Programs,
+}
+
+pub(super) enum ScheduleError {
+    Unschedulable(String),
+    /// Rejected by the DynamicResources PreEnqueue check (a claim of the pod missing,
+    /// being deleted or not the pod's): upstream keeps such a pod out of the active queue
+    /// without a scheduling attempt, so without a FailedScheduling Event.
+    Gated(String),
+    Api(kube::Error),
+}
+
+impl From<kube::Error> for ScheduleError {
+    fn from(e: kube::Error) -> Self {
+        Self::Api(e)
+    }
+}
+
+pub(super) async fn pass(
+    api: &ResourceApi,
+    client: &kube::Client,
+    events: &Events,
+    reported: &mut HashMap<String, String>,
+) -> Result<(), kube::Error> {
+    let pods = Api::<ClassicPod>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
+    let mut nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
+    nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    let claims: Vec<ResourceClaim> = api.list(None).await?;
+    let classes: BTreeMap<String, DeviceClass> = api
+        .list::<DeviceClass>(None)
+        .await?
+        .into_iter()
+        .filter_map(|c| Some((c.metadata.name.clone()?, c)))
+        .collect();
+    let slices: Vec<ResourceSlice> = api.list(None).await?;
+    for name in unsupported_slices(&slices) {
+        tracing::debug!(slice = %name, "ResourceSlice without spec.nodeName: not used by the emulated scheduler");
+    }
+    let mut load: BTreeMap<String, usize> = BTreeMap::new();
+    for pod in &pods {
+        if let Some(node) = pod.node_name() {
+            *load.entry(node.to_string()).or_default() += 1;
+        }
+    }
+    let mut world = World {
+        nodes,
+        taken: allocated_devices(&claims),
+        claims,
+        classes,
+        slices,
+        load,
+        programs: Programs::default(),
+    };
+    for pod in &pods {
+        if pod.node_name().is_some() || pod.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let key = format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            pod.metadata.name.as_deref().unwrap_or_default()
+        );
+        match schedule(api, client, pod, &mut world).await {
+            Ok(node) => {
+                reported.remove(&key);
+                let note = format!("Successfully assigned {key} to {node}");
+                events
+                    .normal(object_ref(pod), "Scheduled", "Binding", note)
+                    .await;
+            }
+            Err(ScheduleError::Unschedulable(message)) => {
+                if reported.get(&key) != Some(&message) {
+                    tracing::info!(pod = %key, %message, "pod unschedulable");
+                    events
+                        .warn(
+                            object_ref(pod),
+                            "FailedScheduling",
+                            "Scheduling",
+                            message.clone(),
+                        )
+                        .await;
+                    reported.insert(key, message);
+                }
+            }
+            Err(ScheduleError::Gated(message)) => {
+                tracing::debug!(pod = %key, %message, "pod gated by PreEnqueue: no scheduling attempt")
+            }
+            Err(ScheduleError::Api(error)) => {
+                tracing::debug!(pod = key, %error, "scheduling attempt failed")
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Schedules one pod; returns the node it was bound to.
+pub(super) async fn schedule(
+    api: &ResourceApi,
+    client: &kube::Client,
+    pod: &ClassicPod,
+    world: &mut World,
+) -> Result<String, ScheduleError> {
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let pod_name = pod.metadata.name.clone().unwrap_or_default();
+    let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
+
+    // PreEnqueue (foreachPodResourceClaim), then PreFilter.
+    let mut claims: Vec<ResourceClaim> = Vec::new();
+    for pod_claim in pod.resource_claims() {
+        let Some(claim_name) = pod.claim_name(&pod_claim.name) else {
+            return Err(ScheduleError::Gated(format!(
+                "waiting for resource claim {} of the pod to be created",
+                pod_claim.name
+            )));
+        };
+        let Some(claim) = world.claims.iter().find(|c| {
+            c.metadata.namespace.as_deref() == Some(namespace.as_str())
+                && c.metadata.name.as_deref() == Some(claim_name)
+        }) else {
+            return Err(ScheduleError::Gated(format!(
+                "resourceclaim \"{claim_name}\" not found"
+            )));
+        };
+        if claim.metadata.deletion_timestamp.is_some() {
+            return Err(ScheduleError::Gated(format!(
+                "resourceclaim \"{claim_name}\" is being deleted"
+            )));
+        }
+        if pod_claim.template_name().is_some()
+            && !claim
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.uid == pod_uid)
+        {
+            return Err(ScheduleError::Gated(format!(
+                "ResourceClaim {claim_name} was not created for the pod"
+            )));
+        }
+        let reserved = reserved_for(claim);
+        if !reserved.iter().any(|r| r.uid == pod_uid) && reserved.len() >= RESERVED_FOR_MAX {
+            return Err(ScheduleError::Unschedulable(format!(
+                "resourceclaim \"{claim_name}\": reservedFor is full"
+            )));
+        }
+        if !claims.iter().any(|c| c.metadata.uid == claim.metadata.uid) {
+            claims.push(claim.clone());
+        }
+    }
+    let pending: Vec<&ResourceClaim> = claims.iter().filter(|c| !is_allocated(c)).collect();
+
+    // Filter.
+    let mut feasible: Vec<(String, Option<Vec<Value>>)> = Vec::new();
+    let mut reasons: BTreeMap<&'static str, usize> = BTreeMap::new();
+    for node in &world.nodes {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let empty = BTreeMap::new();
+        let view = NodeView {
+            name: &name,
+            labels: node.metadata.labels.as_ref().unwrap_or(&empty),
+        };
+        let allocated_fit = claims.iter().filter(|c| is_allocated(c)).all(|c| {
+            c.status
+                .as_ref()
+                .and_then(|s| s.allocation.as_ref())
+                .and_then(|a| a.node_selector.as_ref())
+                .is_none_or(|s| node_selector::matches(s, view))
+        });
+        if !allocated_fit {
+            *reasons
+                .entry("resourceclaim not available on the node")
+                .or_default() += 1;
+            continue;
+        }
+        if pending.is_empty() {
+            feasible.push((name, None));
+            continue;
+        }
+        match allocate_on_node(
+            &name,
+            &pending,
+            &world.classes,
+            &world.slices,
+            &world.taken,
+            &mut world.programs,
+        ) {
+            Ok(Some(allocations)) => feasible.push((name, Some(allocations))),
+            Ok(None) => *reasons.entry("cannot allocate all claims").or_default() += 1,
+            // A Filter error (not a rejection) ends the scheduling cycle; the framework
+            // names the plugin (frameworkImpl.RunFilterPlugins).
+            Err(AllocateError::Cel(e)) => {
+                return Err(ScheduleError::Unschedulable(format!(
+                    "running \"DynamicResources\" filter plugin: {e}"
+                )));
+            }
+            Err(e) => return Err(ScheduleError::Unschedulable(e.to_string())),
+        }
+    }
+
+    if feasible.is_empty() {
+        // PostFilter, DynamicResources first (before DefaultPreemption): an allocated claim
+        // nobody uses may be what holds the pod back.
+        let mut post_filter = Vec::new();
+        for c in claims
+            .iter()
+            .filter(|c| is_allocated(c) && reserved_for(c).is_empty())
+        {
+            if post_filter.is_empty() {
+                post_filter.push("deallocation of ResourceClaim completed".to_string());
+            }
+            let patch = json!({"metadata": {"resourceVersion": c.metadata.resource_version}, "status": {"allocation": null}});
+            api.patch_status::<ResourceClaim>(
+                Some(&namespace),
+                c.metadata.name.as_deref().unwrap_or_default(),
+                &patch,
+            )
+            .await?;
+        }
+        let mut details: Vec<String> = reasons
+            .iter()
+            .map(|(reason, n)| format!("{n} {reason}"))
+            .collect();
+        details.sort();
+        // DefaultPreemption: every node failed with UnschedulableAndUnresolvable (the DRA
+        // reasons are), so no victim can help (preemption.Evaluator.evaluate).
+        let n = world.nodes.len();
+        post_filter.push(format!(
+            "preemption: 0/{n} nodes are available: {n} Preemption is not helpful for scheduling."
+        ));
+        // FitError.Error(): the Filter reasons, then the PostFilter messages.
+        return Err(ScheduleError::Unschedulable(format!(
+            "0/{n} nodes are available: {}. {}",
+            details.join(", "),
+            post_filter.join(", ")
+        )));
+    }
+
+    let (node, allocations) = feasible
+        .into_iter()
+        .min_by_key(|(n, _)| world.load.get(n).copied().unwrap_or(0))
+        .unwrap_or_default();
+
+    // PreBind: finalizer, then allocation + reservedFor in one status update.
+    let consumer = json!({"resource": "pods", "name": pod_name, "uid": pod_uid});
+    let mut allocations = allocations.unwrap_or_default().into_iter();
+    for claim in &claims {
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let mut reserved: Vec<Value> = reserved_for(claim)
+            .iter()
+            .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
+            .collect();
+        let already = reserved_for(claim).iter().any(|r| r.uid == pod_uid);
+        if !already {
+            reserved.push(consumer.clone());
+        }
+        if is_allocated(claim) {
+            if !already {
+                let patch = json!({"metadata": {"resourceVersion": claim.metadata.resource_version}, "status": {"reservedFor": reserved}});
+                api.patch_status::<ResourceClaim>(Some(&namespace), &name, &patch)
+                    .await?;
+            }
+            continue;
+        }
+        let Some(allocation) = allocations.next() else {
+            continue;
+        };
+        let mut finalizers = claim.metadata.finalizers.clone().unwrap_or_default();
+        let mut resource_version = claim.metadata.resource_version.clone();
+        if !finalizers.iter().any(|f| f == DELETE_PROTECTION_FINALIZER) {
+            finalizers.push(DELETE_PROTECTION_FINALIZER.into());
+            let patch = json!({"metadata": {"resourceVersion": resource_version, "finalizers": finalizers}});
+            resource_version = api
+                .patch_metadata::<ResourceClaim>(Some(&namespace), &name, &patch)
+                .await?;
+        }
+        let patch = json!({"metadata": {"resourceVersion": resource_version}, "status": {"allocation": allocation, "reservedFor": reserved}});
+        api.patch_status::<ResourceClaim>(Some(&namespace), &name, &patch)
+            .await?;
+        world.taken.extend(allocated_devices_of(&allocation));
+    }
+    crate::cluster::bind(client, &namespace, &pod_name, &node).await?;
+    *world.load.entry(node.clone()).or_default() += 1;
+    Ok(node)
+}
+
+pub(super) fn allocated_devices_of(allocation: &Value) -> Vec<DeviceId> {
+    allocation
+        .pointer("/devices/results")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            let s = |f: &str| {
+                r.get(f)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            DeviceId {
+                driver: s("driver"),
+                pool: s("pool"),
+                device: s("device"),
+            }
+        })
+        .collect()
+}
+
+pub fn is_allocated(claim: &ResourceClaim) -> bool {
+    claim
+        .status
+        .as_ref()
+        .is_some_and(|s| s.allocation.is_some())
+}
+
+pub fn reserved_for(
+    claim: &ResourceClaim,
+) -> &[k8s_openapi::api::resource::v1::ResourceClaimConsumerReference] {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| s.reserved_for.as_deref())
+        .unwrap_or_default()
+}
