@@ -4,7 +4,7 @@
 # from the dev-profile binaries that `cargo test --workspace` already left in target/debug
 # (built here if they are missing), runs hack/real-k8s-demo.sh (a fresh one-node cluster,
 # the structured overlay, the seed demo, teardown), then the real-cluster e2e suite
-# (tests/tests/real_cluster.rs, FAKE_DRA_REQUIRE_REAL_K8S=1: its own cluster, 16 scenarios,
+# (e2e/tests/real_cluster.rs, FAKE_DRA_REQUIRE_REAL_K8S=1: its own cluster, 16 scenarios,
 # compared with the recorded protocol, teardown). Prints the time of each stage. Needs root.
 # Run it after `cargo test --workspace`: it packs the binaries that left in target/debug
 # (a separate `cargo build -p ... --bin ...` would recompile for 3.5 minutes, because the

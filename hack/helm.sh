@@ -3,7 +3,7 @@
 # Go module proxy into target/helm/<version>/helm, unless it is already there (a stamp of
 # go.mod, go.sum, the flags and the Go version; a second run does nothing), and prints its
 # path on the last line of stdout (progress and timings go to stderr). The deploy checks
-# (hack/ci-deploy-checks.sh) and tests/tests/deploy.rs use it; so can you:
+# (hack/ci-deploy-checks.sh) and e2e/tests/deploy.rs use it; so can you:
 #   "$(hack/helm.sh)" template fake-dra deploy/helm/fake-dra
 # Usage: hack/helm.sh [--force]   --force rebuilds even if the stamp matches
 # Env: HELM_OUT (default target/helm/<version>), GOFLAGS, GOCACHE, GOMODCACHE as for go.

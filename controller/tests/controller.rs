@@ -17,7 +17,7 @@ use fake_dra_crds::nas::{
 use fake_dra_crds::node_selector;
 use fake_dra_crds::pod::ClassicPod;
 use fake_dra_crds::v1alpha2::{PodSchedulingContext, ResourceClaim, ResourceClass};
-use fake_dra_e2e::apiserver::{ApiServer, Fault, FaultVerb};
+use fake_dra_emulator::apiserver::{ApiServer, ApiServerOptions, Fault, FaultVerb};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -73,7 +73,12 @@ fn free_port() -> u16 {
 
 impl Env {
     async fn new() -> Self {
-        let server = ApiServer::start().await.expect("start the API server");
+        let server = ApiServer::start_with(ApiServerOptions {
+            crds: fake_dra_crds::crdgen::yaml_documents().expect("the driver's CRDs"),
+            ..ApiServerOptions::default()
+        })
+        .await
+        .expect("start the API server");
         let client = server.client().expect("client");
         let namespaces: Api<Namespace> = Api::all(client.clone());
         for ns in [DRIVER_NS, NS] {

@@ -101,6 +101,11 @@ pub fn generate() -> Result<Vec<GeneratedCrd>, CrdGenError> {
         .collect()
 }
 
+/// Every CRD's YAML, for an emulated cluster that should have the driver installed.
+pub fn yaml_documents() -> Result<Vec<String>, CrdGenError> {
+    Ok(generate()?.into_iter().map(|crd| crd.yaml).collect())
+}
+
 /// Writes every CRD into `dir` (created if needed). Returns the paths written.
 pub fn write_dir(dir: &Path) -> Result<Vec<PathBuf>, CrdGenError> {
     std::fs::create_dir_all(dir).map_err(|source| CrdGenError::Io {

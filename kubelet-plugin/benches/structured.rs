@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use criterion::{Criterion, criterion_group, criterion_main};
-use fake_dra_e2e::apiserver::{ApiServer, ApiServerOptions};
+use fake_dra_emulator::apiserver::{ApiServer, ApiServerOptions};
 use fake_dra_proto::dra_v1;
 use k8s_openapi::api::resource::v1;
 use kube::Api;

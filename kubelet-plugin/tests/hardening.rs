@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::*;
-use fake_dra_e2e::apiserver::ApiServer;
+use fake_dra_emulator::apiserver::ApiServer;
 use fake_dra_kubelet_plugin::fsutil::{CHECKPOINT_MODE, DIR_MODE, SOCKET_MODE, SPEC_MODE};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

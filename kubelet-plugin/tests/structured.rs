@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use common::*;
-use fake_dra_e2e::apiserver::ApiServer;
+use fake_dra_emulator::apiserver::ApiServer;
 use fake_dra_kubelet_plugin::fake::devices::children;
 use fake_dra_proto::{dra_v1, dra_v1beta1, pluginregistration as reg};
 use k8s_openapi::api::resource::{v1, v1beta1};

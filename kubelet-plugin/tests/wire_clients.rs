@@ -503,7 +503,7 @@ fn verify(lines: &[Value], probe: &Path, expects: &[Expect]) {
     );
 }
 
-fn plugin_opts<'a>(api: &'a fake_dra_e2e::apiserver::ApiServer, mode: &str) -> Options<'a> {
+fn plugin_opts<'a>(api: &'a fake_dra_emulator::apiserver::ApiServer, mode: &str) -> Options<'a> {
     Options {
         node: NODE,
         kubeconfig: api.kubeconfig(),

@@ -352,10 +352,21 @@ pub fn inject(cdi_root: &Path, ids: &[String]) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The driver's CRDs, as `kubectl apply -k deploy/<overlay>` installs them.
+fn driver_crds() -> Vec<String> {
+    fake_dra_crds::crdgen::yaml_documents().expect("the driver's CRDs")
+}
+
 /// The emulated apiserver with the driver's namespace, as the deploy manifests create it.
-pub async fn start_api() -> fake_dra_e2e::apiserver::ApiServer {
+pub async fn start_api() -> fake_dra_emulator::apiserver::ApiServer {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let api = fake_dra_e2e::apiserver::ApiServer::start().await.unwrap();
+    use fake_dra_emulator::apiserver::{ApiServer, ApiServerOptions};
+    let api = ApiServer::start_with(ApiServerOptions {
+        crds: driver_crds(),
+        ..ApiServerOptions::default()
+    })
+    .await
+    .unwrap();
     let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
         kube::Api::all(api.client().unwrap());
     let ns = serde_json::from_value(serde_json::json!({
@@ -371,11 +382,12 @@ pub const CLAIM_NS: &str = "default";
 
 /// The emulated apiserver of Kubernetes `version` (which decides the `resource.k8s.io`
 /// versions served) with the driver's namespace and [`CLAIM_NS`].
-pub async fn start_api_version(version: (u32, u32)) -> fake_dra_e2e::apiserver::ApiServer {
-    use fake_dra_e2e::apiserver::{ApiServer, ApiServerOptions};
+pub async fn start_api_version(version: (u32, u32)) -> fake_dra_emulator::apiserver::ApiServer {
+    use fake_dra_emulator::apiserver::{ApiServer, ApiServerOptions};
     let _ = rustls::crypto::ring::default_provider().install_default();
     let api = ApiServer::start_with(ApiServerOptions {
         server_version: version,
+        crds: driver_crds(),
         ..Default::default()
     })
     .await
@@ -406,7 +418,7 @@ pub fn claim_config(spec: serde_json::Value) -> serde_json::Value {
 /// devices `fake-<i>` of `pool` for request `req`, with `config` (`None`: no allocation).
 /// Returns the claim's uid.
 pub async fn allocated_claim(
-    api: &fake_dra_e2e::apiserver::ApiServer,
+    api: &fake_dra_emulator::apiserver::ApiServer,
     version: &str,
     name: &str,
     pool: &str,
@@ -419,7 +431,7 @@ pub async fn allocated_claim(
 
 /// [`allocated_claim`] for any driver and device names.
 pub async fn allocated_claim_of(
-    api: &fake_dra_e2e::apiserver::ApiServer,
+    api: &fake_dra_emulator::apiserver::ApiServer,
     version: &str,
     name: &str,
     driver: &str,

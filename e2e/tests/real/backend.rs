@@ -1,0 +1,248 @@
+//! The two clusters the scenarios run on: the real one ([`RealCluster`]) and the
+//! emulator ([`Emulated`], a [`Sim`] with one node of the real cluster's name). The
+//! scenarios read and write through a kube-rs client either way; only what has no API
+//! (applying as kubectl does, container logs, killing the plugin, restarting the kubelet,
+//! the node's CDI directory) goes through this trait.
+
+use std::time::Duration;
+
+use fake_dra_emulator::sim::{Sim, SimConfig};
+
+use super::cluster::{DRIVER_NAMESPACE, PLUGIN_LABEL, RealCluster};
+use super::protocol::RECORDED_ON;
+
+/// The file names of our CDI specs start so (the common spec included).
+pub const CDI_PREFIX: &str = "k8s.fake.resource.3-shake.com-fake_";
+
+pub trait Backend {
+    /// `real` or `emulator`.
+    fn name(&self) -> &'static str;
+    fn client(&self) -> kube::Client;
+    /// The one node.
+    fn node(&self) -> String;
+    /// The real cluster, for what only it can do (RBAC, admission, impersonation).
+    fn real(&self) -> Option<&RealCluster>;
+    /// Applies manifests as `kubectl apply -f` does; `Err` is what the user is told.
+    async fn apply(&self, yaml: &str) -> Result<(), String>;
+    /// The container's output so far (empty before it started).
+    async fn logs(&self, namespace: &str, pod: &str, container: &str) -> Vec<String>;
+    /// `kill -9` of the node's plugin; returns once a new plugin process runs (the
+    /// kubelet restarts the DaemonSet's container; on the emulator the test starts it,
+    /// as nothing else would).
+    async fn kill_plugin(&mut self);
+    /// Restarts the node's kubelet (containers keep running).
+    async fn restart_kubelet(&mut self);
+    /// Our CDI spec files in the node's CDI directory.
+    fn cdi_specs(&self) -> Vec<String>;
+}
+
+fn cdi_files(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(CDI_PREFIX))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+impl Backend for RealCluster {
+    fn name(&self) -> &'static str {
+        "real"
+    }
+
+    fn client(&self) -> kube::Client {
+        RealCluster::client(self)
+    }
+
+    fn node(&self) -> String {
+        RealCluster::node(self).to_string()
+    }
+
+    fn real(&self) -> Option<&RealCluster> {
+        Some(self)
+    }
+
+    async fn apply(&self, yaml: &str) -> Result<(), String> {
+        self.kubectl_stdin(&["apply", "-f", "-"], yaml).map(|_| ())
+    }
+
+    async fn logs(&self, namespace: &str, pod: &str, container: &str) -> Vec<String> {
+        self.kubectl(&["-n", namespace, "logs", pod, "-c", container])
+            .map(|out| out.lines().map(str::to_string).collect())
+            .unwrap_or_default()
+    }
+
+    async fn kill_plugin(&mut self) {
+        let (pod, container_id, restarts) = plugin_container(self);
+        let id = container_id
+            .strip_prefix("containerd://")
+            .unwrap_or(&container_id)
+            .to_string();
+        let inspect = self
+            .crictl(&["inspect", &id])
+            .unwrap_or_else(|e| panic!("crictl inspect {id}: {e}"));
+        let info: serde_json::Value = serde_json::from_str(&inspect)
+            .unwrap_or_else(|e| panic!("crictl inspect {id}: {e}: {inspect}"));
+        let pid = info["info"]["pid"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("crictl inspect {id}: no info.pid"));
+        // Never anything else: the process must be the plugin binary.
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        assert!(
+            String::from_utf8_lossy(&cmdline).contains("fake-dra-kubelet-plugin"),
+            "pid {pid} of container {id} is not the plugin: {:?}",
+            String::from_utf8_lossy(&cmdline)
+        );
+        let status = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap_or_else(|e| panic!("kill -KILL {pid}: {e}"));
+        assert!(status.success(), "kill -KILL {pid}");
+        eprintln!("    (killed the plugin of pod {pod}, pid {pid}, with SIGKILL)");
+        super::scenarios::wait_until("the kubelet restarted the plugin's container", || async {
+            let (now, _, count) = plugin_container(self);
+            let ready = self
+                .kubectl(&[
+                    "-n",
+                    DRIVER_NAMESPACE,
+                    "get",
+                    "pod",
+                    &now,
+                    "-o",
+                    "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+                ])
+                .unwrap_or_default();
+            (now == pod && count > restarts && ready == "True").then_some(())
+        })
+        .await;
+    }
+
+    async fn restart_kubelet(&mut self) {
+        RealCluster::restart_kubelet(self)
+            .unwrap_or_else(|e| panic!("hack/local-cluster.sh restart-kubelet: {e}"));
+    }
+
+    fn cdi_specs(&self) -> Vec<String> {
+        cdi_files(std::path::Path::new("/var/run/cdi"))
+    }
+}
+
+/// The plugin pod's name, its container's id and restart count.
+fn plugin_container(cluster: &RealCluster) -> (String, String, u64) {
+    let out = cluster
+        .kubectl(&[
+            "-n",
+            DRIVER_NAMESPACE,
+            "get",
+            "pods",
+            "-l",
+            PLUGIN_LABEL,
+            "-o",
+            "json",
+        ])
+        .unwrap_or_else(|e| panic!("kubectl get pods: {e}"));
+    let pods: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("pods: {e}: {out}"));
+    let items = pods["items"].as_array().cloned().unwrap_or_default();
+    assert_eq!(items.len(), 1, "one plugin pod on the one node: {out}");
+    let pod = &items[0];
+    let status = &pod["status"]["containerStatuses"][0];
+    (
+        pod["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        status["containerID"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        status["restartCount"].as_u64().unwrap_or_default(),
+    )
+}
+
+/// The emulator with the real cluster's node name and Kubernetes minor version.
+#[derive(Debug)]
+pub struct Emulated {
+    sim: Sim,
+    node: String,
+}
+
+impl Emulated {
+    pub async fn start(node: &str) -> Self {
+        let sim = Sim::start(SimConfig {
+            nodes: vec![node.to_string()],
+            overlay: "structured".into(),
+            server_version: Some(RECORDED_ON),
+            ..SimConfig::default()
+        })
+        .await
+        .unwrap_or_else(|e| panic!("starting the emulator: {e}"));
+        eprintln!(
+            "emulator: runtime {}",
+            sim.cluster().config().runtime.name()
+        );
+        Self {
+            sim,
+            node: node.to_string(),
+        }
+    }
+
+    pub async fn shutdown(self) {
+        self.sim.shutdown().await;
+    }
+}
+
+impl Backend for Emulated {
+    fn name(&self) -> &'static str {
+        "emulator"
+    }
+
+    fn client(&self) -> kube::Client {
+        self.sim
+            .client()
+            .unwrap_or_else(|e| panic!("emulator client: {e}"))
+    }
+
+    fn node(&self) -> String {
+        self.node.clone()
+    }
+
+    fn real(&self) -> Option<&RealCluster> {
+        None
+    }
+
+    async fn apply(&self, yaml: &str) -> Result<(), String> {
+        let objects =
+            fake_dra_emulator::manifests::parse(yaml, "scenario").map_err(|e| e.to_string())?;
+        self.sim.apply(&objects).await.map_err(|e| e.to_string())
+    }
+
+    async fn logs(&self, namespace: &str, pod: &str, container: &str) -> Vec<String> {
+        self.sim.logs().lines(namespace, pod, container)
+    }
+
+    async fn kill_plugin(&mut self) {
+        self.sim.kill_plugin(&self.node).await;
+        // A moment without a plugin, as on a node between the kill and the restart.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        self.sim
+            .start_plugin(&self.node)
+            .await
+            .unwrap_or_else(|e| panic!("restarting the plugin: {e}"));
+    }
+
+    async fn restart_kubelet(&mut self) {
+        self.sim
+            .restart_kubelet(&self.node)
+            .await
+            .unwrap_or_else(|e| panic!("restarting the kubelet: {e}"));
+    }
+
+    fn cdi_specs(&self) -> Vec<String> {
+        cdi_files(&self.sim.node_dirs(&self.node).cdi_root)
+    }
+}

@@ -1,0 +1,353 @@
+//! `fake-dra-sim`: fake-dra with no cluster. Starts the emulated control plane, installs
+//! the driver from `deploy/`, runs the real controller and one real kubelet plugin per
+//! node, applies manifests and prints the containers' logs prefixed `<pod> <container>`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use fake_dra_emulator::cluster::lifeline;
+use fake_dra_emulator::manifests::{self, Manifest};
+use fake_dra_emulator::sim::{RuntimeChoice, Sim, SimConfig};
+use fake_dra_ops::flags::{self, Renamed};
+use fake_dra_ops::logging::{self, LogFormat};
+
+/// The seed demo: count 4, split 2, pod0 in namespace test5 (per DRA generation).
+const DEMO_CLASSIC: &str = "examples/5-count-4-split-2.yaml";
+const DEMO_STRUCTURED: &str = "examples/structured/5-count-4-split-2.yaml";
+const DEMO_NAMESPACE: &str = "test5";
+const DEMO_POD: &str = "pod0";
+const DEMO_CONTAINER: &str = "ctr0";
+/// A safety net for the demo; it normally finishes in seconds.
+const DEMO_TIMEOUT: Duration = Duration::from_secs(120);
+/// The sim's own log: its progress, and only warnings from the emulator around it.
+const DEFAULT_LOG_FILTER: &str = "warn,fake_dra_emulator::sim=info";
+
+/// The names from before the env rule (`FAKE_DRA_SIM_<FLAG>`), kept one release.
+const RENAMED: &[Renamed] = &[
+    Renamed {
+        old: "FAKE_DRA_SIM_NODES",
+        new: "FAKE_DRA_NODES",
+    },
+    Renamed {
+        old: "FAKE_DRA_SIM_MODE",
+        new: "FAKE_DRA_MODE",
+    },
+    Renamed {
+        old: "FAKE_DRA_SIM_KUBERNETES_VERSION",
+        new: "FAKE_DRA_KUBERNETES_VERSION",
+    },
+    Renamed {
+        old: "FAKE_DRA_SIM_RUNTIME",
+        new: "FAKE_DRA_RUNTIME",
+    },
+    Renamed {
+        old: "FAKE_DRA_SIM_NUM_DEVICES",
+        new: "FAKE_DRA_NUM_DEVICES",
+    },
+    Renamed {
+        old: "FAKE_DRA_SIM_DEPLOY_DIR",
+        new: "FAKE_DRA_DEPLOY_DIR",
+    },
+    Renamed {
+        old: "FAKE_DRA_SIM_WORK_DIR",
+        new: "FAKE_DRA_WORK_DIR",
+    },
+    Renamed {
+        old: "FAKE_DRA_SIM_LOG_FORMAT",
+        new: "FAKE_DRA_LOG_FORMAT",
+    },
+];
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Runtime {
+    Auto,
+    Podman,
+    Process,
+}
+
+/// Which DRA generation the emulated cluster runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Mode {
+    /// Kubernetes 1.27–1.30: resource.k8s.io/v1alpha2, the driver's controller allocates.
+    Classic,
+    /// Kubernetes 1.32+: resource.k8s.io/v1 (v1beta1 on 1.32/1.33), kube-scheduler allocates.
+    Structured,
+}
+
+/// fake-dra on an emulated cluster: no Kubernetes, no images. Containers run on a local
+/// busybox root filesystem with podman when it is installed, else as local processes.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    #[command(subcommand)]
+    command: Cmd,
+    /// Node names, comma-separated.
+    #[arg(
+        long,
+        env = "FAKE_DRA_NODES",
+        value_delimiter = ',',
+        default_value = "kind-worker,kind-worker2",
+        global = true
+    )]
+    nodes: Vec<String>,
+    /// DRA generation: installs deploy/<mode> and emulates a matching Kubernetes.
+    #[arg(
+        long,
+        env = "FAKE_DRA_MODE",
+        value_enum,
+        default_value = "classic",
+        global = true
+    )]
+    mode: Mode,
+    /// Kubernetes version to emulate, e.g. 1.33 (default: 1.30 classic, 1.34 structured).
+    #[arg(long, env = "FAKE_DRA_KUBERNETES_VERSION", value_parser = parse_version, global = true)]
+    kubernetes_version: Option<(u32, u32)>,
+    /// Container runtime of the nodes (auto: podman when usable).
+    #[arg(
+        long,
+        env = "FAKE_DRA_RUNTIME",
+        value_enum,
+        default_value = "auto",
+        global = true
+    )]
+    runtime: Runtime,
+    /// Parent devices per node (the plugin's FAKE_DRA_NUM_DEVICES).
+    #[arg(long, env = "FAKE_DRA_NUM_DEVICES", global = true)]
+    num_devices: Option<usize>,
+    /// Directory with fake-dra-controller and fake-dra-kubelet-plugin (default: next to this binary).
+    #[arg(long, env = "FAKE_DRA_BIN_DIR", global = true)]
+    bin_dir: Option<PathBuf>,
+    /// The deploy/ directory whose overlay is installed.
+    #[arg(long, env = "FAKE_DRA_DEPLOY_DIR", default_value = fake_dra_emulator::sim::DEPLOY_DIR, global = true)]
+    deploy_dir: PathBuf,
+    /// Keep node directories and driver logs here (default: a temporary directory, removed at exit).
+    #[arg(long, env = "FAKE_DRA_WORK_DIR", global = true)]
+    work_dir: Option<PathBuf>,
+    /// Format of the sim's own log (stderr).
+    #[arg(
+        long,
+        env = "FAKE_DRA_LOG_FORMAT",
+        value_enum,
+        default_value = "text",
+        global = true
+    )]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// The seed demo: a claim of 4 devices split in 2, used by pod0 in namespace test5,
+    /// which prints its environment (FAKE_DEVICE_0 … FAKE_DEVICE_7).
+    Demo {
+        /// Keep the cluster running after the demo until Ctrl-C.
+        #[arg(long, env = "FAKE_DRA_KEEP_RUNNING")]
+        keep_running: bool,
+    },
+    /// Apply manifests (files or directories) and print container logs until Ctrl-C.
+    Run {
+        /// A manifest file or a directory of them; repeatable (comma-separated in the env).
+        #[arg(
+            short = 'f',
+            long = "filename",
+            env = "FAKE_DRA_FILENAME",
+            value_delimiter = ',',
+            required = true
+        )]
+        files: Vec<PathBuf>,
+    },
+}
+
+fn parse_version(text: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("{text:?} is not a Kubernetes version like 1.34");
+    let (major, minor) = text
+        .trim_start_matches('v')
+        .split_once('.')
+        .ok_or_else(bad)?;
+    let version = (
+        major.parse().map_err(|_| bad())?,
+        minor.parse().map_err(|_| bad())?,
+    );
+    match version {
+        (1, 27..=30) | (1, 32..=37) => Ok(version),
+        (1, 31) => Err("Kubernetes 1.31 is not supported (its kubelet reuses the v1alpha3 service name with another message layout)".into()),
+        _ => Err(format!("{text} is outside the supported versions 1.27–1.30 (classic) and 1.32–1.37 (structured)")),
+    }
+}
+
+fn main() -> ExitCode {
+    // The hidden supervisor every child of the sim runs under (see `lifeline`): checked
+    // before clap, so its command line is the child's and nothing else.
+    let mut argv = std::env::args_os().skip(1);
+    if argv.next().is_some_and(|a| a == lifeline::SUBCOMMAND) {
+        return lifeline::supervise_main(argv.collect());
+    }
+    let (args, old_names) = flags::parse::<Args>(RENAMED);
+    logging::init_with(args.log_format, DEFAULT_LOG_FILTER);
+    for old in &old_names {
+        old.warn();
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("fake-dra-sim: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(start(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("fake-dra-sim: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Ties every process the sim starts to its life, then runs.
+async fn start(args: Args) -> Result<(), String> {
+    // Whatever ends the sim — Ctrl-C, a crash, `kill -9` — its children end with it.
+    let exe = std::env::current_exe()
+        .map_err(|e| format!("locating this executable for the process supervisor: {e}"))?;
+    lifeline::install(exe).map_err(|e| e.to_string())?;
+    run(args).await
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    // Every manifest is read and checked before anything starts.
+    let manifests: Vec<Manifest> = match &args.command {
+        Cmd::Demo { .. } => {
+            let demo = if args.mode == Mode::Classic {
+                DEMO_CLASSIC
+            } else {
+                DEMO_STRUCTURED
+            };
+            manifests::load(&args.deploy_dir.join(demo)).map_err(|e| e.to_string())?
+        }
+        Cmd::Run { files } => {
+            let mut all = Vec::new();
+            for file in files {
+                all.extend(manifests::load(file).map_err(|e| e.to_string())?);
+            }
+            if all.is_empty() {
+                return Err("the given files hold no objects".into());
+            }
+            all
+        }
+    };
+    let overlay = match args.mode {
+        Mode::Classic => "classic",
+        Mode::Structured => "structured",
+    };
+    if let Some(version) = args.kubernetes_version {
+        let classic = version.1 <= 30;
+        if classic != (args.mode == Mode::Classic) {
+            return Err(format!(
+                "Kubernetes 1.{} does not run {overlay} DRA: classic is 1.27–1.30, structured 1.32–1.37",
+                version.1
+            ));
+        }
+    }
+    let config = SimConfig {
+        overlay: overlay.into(),
+        server_version: args.kubernetes_version,
+        nodes: args.nodes.clone(),
+        runtime: match args.runtime {
+            Runtime::Auto => RuntimeChoice::Auto,
+            Runtime::Podman => RuntimeChoice::Podman,
+            Runtime::Process => RuntimeChoice::Process,
+        },
+        deploy_dir: args.deploy_dir.clone(),
+        bin_dir: args.bin_dir.clone(),
+        work_dir: args.work_dir.clone(),
+        plugin_env: args
+            .num_devices
+            .map(|n| ("FAKE_DRA_NUM_DEVICES".to_string(), n.to_string()))
+            .into_iter()
+            .collect(),
+        ..SimConfig::default()
+    };
+    let sim = tokio::select! {
+        started = Sim::start(config) => started.map_err(|e| e.to_string())?,
+        () = fake_dra_ops::signals::shutdown() => return Err("interrupted while starting".into()),
+    };
+    eprintln!(
+        "fake-dra-sim: cluster up: nodes {}; driver logs in {}",
+        args.nodes.join(", "),
+        sim.work_dir().join("logs").display()
+    );
+    let outcome = drive(&sim, &args, &manifests).await;
+    sim.shutdown().await;
+    outcome
+}
+
+/// Applies the manifests and prints logs; returns when the demo is done or on Ctrl-C.
+async fn drive(sim: &Sim, args: &Args, manifests: &[Manifest]) -> Result<(), String> {
+    let mut lines = sim.logs().subscribe();
+    sim.apply(manifests).await.map_err(|e| e.to_string())?;
+    let demo = match args.command {
+        Cmd::Demo { keep_running } => Some(keep_running),
+        Cmd::Run { .. } => None,
+    };
+    let deadline = tokio::time::sleep(DEMO_TIMEOUT);
+    tokio::pin!(deadline);
+    let mut demo_done = false;
+    loop {
+        tokio::select! {
+            line = lines.recv() => match line {
+                Ok(line) => {
+                    use std::io::Write;
+                    // A closed stdout (`| head`) ends the run quietly, as for any CLI.
+                    if writeln!(std::io::stdout().lock(), "{} {} {}", line.pod, line.container, line.line).is_err() {
+                        return Ok(());
+                    }
+                    // `export` prints sorted: FAKE_NODE_NAME comes after every FAKE_DEVICE_*.
+                    if demo.is_some() && line.namespace == DEMO_NAMESPACE && line.pod == DEMO_POD && line.container == DEMO_CONTAINER && line.line.starts_with("export FAKE_NODE_NAME=") {
+                        demo_done = true;
+                        if demo == Some(false) {
+                            return Ok(());
+                        }
+                        eprintln!("fake-dra-sim: demo done; running until Ctrl-C");
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => eprintln!("fake-dra-sim: {n} log lines dropped"),
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return Ok(()),
+            },
+            () = &mut deadline, if demo.is_some() && !demo_done => {
+                return Err(format!("the demo pod {DEMO_NAMESPACE}/{DEMO_POD} printed no FAKE_NODE_NAME within {DEMO_TIMEOUT:?}; see the driver logs under {}", sim.work_dir().join("logs").display()));
+            }
+            () = fake_dra_ops::signals::shutdown() => {
+                eprintln!("fake-dra-sim: shutting down");
+                return Ok(());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn every_flag_follows_the_env_rule() {
+        assert_eq!(flags::rule_breakers(&Args::command()), Vec::<String>::new());
+    }
+
+    #[test]
+    fn every_old_name_maps_to_a_flag() {
+        let (_, seen) = flags::apply_old_names(Args::command(), RENAMED, |_| Some("x".into()));
+        // With old and new names both set, each old one is reported as ignored: every
+        // entry was matched against a flag's twin.
+        assert_eq!(seen.len(), RENAMED.len());
+        for r in RENAMED {
+            assert!(
+                Args::command()
+                    .get_arguments()
+                    .any(|a| a.get_env().is_some_and(|e| e == r.new)),
+                "{} maps to no flag",
+                r.new
+            );
+        }
+    }
+}

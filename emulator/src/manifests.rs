@@ -1,0 +1,268 @@
+//! Reading Kubernetes manifests: multi-document YAML files, directories of them, and the
+//! deploy overlays as `kubectl kustomize` rendered them (`deploy/rendered/`).
+//!
+//! Everything is parsed and checked before anything is applied, so a broken manifest
+//! stops a run before it starts anything.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("reading {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{source_name}: document {index}: not valid YAML: {message}")]
+    Yaml {
+        source_name: String,
+        index: usize,
+        message: String,
+    },
+    #[error("{source_name}: document {index}: {message}")]
+    Invalid {
+        source_name: String,
+        index: usize,
+        message: String,
+    },
+    #[error("{path}: {message}")]
+    Overlay { path: PathBuf, message: String },
+}
+
+/// One object of a manifest, with where it came from (for error messages).
+#[derive(Debug, Clone)]
+pub struct Manifest {
+    /// `file#document-index`.
+    pub origin: String,
+    pub object: Value,
+}
+
+impl Manifest {
+    pub fn api_version(&self) -> &str {
+        self.object
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    }
+
+    pub fn kind(&self) -> &str {
+        self.object
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    }
+
+    pub fn name(&self) -> &str {
+        self.object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    }
+
+    pub fn namespace(&self) -> Option<&str> {
+        self.object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+    }
+}
+
+/// Parses a multi-document YAML (or JSON) text. Empty documents are skipped; every other
+/// document must be an object with `apiVersion`, `kind` and `metadata.name` (or
+/// `metadata.generateName`). A `List` is flattened into its items.
+pub fn parse(text: &str, source_name: &str) -> Result<Vec<Manifest>, ManifestError> {
+    let mut out = Vec::new();
+    for (index, document) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+        let value = Value::deserialize(document).map_err(|e| ManifestError::Yaml {
+            source_name: source_name.into(),
+            index,
+            message: e.to_string(),
+        })?;
+        let invalid = |message: String| ManifestError::Invalid {
+            source_name: source_name.into(),
+            index,
+            message,
+        };
+        match value {
+            Value::Null => continue,
+            Value::Object(_) => {}
+            other => {
+                return Err(invalid(format!(
+                    "expected an object, found {}",
+                    type_name(&other)
+                )));
+            }
+        }
+        let items = if value
+            .get("kind")
+            .and_then(Value::as_str)
+            .is_some_and(|k| k.ends_with("List"))
+            && value.get("items").is_some()
+        {
+            value
+                .get("items")
+                .and_then(Value::as_array)
+                .cloned()
+                .ok_or_else(|| invalid("items must be a list".into()))?
+        } else {
+            vec![value]
+        };
+        for object in items {
+            for field in ["apiVersion", "kind"] {
+                if object
+                    .get(field)
+                    .and_then(Value::as_str)
+                    .is_none_or(str::is_empty)
+                {
+                    return Err(invalid(format!("{field} is required (a non-empty string)")));
+                }
+            }
+            let named = ["/metadata/name", "/metadata/generateName"]
+                .iter()
+                .any(|p| {
+                    object
+                        .pointer(p)
+                        .and_then(Value::as_str)
+                        .is_some_and(|v| !v.is_empty())
+                });
+            if !named {
+                return Err(invalid("metadata.name is required".into()));
+            }
+            out.push(Manifest {
+                origin: format!("{source_name}#{index}"),
+                object,
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Reads a file, or every `.yaml`/`.yml`/`.json` file of a directory (sorted by name, not
+/// recursive, as `kubectl apply -f <dir>` does).
+pub fn load(path: &Path) -> Result<Vec<Manifest>, ManifestError> {
+    let io = |source| ManifestError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    if path.is_dir() {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+            .map_err(io)?
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.extension()
+                    .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
+            })
+            .collect();
+        files.sort();
+        let mut out = Vec::new();
+        for file in files {
+            out.extend(load(&file)?);
+        }
+        return Ok(out);
+    }
+    let text = std::fs::read_to_string(path).map_err(io)?;
+    parse(&text, &path.display().to_string())
+}
+
+/// The objects of a deploy overlay as real kustomize renders them: the checked-in
+/// `<deploy_dir>/rendered/<overlay>.yaml`, which `hack/render-deploy.sh --write` writes with
+/// `kubectl kustomize <deploy_dir>/<overlay>` and `e2e/tests/deploy.rs` keeps equal to it.
+/// The emulator carries no kustomize of its own.
+pub fn rendered(deploy_dir: &Path, overlay: &str) -> Result<Vec<Manifest>, ManifestError> {
+    let path = deploy_dir.join("rendered").join(format!("{overlay}.yaml"));
+    if overlay.is_empty() || overlay.contains(['/', '\\']) || overlay.starts_with('.') {
+        return Err(ManifestError::Overlay {
+            path,
+            message: format!("{overlay:?} is not an overlay name"),
+        });
+    }
+    if !path.is_file() {
+        return Err(ManifestError::Overlay {
+            message: format!(
+                "no rendered manifests for overlay {overlay:?}: run hack/render-deploy.sh --write \
+                 (kubectl kustomize {})",
+                deploy_dir.join(overlay).display()
+            ),
+            path,
+        });
+    }
+    load(&path)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_documents_and_names_the_broken_one() {
+        let ok = parse("---\napiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: b}\n", "x.yaml").unwrap();
+        assert_eq!(
+            ok.iter().map(Manifest::name).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
+        let cases = [
+            (
+                "apiVersion: v1\nkind: Pod\nmetadata: {name: [}\n",
+                "not valid YAML",
+            ),
+            ("- 1\n- 2\n", "expected an object, found a list"),
+            ("kind: Pod\nmetadata: {name: p}\n", "apiVersion is required"),
+            ("apiVersion: v1\nmetadata: {name: p}\n", "kind is required"),
+            (
+                "apiVersion: v1\nkind: Pod\nmetadata: {}\n",
+                "metadata.name is required",
+            ),
+        ];
+        for (text, want) in cases {
+            let err = parse(text, "bad.yaml").unwrap_err().to_string();
+            assert!(
+                err.contains(want) && err.contains("bad.yaml"),
+                "{text:?}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn reads_the_rendered_overlays() {
+        let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+        for overlay in ["classic", "structured"] {
+            let objects = rendered(&deploy, overlay).unwrap();
+            assert!(
+                objects
+                    .iter()
+                    .any(|m| m.kind() == "DaemonSet" && m.name() == "fake-dra-kubelet-plugin"),
+                "{overlay}: no plugin DaemonSet"
+            );
+        }
+        for bad in ["nope", "../classic", ""] {
+            let err = rendered(&deploy, bad).unwrap_err().to_string();
+            assert!(
+                err.contains("hack/render-deploy.sh") || err.contains("not an overlay name"),
+                "{bad:?}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn flattens_lists() {
+        let items = parse("apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Namespace, metadata: {name: a}}\n", "l").unwrap();
+        assert_eq!(items.len(), 1);
+        assert_eq!(items[0].kind(), "Namespace");
+    }
+}

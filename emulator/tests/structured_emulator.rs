@@ -1,0 +1,812 @@
+//! The emulator's structured DRA (Kubernetes 1.32+), without any driver: versions and
+//! conversion over HTTP, discovery, admission, and the scheduler's allocator and the
+//! resourceclaim controller driven by hand-made ResourceSlices.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use fake_dra_emulator::apiserver::{ApiServer, ApiServerOptions, StartError};
+use fake_dra_emulator::cluster::{claims, scheduler};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, ObjectMeta, PostParams,
+};
+use serde_json::{Value, json};
+
+const DRIVER: &str = "fake.resource.3-shake.com";
+const CLASS: &str = "fake.3-shake.com";
+
+async fn server(version: (u32, u32)) -> (ApiServer, kube::Client) {
+    let server = ApiServer::start_with(ApiServerOptions {
+        server_version: version,
+        ..ApiServerOptions::default()
+    })
+    .await
+    .expect("start the emulated apiserver");
+    let client = server.client().expect("client");
+    (server, client)
+}
+
+fn api(
+    client: &kube::Client,
+    version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+) -> Api<DynamicObject> {
+    let lower = kind.to_ascii_lowercase();
+    let plural = if lower.ends_with('s') {
+        format!("{lower}es")
+    } else {
+        format!("{lower}s")
+    };
+    let resource = ApiResource {
+        group: "resource.k8s.io".into(),
+        version: version.into(),
+        api_version: format!("resource.k8s.io/{version}"),
+        kind: kind.into(),
+        plural,
+    };
+    match namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    }
+}
+
+fn object(value: Value) -> DynamicObject {
+    serde_json::from_value(value).unwrap()
+}
+
+fn data(o: &DynamicObject) -> Value {
+    serde_json::to_value(o).unwrap()
+}
+
+async fn get_json(client: &kube::Client, path: &str) -> Result<Value, kube::Error> {
+    let request = http::Request::get(path).body(Vec::new()).unwrap();
+    client.request::<Value>(request).await
+}
+
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..400 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("gave up waiting for: {what}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Versions, discovery, conversion
+
+#[tokio::test]
+async fn discovery_lists_exactly_the_served_versions() {
+    for (version, expected) in [
+        ((1, 30), vec!["v1alpha2"]),
+        ((1, 32), vec!["v1beta1"]),
+        ((1, 33), vec!["v1beta1"]),
+        ((1, 34), vec!["v1", "v1beta1"]),
+    ] {
+        let (_server, client) = server(version).await;
+        let group = get_json(&client, "/apis/resource.k8s.io").await.unwrap();
+        let served: Vec<&str> = group["versions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["version"].as_str().unwrap())
+            .collect();
+        assert_eq!(served, expected, "{version:?}");
+        assert_eq!(group["preferredVersion"]["version"], expected[0]);
+        let all = get_json(&client, "/apis").await.unwrap();
+        let listed = all["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["name"] == "resource.k8s.io")
+            .unwrap();
+        assert_eq!(listed["versions"], group["versions"]);
+        for v in ["v1alpha2", "v1beta1", "v1", "v1beta2"] {
+            let list = get_json(&client, &format!("/apis/resource.k8s.io/{v}")).await;
+            assert_eq!(list.is_ok(), expected.contains(&v), "{version:?} {v}");
+            if let Ok(list) = list {
+                let names: BTreeSet<&str> = list["resources"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|r| r["name"].as_str().unwrap())
+                    .collect();
+                let want: BTreeSet<&str> = if v == "v1alpha2" {
+                    [
+                        "resourceclasses",
+                        "resourceclaims",
+                        "resourceclaims/status",
+                        "resourceclaimtemplates",
+                        "podschedulingcontexts",
+                        "podschedulingcontexts/status",
+                    ]
+                    .into()
+                } else {
+                    [
+                        "deviceclasses",
+                        "resourceclaims",
+                        "resourceclaims/status",
+                        "resourceclaimtemplates",
+                        "resourceslices",
+                    ]
+                    .into()
+                };
+                assert_eq!(names, want, "{version:?} {v}");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn kubernetes_1_31_is_refused() {
+    let err = ApiServer::start_with(ApiServerOptions {
+        server_version: (1, 31),
+        ..ApiServerOptions::default()
+    })
+    .await
+    .unwrap_err();
+    assert!(matches!(err, StartError::UnsupportedVersion(_)), "{err}");
+}
+
+fn beta_slice(name: &str, node: &str) -> DynamicObject {
+    object(json!({
+        "apiVersion": "resource.k8s.io/v1beta1", "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {"driver": DRIVER, "nodeName": node, "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "fake-0", "basic": {"attributes": {"model": {"string": "M1"}, "index": {"int": 0}}, "capacity": {"memory": {"value": "1Gi"}}}}]}
+    }))
+}
+
+#[tokio::test]
+async fn slices_convert_between_v1beta1_and_v1() {
+    let (_server, client) = server((1, 34)).await;
+    let beta = api(&client, "v1beta1", "ResourceSlice", None);
+    let v1 = api(&client, "v1", "ResourceSlice", None);
+    beta.create(&PostParams::default(), &beta_slice("n1-slice", "n1"))
+        .await
+        .unwrap();
+    let stored = data(&v1.get("n1-slice").await.unwrap());
+    assert_eq!(stored["apiVersion"], "resource.k8s.io/v1");
+    assert_eq!(
+        stored["spec"]["devices"],
+        json!([{"name": "fake-0", "attributes": {"model": {"string": "M1"}, "index": {"int": 0}}, "capacity": {"memory": {"value": "1Gi"}}}])
+    );
+    // Written through v1, read through v1beta1: nested again.
+    let mut flat = object(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": "n2-slice"},
+        "spec": {"driver": DRIVER, "nodeName": "n2", "pool": {"name": "n2", "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "fake-0", "attributes": {"model": {"string": "M2"}}}]}
+    }));
+    flat = v1.create(&PostParams::default(), &flat).await.unwrap();
+    let as_beta = data(&beta.get("n2-slice").await.unwrap());
+    assert_eq!(as_beta["apiVersion"], "resource.k8s.io/v1beta1");
+    assert_eq!(
+        as_beta["spec"]["devices"],
+        json!([{"name": "fake-0", "basic": {"attributes": {"model": {"string": "M2"}}}}])
+    );
+    // A v1beta1 update (the plugin's publish path on 1.32/1.33) keeps the stored form right.
+    let mut update = as_beta.clone();
+    update["spec"]["devices"][0]["basic"]["attributes"]["model"] = json!({"string": "M3"});
+    update["spec"]["pool"]["generation"] = json!(2);
+    beta.replace("n2-slice", &PostParams::default(), &object(update))
+        .await
+        .unwrap();
+    let stored = data(&v1.get("n2-slice").await.unwrap());
+    assert_eq!(
+        stored["spec"]["devices"][0]["attributes"]["model"]["string"],
+        "M3"
+    );
+    assert!(stored["spec"]["devices"][0].get("basic").is_none());
+    assert_ne!(
+        stored["metadata"]["resourceVersion"],
+        data(&flat)["metadata"]["resourceVersion"]
+    );
+    // Lists and watches render in the version asked for.
+    let listed = beta.list(&ListParams::default()).await.unwrap();
+    assert!(
+        listed
+            .items
+            .iter()
+            .all(|s| data(s)["spec"]["devices"][0].get("basic").is_some())
+    );
+}
+
+#[tokio::test]
+async fn claims_and_templates_convert_between_v1beta1_and_v1() {
+    let (_server, client) = server((1, 34)).await;
+    let claim = object(json!({
+        "apiVersion": "resource.k8s.io/v1beta1", "kind": "ResourceClaim",
+        "metadata": {"name": "c"},
+        "spec": {"devices": {
+            "requests": [
+                {"name": "gpu", "deviceClassName": CLASS, "selectors": [{"cel": {"expression": "device.driver == \"x\""}}]},
+                {"name": "all", "deviceClassName": CLASS, "allocationMode": "All"}
+            ],
+            "config": [{"requests": ["gpu"], "opaque": {"driver": DRIVER, "parameters": {"apiVersion": "fake.resource.3-shake.com/v1alpha1", "kind": "FakeClaimParameters", "spec": {"split": 2}}}}]
+        }}
+    }));
+    api(&client, "v1beta1", "ResourceClaim", Some("default"))
+        .create(&PostParams::default(), &claim)
+        .await
+        .unwrap();
+    let v1 = data(
+        &api(&client, "v1", "ResourceClaim", Some("default"))
+            .get("c")
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        v1["spec"]["devices"]["requests"],
+        json!([
+            {"name": "gpu", "exactly": {"deviceClassName": CLASS, "selectors": [{"cel": {"expression": "device.driver == \"x\""}}], "allocationMode": "ExactCount", "count": 1}},
+            {"name": "all", "exactly": {"deviceClassName": CLASS, "allocationMode": "All"}}
+        ])
+    );
+    assert_eq!(
+        v1["spec"]["devices"]["config"][0]["opaque"]["parameters"]["spec"]["split"],
+        2
+    );
+    let beta = data(
+        &api(&client, "v1beta1", "ResourceClaim", Some("default"))
+            .get("c")
+            .await
+            .unwrap(),
+    );
+    assert_eq!(beta["spec"]["devices"]["requests"][0]["count"], 1);
+    assert!(
+        beta["spec"]["devices"]["requests"][0]
+            .get("exactly")
+            .is_none()
+    );
+
+    let template = object(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "t"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": CLASS, "count": 4}}]}}}
+    }));
+    api(&client, "v1", "ResourceClaimTemplate", Some("default"))
+        .create(&PostParams::default(), &template)
+        .await
+        .unwrap();
+    let beta = data(
+        &api(&client, "v1beta1", "ResourceClaimTemplate", Some("default"))
+            .get("t")
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        beta["spec"]["spec"]["devices"]["requests"],
+        json!([{"name": "gpu", "deviceClassName": CLASS, "count": 4, "allocationMode": "ExactCount"}])
+    );
+}
+
+#[tokio::test]
+async fn admission_rejects_broken_structured_objects() {
+    let (_server, client) = server((1, 34)).await;
+    let class = object(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "broken"},
+        "spec": {"selectors": [{"cel": {"expression": "device.driver == "}}]}
+    }));
+    let err = api(&client, "v1", "DeviceClass", None)
+        .create(&PostParams::default(), &class)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 422 && s.message.contains("compilation failed")),
+        "{err}"
+    );
+    let slice = object(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "s"},
+        "spec": {"driver": DRIVER, "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1}, "devices": [{"name": "Not_A_Label"}]}
+    }));
+    let err = api(&client, "v1", "ResourceSlice", None)
+        .create(&PostParams::default(), &slice)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 422 && s.message.contains("nodeName") && s.message.contains("spec.devices[0].name")),
+        "{err}"
+    );
+    let claim = object(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c"},
+        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": CLASS, "count": 0}}]}}
+    }));
+    let err = api(&client, "v1", "ResourceClaim", Some("default"))
+        .create(&PostParams::default(), &claim)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 422 && s.message.contains("count")),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn pods_take_the_claim_layout_of_their_release() {
+    let pod = |entry: Value| -> k8s_openapi::api::core::v1::Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}], "resourceClaims": [entry]}
+        }))
+        .unwrap()
+    };
+    let raw = |entry: Value| json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p-raw"}, "spec": {"containers": [{"name": "c", "image": "busybox"}], "resourceClaims": [entry]}});
+    let (_server, client) = server((1, 34)).await;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), "default");
+    pods.create(
+        &PostParams::default(),
+        &pod(json!({"name": "gpu", "resourceClaimTemplateName": "t"})),
+    )
+    .await
+    .unwrap();
+    // The 1.30 layout: `source` is unknown to 1.34 and dropped, so the reference is missing.
+    let request = http::Request::post("/api/v1/namespaces/default/pods")
+        .header("content-type", "application/json")
+        .body(
+            serde_json::to_vec(&raw(
+                json!({"name": "gpu", "source": {"resourceClaimTemplateName": "t"}}),
+            ))
+            .unwrap(),
+        )
+        .unwrap();
+    let err = client.request::<Value>(request).await.unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 422 && s.message.contains("resourceClaimTemplateName")),
+        "{err}"
+    );
+
+    let (_server, client) = server((1, 30)).await;
+    let request = http::Request::post("/api/v1/namespaces/default/pods")
+        .header("content-type", "application/json")
+        .body(
+            serde_json::to_vec(&raw(
+                json!({"name": "gpu", "resourceClaimTemplateName": "t"}),
+            ))
+            .unwrap(),
+        )
+        .unwrap();
+    let err = client.request::<Value>(request).await.unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 422),
+        "{err}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// The scheduler's allocator and the resourceclaim controller
+
+/// A 1.34 control plane without kubelets: nodes `n1` (models M1, M1, M2, M2) and `n2`
+/// (M1 ×4), the DeviceClass of the driver with a class config, scheduler and controller.
+async fn control_plane() -> (ApiServer, kube::Client, tokio::task::JoinSet<()>) {
+    let (server, client) = server((1, 34)).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    for (node, models) in [
+        ("n1", ["M1", "M1", "M2", "M2"]),
+        ("n2", ["M1", "M1", "M1", "M1"]),
+    ] {
+        let n = Node {
+            metadata: ObjectMeta {
+                name: Some(node.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        nodes.create(&PostParams::default(), &n).await.unwrap();
+        let devices: Vec<Value> = models
+            .iter()
+            .enumerate()
+            .map(|(i, m)| json!({"name": format!("fake-{i}"), "attributes": {"model": {"string": m}, "index": {"int": i}, "uuid": {"string": format!("FAKE-{node}-{i}")}, "driverVersion": {"version": "0.1.0"}}}))
+            .collect();
+        let slice = object(json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": format!("{node}-{DRIVER}")},
+            "spec": {"driver": DRIVER, "nodeName": node, "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}, "devices": devices}
+        }));
+        api(&client, "v1", "ResourceSlice", None)
+            .create(&PostParams::default(), &slice)
+            .await
+            .unwrap();
+    }
+    let class = object(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": CLASS},
+        "spec": {"selectors": [{"cel": {"expression": format!("device.driver == \"{DRIVER}\"")}}],
+                 "config": [{"opaque": {"driver": DRIVER, "parameters": {"apiVersion": "fake.resource.3-shake.com/v1alpha1", "kind": "FakeClaimParameters", "spec": {"split": 1}}}}]}
+    }));
+    api(&client, "v1", "DeviceClass", None)
+        .create(&PostParams::default(), &class)
+        .await
+        .unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(scheduler::run(
+        server.client().unwrap(),
+        server.store().subscribe(),
+        (1, 34),
+    ));
+    tasks.spawn(claims::run(
+        server.client().unwrap(),
+        server.store().subscribe(),
+        (1, 34),
+    ));
+    (server, client, tasks)
+}
+
+fn claim(name: &str, request: Value) -> DynamicObject {
+    object(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
+        "spec": {"devices": {"requests": [request],
+            "config": [{"requests": ["gpu"], "opaque": {"driver": DRIVER, "parameters": {"apiVersion": "fake.resource.3-shake.com/v1alpha1", "kind": "FakeClaimParameters", "spec": {"split": 2}}}}]}}
+    }))
+}
+
+fn template(name: &str, request: Value) -> DynamicObject {
+    object(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": name},
+        "spec": {"spec": {"devices": {"requests": [request]}}}
+    }))
+}
+
+fn pod(name: &str, entry: Value) -> k8s_openapi::api::core::v1::Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "c", "image": "busybox", "command": ["true"], "resources": {"claims": [{"name": "gpu"}]}}],
+                 "resourceClaims": [entry]}
+    }))
+    .unwrap()
+}
+
+async fn create_pod(client: &kube::Client, p: &k8s_openapi::api::core::v1::Pod) {
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), p)
+        .await
+        .unwrap();
+}
+
+async fn node_of(client: &kube::Client, pod: &str) -> Option<String> {
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), "default")
+        .get(pod)
+        .await
+        .ok()?
+        .spec?
+        .node_name
+}
+
+async fn claims_v1(client: &kube::Client) -> Vec<Value> {
+    api(client, "v1", "ResourceClaim", Some("default"))
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(data)
+        .collect()
+}
+
+async fn event_notes(client: &kube::Client, reason: &str) -> Vec<String> {
+    Api::<Event>::namespaced(client.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter_map(|e| e.note)
+        .collect()
+}
+
+fn results(claim: &Value) -> Vec<(String, String, String)> {
+    claim
+        .pointer("/status/allocation/devices/results")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            (
+                r["request"].as_str().unwrap().to_string(),
+                r["pool"].as_str().unwrap().to_string(),
+                r["device"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn model_selection_count_config_and_release() {
+    let (_server, client, _tasks) = control_plane().await;
+    let expression = format!("device.attributes[\"{DRIVER}\"].model == \"M2\"");
+    api(&client, "v1", "ResourceClaim", Some("default"))
+        .create(
+            &PostParams::default(),
+            &claim("m2", json!({"name": "gpu", "exactly": {"deviceClassName": CLASS, "count": 2, "selectors": [{"cel": {"expression": expression}}]}})),
+        )
+        .await
+        .unwrap();
+    create_pod(
+        &client,
+        &pod("p", json!({"name": "gpu", "resourceClaimName": "m2"})),
+    )
+    .await;
+    eventually("the pod is bound", || async {
+        node_of(&client, "p").await.is_some()
+    })
+    .await;
+    assert_eq!(node_of(&client, "p").await.as_deref(), Some("n1"));
+    let claim = claims_v1(&client).await.into_iter().next().unwrap();
+    assert_eq!(
+        results(&claim),
+        [
+            ("gpu".to_string(), "n1".to_string(), "fake-2".to_string()),
+            ("gpu".into(), "n1".into(), "fake-3".into())
+        ]
+    );
+    let allocation = &claim["status"]["allocation"];
+    assert_eq!(allocation["devices"]["results"][0]["driver"], DRIVER);
+    assert_eq!(
+        allocation["devices"]["config"],
+        json!([
+            {"source": "FromClass", "requests": ["gpu"], "opaque": {"driver": DRIVER, "parameters": {"apiVersion": "fake.resource.3-shake.com/v1alpha1", "kind": "FakeClaimParameters", "spec": {"split": 1}}}},
+            {"source": "FromClaim", "requests": ["gpu"], "opaque": {"driver": DRIVER, "parameters": {"apiVersion": "fake.resource.3-shake.com/v1alpha1", "kind": "FakeClaimParameters", "spec": {"split": 2}}}}
+        ])
+    );
+    assert_eq!(
+        allocation["nodeSelector"],
+        json!({"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]})
+    );
+    assert_eq!(claim["status"]["reservedFor"][0]["name"], "p");
+    assert_eq!(
+        claim["metadata"]["finalizers"],
+        json!(["resource.kubernetes.io/delete-protection"])
+    );
+    // The same allocation through v1beta1.
+    let beta = data(
+        &api(&client, "v1beta1", "ResourceClaim", Some("default"))
+            .get("m2")
+            .await
+            .unwrap(),
+    );
+    assert_eq!(beta["status"]["allocation"], *allocation);
+
+    // The last consumer goes: the controller deallocates and drops the finalizer.
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), "default")
+        .delete(
+            "p",
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    eventually("the claim is deallocated", || async {
+        let c = claims_v1(&client).await.into_iter().next().unwrap();
+        c.pointer("/status/allocation").is_none_or(Value::is_null)
+            && c.pointer("/metadata/finalizers")
+                .is_none_or(|f| f.as_array().is_none_or(Vec::is_empty))
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn no_device_is_allocated_twice_and_over_requests_stay_pending() {
+    let (_server, client, _tasks) = control_plane().await;
+    api(&client, "v1", "ResourceClaimTemplate", Some("default"))
+        .create(
+            &PostParams::default(),
+            &template(
+                "one",
+                json!({"name": "gpu", "exactly": {"deviceClassName": CLASS}}),
+            ),
+        )
+        .await
+        .unwrap();
+    for i in 0..9 {
+        create_pod(
+            &client,
+            &pod(
+                &format!("p{i}"),
+                json!({"name": "gpu", "resourceClaimTemplateName": "one"}),
+            ),
+        )
+        .await;
+    }
+    eventually("8 pods are bound", || async {
+        let mut bound = 0;
+        for i in 0..9 {
+            bound += usize::from(node_of(&client, &format!("p{i}")).await.is_some());
+        }
+        bound == 8
+    })
+    .await;
+    let claims = claims_v1(&client).await;
+    let devices: Vec<(String, String)> = claims
+        .iter()
+        .flat_map(results)
+        .map(|(_, p, d)| (p, d))
+        .collect();
+    let distinct: BTreeSet<_> = devices.iter().cloned().collect();
+    assert_eq!(devices.len(), 8);
+    assert_eq!(distinct.len(), 8, "{devices:?}");
+    eventually("the ninth pod is reported unschedulable", || async {
+        event_notes(&client, "FailedScheduling")
+            .await
+            .iter()
+            .any(|n| n == "0/2 nodes are available: 2 cannot allocate all claims. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
+    })
+    .await;
+
+    // Freeing one device lets the pending pod in.
+    let bound = (0..9).find(|i| *i != 8).unwrap();
+    let pending = {
+        let mut p = None;
+        for i in 0..9 {
+            if node_of(&client, &format!("p{i}")).await.is_none() {
+                p = Some(i);
+            }
+        }
+        p.unwrap()
+    };
+    let victim = if pending == bound { 1 } else { bound };
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), "default")
+        .delete(
+            &format!("p{victim}"),
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    eventually(
+        "the pending pod is bound after a device is freed",
+        || async { node_of(&client, &format!("p{pending}")).await.is_some() },
+    )
+    .await;
+    let devices: Vec<(String, String)> = claims_v1(&client)
+        .await
+        .iter()
+        .flat_map(results)
+        .map(|(_, p, d)| (p, d))
+        .collect();
+    assert_eq!(
+        devices.iter().cloned().collect::<BTreeSet<_>>().len(),
+        devices.len()
+    );
+}
+
+#[tokio::test]
+async fn allocation_mode_all_takes_every_matching_device_of_one_node() {
+    let (_server, client, _tasks) = control_plane().await;
+    let expression = format!(
+        "device.attributes[\"{DRIVER}\"].model == \"M1\" && device.attributes[\"{DRIVER}\"].index >= 0"
+    );
+    api(&client, "v1", "ResourceClaimTemplate", Some("default"))
+        .create(
+            &PostParams::default(),
+            &template("all", json!({"name": "gpu", "exactly": {"deviceClassName": CLASS, "allocationMode": "All", "selectors": [{"cel": {"expression": expression}}]}})),
+        )
+        .await
+        .unwrap();
+    create_pod(
+        &client,
+        &pod(
+            "a",
+            json!({"name": "gpu", "resourceClaimTemplateName": "all"}),
+        ),
+    )
+    .await;
+    eventually("the pod is bound", || async {
+        node_of(&client, "a").await.is_some()
+    })
+    .await;
+    let node = node_of(&client, "a").await.unwrap();
+    let claims = claims_v1(&client).await;
+    let got: Vec<String> = results(&claims[0])
+        .into_iter()
+        .map(|(_, pool, d)| format!("{pool}/{d}"))
+        .collect();
+    let expected: Vec<String> = if node == "n1" {
+        vec!["n1/fake-0".into(), "n1/fake-1".into()]
+    } else {
+        (0..4).map(|i| format!("n2/fake-{i}")).collect()
+    };
+    assert_eq!(got, expected);
+    // The generated claim is recorded in the pod status, owned by the pod.
+    let p = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), "default")
+        .get("a")
+        .await
+        .unwrap();
+    let statuses = p.status.unwrap().resource_claim_statuses.unwrap();
+    assert_eq!(
+        statuses[0].resource_claim_name.as_deref(),
+        claims[0]["metadata"]["name"].as_str()
+    );
+}
+
+#[tokio::test]
+async fn unsatisfiable_requests_and_cel_errors_are_reported() {
+    let (_server, client, _tasks) = control_plane().await;
+    api(&client, "v1", "ResourceClaimTemplate", Some("default"))
+        .create(
+            &PostParams::default(),
+            &template(
+                "five",
+                json!({"name": "gpu", "exactly": {"deviceClassName": CLASS, "count": 5}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let broken = format!("device.attributes[\"{DRIVER}\"].nosuch == \"x\"");
+    api(&client, "v1", "ResourceClaimTemplate", Some("default"))
+        .create(
+            &PostParams::default(),
+            &template("broken", json!({"name": "gpu", "exactly": {"deviceClassName": CLASS, "selectors": [{"cel": {"expression": broken}}]}})),
+        )
+        .await
+        .unwrap();
+    api(&client, "v1", "ResourceClaimTemplate", Some("default"))
+        .create(
+            &PostParams::default(),
+            &template(
+                "noclass",
+                json!({"name": "gpu", "exactly": {"deviceClassName": "missing"}}),
+            ),
+        )
+        .await
+        .unwrap();
+    create_pod(
+        &client,
+        &pod(
+            "five",
+            json!({"name": "gpu", "resourceClaimTemplateName": "five"}),
+        ),
+    )
+    .await;
+    create_pod(
+        &client,
+        &pod(
+            "broken",
+            json!({"name": "gpu", "resourceClaimTemplateName": "broken"}),
+        ),
+    )
+    .await;
+    create_pod(
+        &client,
+        &pod(
+            "noclass",
+            json!({"name": "gpu", "resourceClaimTemplateName": "noclass"}),
+        ),
+    )
+    .await;
+    eventually("all three are reported", || async {
+        let notes = event_notes(&client, "FailedScheduling").await;
+        notes
+            .iter()
+            .any(|n| n == "0/2 nodes are available: 2 cannot allocate all claims. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.")
+            && notes
+                .iter()
+                .any(|n| n.starts_with("running \"DynamicResources\" filter plugin: claim default/")
+                    && n.contains(": selector #0 on device ")
+                    && n.contains("CEL runtime error: no such key: nosuch. consider using CEL optional chaining"))
+            && notes
+                .iter()
+                .any(|n| n.contains("deviceclasses.resource.k8s.io \"missing\" not found"))
+    })
+    .await;
+    for p in ["five", "broken", "noclass"] {
+        assert_eq!(node_of(&client, p).await, None, "{p}");
+    }
+    assert!(
+        claims_v1(&client)
+            .await
+            .iter()
+            .all(|c| results(c).is_empty())
+    );
+}

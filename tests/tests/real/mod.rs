@@ -1,9 +1,0 @@
-//! The real-cluster suite's parts (tests/tests/real_cluster.rs): the cluster of
-//! hack/local-cluster.sh, the emulator beside it, the scenarios both run, and the record
-//! they are compared by.
-
-pub mod access;
-pub mod backend;
-pub mod cluster;
-pub mod protocol;
-pub mod scenarios;
