@@ -158,6 +158,9 @@ impl PodWorker {
         ) else {
             return true;
         };
+        // The containers are gone; so are their logs once the pod is (the kubelet removes a
+        // removed pod's log directory), before a new pod of the same name can print.
+        self.ctx.logs.forget(namespace, name);
         let params = DeleteParams {
             grace_period_seconds: Some(0),
             preconditions: Some(Preconditions {

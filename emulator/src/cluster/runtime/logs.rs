@@ -88,6 +88,13 @@ impl LogSink {
             .collect()
     }
 
+    /// Drops a pod's lines, as the kubelet removes a deleted pod's logs: afterwards its
+    /// name's lines are only those of a new pod of that name, as `kubectl logs` shows.
+    pub fn forget(&self, namespace: &str, pod: &str) {
+        self.locked()
+            .retain(|l| !(l.namespace == namespace && l.pod == pod));
+    }
+
     pub fn all(&self) -> Vec<LogLine> {
         self.locked().clone()
     }
