@@ -17,7 +17,7 @@ use fake_dra_crds::handle::AllocationHandle;
 use fake_dra_crds::nas::NodeAllocationState;
 use fake_dra_crds::node_selector;
 use fake_dra_crds::params::{ClaimRequest, DeviceClassParametersSpec};
-use fake_dra_crds::pod::ClassicPod;
+use fake_dra_crds::pod::DraPod;
 use fake_dra_crds::v1alpha2::{
     AllocationMode, AllocationResult, MAX_SCHEDULING_NODES, PodSchedulingContext,
     PodSchedulingContextStatus, ResourceClaim, ResourceClaimSchedulingStatus, ResourceClass,
@@ -608,7 +608,7 @@ async fn reconcile_psc_inner(psc: &PodSchedulingContext, ctx: &Context) -> Resul
         return Ok(Action::await_change());
     }
     let ns = psc.namespace().unwrap_or_default();
-    let pods: Api<ClassicPod> = Api::namespaced(ctx.client.clone(), &ns);
+    let pods: Api<DraPod> = Api::namespaced(ctx.client.clone(), &ns);
     let Some(pod) = pods.get_opt(&psc.name_any()).await.map_err(Error::Kube)? else {
         return Ok(Action::await_change());
     };

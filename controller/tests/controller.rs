@@ -15,7 +15,7 @@ use fake_dra_crds::nas::{
     NodePhase,
 };
 use fake_dra_crds::node_selector;
-use fake_dra_crds::pod::ClassicPod;
+use fake_dra_crds::pod::DraPod;
 use fake_dra_crds::v1alpha2::{PodSchedulingContext, ResourceClaim, ResourceClass};
 use fake_dra_emulator::apiserver::{ApiServer, ApiServerOptions, Fault, FaultVerb};
 use k8s_openapi::api::core::v1::Namespace;
@@ -329,7 +329,7 @@ async fn immediate_claim_is_allocated_and_released_on_deletion() {
 }
 
 async fn pod_with_claim(env: &Env, pod: &str, claim: &str) {
-    let pods: Api<ClassicPod> = Api::namespaced(env.client.clone(), NS);
+    let pods: Api<DraPod> = Api::namespaced(env.client.clone(), NS);
     pods.create(
         &PostParams::default(),
         &serde_json::from_value(json!({

@@ -5,7 +5,7 @@
 //! exists, so deserializing a 1.30 Pod with it would silently drop the claim references.
 //! 1.31 moved `resourceClaimName` / `resourceClaimTemplateName` from `source` onto the
 //! entry itself; [`PodResourceClaim`] reads both layouts.
-//! [`ClassicPod`] models just the fields DRA needs and keeps every other field it
+//! [`DraPod`] models just the fields DRA needs and keeps every other field it
 //! reads in `extra` maps, at each level it models, so that writing a Pod back (update,
 //! status update) never loses fields — even ones that no Kubernetes release this crate
 //! knows has.
@@ -16,22 +16,22 @@ use serde_json::{Map, Value};
 
 use crate::v1alpha2::{serialize_object, serialize_opt};
 
-/// A core/v1 Pod, reduced to the fields classic DRA uses; see the module docs.
+/// A core/v1 Pod, reduced to the fields DRA uses (classic and structured); see the module docs.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ClassicPod {
+pub struct DraPod {
     /// Standard object metadata.
     #[serde(default)]
     pub metadata: ObjectMeta,
     /// The spec, with the claim references.
     #[serde(default)]
-    pub spec: Option<ClassicPodSpec>,
+    pub spec: Option<DraPodSpec>,
     /// The status, with the names of generated claims.
     #[serde(default)]
-    pub status: Option<ClassicPodStatus>,
+    pub status: Option<DraPodStatus>,
 }
 
-impl k8s_openapi::Resource for ClassicPod {
+impl k8s_openapi::Resource for DraPod {
     const API_VERSION: &'static str = "v1";
     const GROUP: &'static str = "";
     const KIND: &'static str = "Pod";
@@ -40,11 +40,11 @@ impl k8s_openapi::Resource for ClassicPod {
     type Scope = k8s_openapi::NamespaceResourceScope;
 }
 
-impl k8s_openapi::ListableResource for ClassicPod {
+impl k8s_openapi::ListableResource for DraPod {
     const LIST_KIND: &'static str = "PodList";
 }
 
-impl k8s_openapi::Metadata for ClassicPod {
+impl k8s_openapi::Metadata for DraPod {
     type Ty = ObjectMeta;
 
     fn metadata(&self) -> &ObjectMeta {
@@ -56,7 +56,7 @@ impl k8s_openapi::Metadata for ClassicPod {
     }
 }
 
-impl Serialize for ClassicPod {
+impl Serialize for DraPod {
     fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct as _;
         serialize_object::<Self, _, _>(ser, 3, |obj| {
@@ -70,7 +70,7 @@ impl Serialize for ClassicPod {
 /// The Pod spec fields classic DRA uses, plus everything else in `extra`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ClassicPodSpec {
+pub struct DraPodSpec {
     /// The node the Pod is bound to; set by the scheduler.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,
@@ -189,7 +189,7 @@ pub struct ContainerClaim {
 /// The Pod status fields classic DRA uses, plus everything else in `extra`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ClassicPodStatus {
+pub struct DraPodStatus {
     /// The names of the claims generated from templates (1.28+).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_claim_statuses: Option<Vec<PodResourceClaimStatus>>,
@@ -213,7 +213,7 @@ pub struct PodResourceClaimStatus {
     pub extra: Map<String, Value>,
 }
 
-impl ClassicPod {
+impl DraPod {
     /// The Pod's claim references.
     pub fn resource_claims(&self) -> &[PodResourceClaim] {
         self.spec
@@ -335,11 +335,11 @@ mod tests {
 
     /// Compiles only if the type works with `kube::Api`; never called.
     #[allow(dead_code)]
-    fn usable_with_kube_api(client: kube::Client) -> kube::Api<ClassicPod> {
+    fn usable_with_kube_api(client: kube::Client) -> kube::Api<DraPod> {
         kube::Api::namespaced(client, "ns")
     }
 
-    fn pod(value: Value) -> ClassicPod {
+    fn pod(value: Value) -> DraPod {
         serde_json::from_value(value).unwrap()
     }
 

@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use fake_dra_crds::handle::AllocationHandle;
-use fake_dra_crds::pod::ClassicPod;
+use fake_dra_crds::pod::DraPod;
 use fake_dra_crds::v1alpha2::{
     AllocationMode, PodSchedulingContext, ResourceClaim, ResourceClaimTemplate, ResourceClass,
 };
@@ -97,7 +97,7 @@ fn pod_scheduling_context() {
 
 #[test]
 fn pod_of_kubernetes_1_30() {
-    let pod: ClassicPod = round_trip("pod-1.30.json");
+    let pod: DraPod = round_trip("pod-1.30.json");
     assert_eq!(pod.node_name(), Some("kind-worker"));
     assert_eq!(pod.claim_name("fake"), Some("pod0-fake-x7k2q"));
     assert_eq!(pod.claim_name("shared"), Some("shared"));
@@ -110,7 +110,7 @@ fn pod_of_kubernetes_1_30() {
 
 #[test]
 fn pod_edit_keeps_unknown_fields() {
-    let mut pod: ClassicPod = round_trip("pod-1.30.json");
+    let mut pod: DraPod = round_trip("pod-1.30.json");
     pod.status.as_mut().unwrap().resource_claim_statuses = None;
     let mut expected = fixture("pod-1.30.json");
     expected["status"]

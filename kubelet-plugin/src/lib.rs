@@ -10,7 +10,7 @@
 //!   [`checkpoint`] (the document), [`mode`] (which generation), [`slices`] (the
 //!   ResourceSlice);
 //! - adapters: [`driver`] (files: CDI specs, checkpoint), [`grpc`] (registration and
-//!   DRA services on unix sockets), [`publish`] (the NodeAllocationState, classic),
+//!   DRA services on unix sockets), [`classic`] (the NodeAllocationState),
 //!   [`publish_slices`] (the ResourceSlice, structured), [`claim_reader`] (reading
 //!   claims, structured); health and metrics are `fake_dra_ops::health`;
 //! - [`run`] wires them for any profile; `main.rs` parses flags and makes the fake one.
@@ -20,6 +20,7 @@ pub mod cdi;
 pub mod checkpoint;
 pub mod claim;
 pub mod claim_reader;
+pub mod classic;
 pub mod driver;
 pub mod fake;
 pub mod fsutil;
@@ -28,7 +29,6 @@ pub mod metrics;
 pub mod mode;
 pub mod plan;
 pub mod profile;
-pub mod publish;
 pub mod publish_slices;
 pub mod slices;
 
@@ -235,8 +235,12 @@ pub async fn run<D: DeviceProfile>(
                 .profile()
                 .node_allocation_state()
                 .ok_or(Error::NoClassicInventory)?;
-            let publisher =
-                publish::Publisher::new(client.clone(), &config.namespace, &config.node_name, spec);
+            let publisher = classic::nas::Publisher::new(
+                client.clone(),
+                &config.namespace,
+                &config.node_name,
+                spec,
+            );
             let task = tokio::spawn(publisher.clone().run(driver.clone(), ready.clone()));
             (Some(publisher), task)
         }

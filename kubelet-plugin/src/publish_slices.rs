@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::{v1, v1beta1};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -27,7 +28,6 @@ use tokio_stream::StreamExt;
 use tracing::{debug, info, warn};
 
 use crate::mode::ResourceApi;
-use crate::publish::node_owner;
 use crate::slices::{self, Desired, PublishedSlice, SlicePlan};
 
 /// A resync even without events, in case a watch stalls without an error.
@@ -250,4 +250,22 @@ impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// The owner reference to `node_name`'s Node, if the Node exists, so an object published
+/// for the node (NodeAllocationState, ResourceSlice) goes away with the Node.
+pub async fn node_owner(
+    client: &Client,
+    node_name: &str,
+) -> Result<Option<OwnerReference>, kube::Error> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    Ok(nodes.get_opt(node_name).await?.and_then(|node| {
+        node.metadata.uid.map(|uid| OwnerReference {
+            api_version: "v1".into(),
+            kind: "Node".into(),
+            name: node_name.to_owned(),
+            uid,
+            ..Default::default()
+        })
+    }))
 }

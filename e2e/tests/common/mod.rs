@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use fake_dra_crds::handle::AllocationHandle;
 use fake_dra_crds::nas::NodeAllocationState;
-use fake_dra_crds::pod::ClassicPod;
+use fake_dra_crds::pod::DraPod;
 use fake_dra_crds::v1alpha2::ResourceClaim;
 use fake_dra_emulator::manifests::{self, Manifest};
 use fake_dra_emulator::sim::{Sim, SimConfig};
@@ -161,8 +161,8 @@ pub fn distinct(ids: &[String]) -> bool {
     ids.iter().collect::<BTreeSet<_>>().len() == ids.len()
 }
 
-pub async fn pod(sim: &Sim, namespace: &str, name: &str) -> Option<ClassicPod> {
-    Api::<ClassicPod>::namespaced(sim.client().unwrap(), namespace)
+pub async fn pod(sim: &Sim, namespace: &str, name: &str) -> Option<DraPod> {
+    Api::<DraPod>::namespaced(sim.client().unwrap(), namespace)
         .get_opt(name)
         .await
         .unwrap()
@@ -334,7 +334,7 @@ pub async fn events(sim: &Sim, namespace: &str) -> Vec<String> {
 /// What a failing test prints: pods, claims and events of the namespace.
 pub async fn describe(sim: &Sim, namespace: &str) -> String {
     let client = sim.client().unwrap();
-    let pods = Api::<ClassicPod>::namespaced(client.clone(), namespace)
+    let pods = Api::<DraPod>::namespaced(client.clone(), namespace)
         .list(&ListParams::default())
         .await
         .map(|l| l.items);
@@ -354,7 +354,7 @@ pub async fn describe(sim: &Sim, namespace: &str) -> String {
 }
 
 pub async fn delete_pod(sim: &Sim, namespace: &str, name: &str) {
-    Api::<ClassicPod>::namespaced(sim.client().unwrap(), namespace)
+    Api::<DraPod>::namespaced(sim.client().unwrap(), namespace)
         .delete(name, &DeleteParams::default())
         .await
         .unwrap();

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use fake_dra_crds::pod::ClassicPod;
+use fake_dra_crds::pod::DraPod;
 use kube::api::Api;
 
 use super::*;
@@ -89,7 +89,7 @@ pub async fn deployment_replicas_get_20_ids_each_and_share_no_parent(generation:
         .await
         .unwrap();
     let pods = eventually("two replicas", || async {
-        let pods = Api::<ClassicPod>::namespaced(sim.client().unwrap(), "test6")
+        let pods = Api::<DraPod>::namespaced(sim.client().unwrap(), "test6")
             .list(&Default::default())
             .await
             .unwrap()

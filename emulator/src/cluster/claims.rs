@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use fake_dra_crds::pod::ClassicPod;
+use fake_dra_crds::pod::DraPod;
 use fake_dra_crds::v1alpha2::{AllocationMode, ResourceClaim, ResourceClaimTemplate};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
@@ -27,8 +27,8 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use super::structured::{
-    self, DELETE_PROTECTION_FINALIZER, ResourceApi, ResourceClaim as StructuredClaim,
-    ResourceClaimTemplate as StructuredTemplate,
+    self, DELETE_PROTECTION_FINALIZER, ResourceClaim as StructuredClaim,
+    ResourceClaimTemplate as StructuredTemplate, ResourceClient,
 };
 use super::{Events, level_triggered, object_ref};
 use crate::apiserver::WatchEvent;
@@ -43,7 +43,7 @@ pub async fn run(
     server_version: (u32, u32),
 ) {
     let events = Events::new(client.clone(), "resource_claim", None);
-    let structured = ResourceApi::for_server(client.clone(), server_version);
+    let structured = ResourceClient::for_server(client.clone(), server_version);
     let naming = if server_version < (1, 28) {
         Naming::PodAndClaim
     } else {
@@ -70,7 +70,7 @@ enum Naming {
 }
 
 async fn pass(client: &kube::Client, events: &Events, naming: Naming) -> Result<(), kube::Error> {
-    let pods = Api::<ClassicPod>::all(client.clone())
+    let pods = Api::<DraPod>::all(client.clone())
         .list(&ListParams::default())
         .await?
         .items;
@@ -93,7 +93,7 @@ async fn pass(client: &kube::Client, events: &Events, naming: Naming) -> Result<
             tracing::debug!(pod = ?pod.metadata.name, %error, "creating the claims of a pod failed");
         }
     }
-    let pods_by_uid: HashMap<&str, &ClassicPod> = pods
+    let pods_by_uid: HashMap<&str, &DraPod> = pods
         .iter()
         .filter_map(|p| Some((p.metadata.uid.as_deref()?, p)))
         .collect();
@@ -170,7 +170,7 @@ impl ClaimStore for ClassicClaims<'_> {
 }
 
 /// Structured DRA: resource.k8s.io/v1 (v1beta1 on 1.32/1.33).
-struct StructuredClaims<'a>(&'a ResourceApi);
+struct StructuredClaims<'a>(&'a ResourceClient);
 
 impl ClaimStore for StructuredClaims<'_> {
     type Spec = k8s_openapi::api::resource::v1::ResourceClaimSpec;
@@ -215,7 +215,7 @@ async fn create_pod_claims<S: ClaimStore>(
     client: &kube::Client,
     store: &S,
     events: &Events,
-    pod: &ClassicPod,
+    pod: &DraPod,
     existing: &[&ObjectMeta],
     naming: Naming,
 ) -> Result<(), kube::Error> {
@@ -332,7 +332,7 @@ async fn create_pod_claims<S: ClaimStore>(
             .map(|(name, claim)| json!({"name": name, "resourceClaimName": claim}))
             .collect();
         let patch = json!({"metadata": {"resourceVersion": pod.metadata.resource_version}, "status": {"resourceClaimStatuses": entries}});
-        Api::<ClassicPod>::namespaced(client.clone(), namespace)
+        Api::<DraPod>::namespaced(client.clone(), namespace)
             .patch_status(pod_name, &PatchParams::default(), &Patch::Merge(patch))
             .await?;
     }
@@ -342,7 +342,7 @@ async fn create_pod_claims<S: ClaimStore>(
 async fn sync_claim(
     client: &kube::Client,
     claim: &ResourceClaim,
-    pods: &HashMap<&str, &ClassicPod>,
+    pods: &HashMap<&str, &DraPod>,
 ) -> Result<(), kube::Error> {
     let (Some(namespace), Some(name)) = (
         claim.metadata.namespace.as_deref(),
@@ -395,9 +395,9 @@ async fn sync_claim(
 async fn structured_pass(
     client: &kube::Client,
     events: &Events,
-    api: &ResourceApi,
+    api: &ResourceClient,
 ) -> Result<(), kube::Error> {
-    let pods = Api::<ClassicPod>::all(client.clone())
+    let pods = Api::<DraPod>::all(client.clone())
         .list(&ListParams::default())
         .await?
         .items;
@@ -437,9 +437,9 @@ fn owning_pod(metadata: &ObjectMeta) -> Option<(&str, &str)> {
 
 /// `syncClaim` for structured claims.
 async fn sync_structured_claim(
-    api: &ResourceApi,
+    api: &ResourceClient,
     claim: &StructuredClaim,
-    pods: &[ClassicPod],
+    pods: &[DraPod],
 ) -> Result<(), kube::Error> {
     let (Some(namespace), Some(name)) = (
         claim.metadata.namespace.as_deref(),
@@ -501,7 +501,7 @@ async fn sync_structured_claim(
 }
 
 async fn remove_finalizer(
-    api: &ResourceApi,
+    api: &ResourceClient,
     claim: &StructuredClaim,
     namespace: &str,
     name: &str,

@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use fake_dra_crds::node_selector::{self, NodeView};
-use fake_dra_crds::pod::ClassicPod;
+use fake_dra_crds::pod::DraPod;
 use fake_dra_crds::v1alpha2::{
     AllocationMode, MAX_SCHEDULING_NODES, PodSchedulingContext, PodSchedulingContextSpec,
     ResourceClaim, ResourceClaimConsumerReference, ResourceClass,
@@ -41,7 +41,8 @@ pub async fn run(
     changes: broadcast::Receiver<Arc<WatchEvent>>,
     server_version: (u32, u32),
 ) {
-    if let Some(api) = super::structured::ResourceApi::for_server(client.clone(), server_version) {
+    if let Some(api) = super::structured::ResourceClient::for_server(client.clone(), server_version)
+    {
         return super::structured::run_scheduler(api, client, changes).await;
     }
     let events = Events::new(client.clone(), "default-scheduler", None);
@@ -71,7 +72,7 @@ async fn pass(
     reported: &mut HashMap<String, String>,
     server_version: (u32, u32),
 ) -> Result<(), kube::Error> {
-    let pods = Api::<ClassicPod>::all(client.clone())
+    let pods = Api::<DraPod>::all(client.clone())
         .list(&ListParams::default())
         .await?
         .items;
@@ -150,7 +151,7 @@ struct PodClaim {
 /// Returns the node the pod was bound to, `None` while waiting for the driver.
 async fn schedule(
     client: &kube::Client,
-    pod: &ClassicPod,
+    pod: &DraPod,
     nodes: &[Node],
     load: &mut BTreeMap<String, usize>,
     server_version: (u32, u32),

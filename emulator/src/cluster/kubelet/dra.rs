@@ -29,7 +29,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fake_dra_crds::pod::{ClassicContainer, ClassicPod};
+use fake_dra_crds::pod::{ClassicContainer, DraPod};
 use fake_dra_crds::v1alpha2::ResourceClaim;
 use fake_dra_proto::{v1alpha2, v1alpha3};
 use kube::api::Api;
@@ -106,11 +106,7 @@ pub(super) async fn restore_from_checkpoint(ctx: &NodeContext) {
 
 /// The name of the claim behind a pod claim, as `resourceclaim.Name` of the release
 /// gives it, and whether the claim must be checked to be the pod's (`mustCheckOwner`).
-fn claim_name(
-    release: Release,
-    pod: &ClassicPod,
-    pod_claim: &str,
-) -> Result<(String, bool), String> {
+fn claim_name(release: Release, pod: &DraPod, pod_claim: &str) -> Result<(String, bool), String> {
     let entry = pod
         .resource_claims()
         .iter()
@@ -136,7 +132,7 @@ fn claim_name(
 }
 
 /// The cache keys of the pod's claims whose names are known.
-pub(super) fn pod_claim_keys(release: Release, pod: &ClassicPod) -> Vec<ClaimKey> {
+pub(super) fn pod_claim_keys(release: Release, pod: &DraPod) -> Vec<ClaimKey> {
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
     pod.resource_claims()
         .iter()
@@ -146,7 +142,7 @@ pub(super) fn pod_claim_keys(release: Release, pod: &ClassicPod) -> Vec<ClaimKey
 }
 
 /// `claimIsUsedByPod`.
-fn used_by_pod(pod: &ClassicPod, pod_claim: &str) -> bool {
+fn used_by_pod(pod: &DraPod, pod_claim: &str) -> bool {
     pod.all_containers()
         .any(|c| c.claim_names().any(|n| n == pod_claim))
 }
@@ -154,7 +150,7 @@ fn used_by_pod(pod: &ClassicPod, pod_claim: &str) -> bool {
 /// A claim of the pod as read from the API: a fresh cache entry for it.
 async fn fetch(
     ctx: &NodeContext,
-    pod: &ClassicPod,
+    pod: &DraPod,
     pod_uid: &str,
     name: &str,
     must_check_owner: bool,
@@ -288,7 +284,7 @@ async fn plugin_for(ctx: &NodeContext, driver: &str) -> Result<PluginInstance, S
 /// `PrepareResources`.
 pub(super) async fn prepare_pod(
     ctx: &Arc<NodeContext>,
-    pod: &ClassicPod,
+    pod: &DraPod,
     pod_uid: &str,
 ) -> Result<(), String> {
     let wrap = |e: String| {
@@ -301,7 +297,7 @@ pub(super) async fn prepare_pod(
     prepare(ctx, pod, pod_uid).await.map_err(wrap)
 }
 
-async fn prepare(ctx: &Arc<NodeContext>, pod: &ClassicPod, pod_uid: &str) -> Result<(), String> {
+async fn prepare(ctx: &Arc<NodeContext>, pod: &DraPod, pod_uid: &str) -> Result<(), String> {
     let release = ctx.release;
     // Validation pass: read every claim before touching the cache.
     let mut fetched: Vec<ClaimInfo> = Vec::new();
@@ -435,7 +431,7 @@ pub(super) fn is_qualified_cdi_id(id: &str) -> bool {
 /// `GetResources`: the CDI ids a container gets for the claims it names.
 pub(super) async fn container_cdi_devices(
     ctx: &NodeContext,
-    pod: &ClassicPod,
+    pod: &DraPod,
     container: &ClassicContainer,
 ) -> Result<Vec<String>, String> {
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();

@@ -24,13 +24,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use fake_dra_crds::pod::ClassicPod;
+use fake_dra_crds::pod::DraPod;
 use tokio::sync::{Mutex, RwLock, broadcast, watch};
 use tokio::task::JoinSet;
 
 pub use registration::{PluginApi, choose_service, known_services};
 
-use super::structured::ResourceApi;
+use super::structured::ResourceClient;
 use super::{ContainerRuntime, Events, LogSink, NodeDirs};
 use crate::apiserver::WatchEvent;
 
@@ -117,7 +117,7 @@ struct NodeContext {
     events: Events,
     release: Release,
     /// `resource.k8s.io` for structured releases; `None` on classic ones.
-    structured: Option<ResourceApi>,
+    structured: Option<ResourceClient>,
     /// Registered DRA plugins by driver name.
     plugins: RwLock<BTreeMap<String, Vec<PluginInstance>>>,
     /// Successful registrations so far (a restarted plugin registers again).
@@ -126,7 +126,7 @@ struct NodeContext {
     /// never interleave.
     claims: Mutex<dra::ClaimCache>,
     /// Pod workers by pod uid.
-    workers: Mutex<HashMap<String, watch::Sender<Option<ClassicPod>>>>,
+    workers: Mutex<HashMap<String, watch::Sender<Option<DraPod>>>>,
     /// Set on shutdown: workers stop their containers and exit, leaving claims prepared.
     stopping: watch::Sender<bool>,
     /// See [`DEFAULT_WIPING_DELAY`].
@@ -166,7 +166,7 @@ impl Kubelet {
         let release = Release(config.server_version);
         let ctx = Arc::new(NodeContext {
             events: Events::new(client.clone(), "kubelet", Some(config.node.clone())),
-            structured: ResourceApi::for_server(client.clone(), config.server_version),
+            structured: ResourceClient::for_server(client.clone(), config.server_version),
             release,
             node: config.node.clone(),
             dirs: config.dirs,

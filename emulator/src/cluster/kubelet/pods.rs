@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fake_dra_crds::pod::{ClassicContainer, ClassicPod};
+use fake_dra_crds::pod::{ClassicContainer, DraPod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -32,11 +32,11 @@ pub(super) async fn sync_pods(ctx: &Arc<NodeContext>) -> Result<(), kube::Error>
     if *ctx.stopping.borrow() {
         return Ok(());
     }
-    let pods = Api::<ClassicPod>::all(ctx.client.clone())
+    let pods = Api::<DraPod>::all(ctx.client.clone())
         .list(&ListParams::default())
         .await?
         .items;
-    let mine: HashMap<String, ClassicPod> = pods
+    let mine: HashMap<String, DraPod> = pods
         .into_iter()
         .filter(|p| p.node_name() == Some(ctx.node.as_str()))
         .filter_map(|p| Some((p.metadata.uid.clone()?, p)))
@@ -104,7 +104,7 @@ impl PodWorker {
         }
     }
 
-    async fn run(mut self, mut pod_rx: watch::Receiver<Option<ClassicPod>>) {
+    async fn run(mut self, mut pod_rx: watch::Receiver<Option<DraPod>>) {
         let mut stopping = self.ctx.stopping.subscribe();
         loop {
             if *stopping.borrow() {
@@ -140,7 +140,7 @@ impl PodWorker {
 
     /// Graceful deletion: containers stopped, claims unprepared, then the pod removed with
     /// grace 0 (uid precondition, so a new pod of the same name is never hit).
-    async fn terminate(&mut self, pod: &ClassicPod) -> bool {
+    async fn terminate(&mut self, pod: &DraPod) -> bool {
         if !self.containers.is_empty() {
             let note = format!("Stopping {} container(s)", self.containers.len());
             self.ctx
@@ -169,7 +169,7 @@ impl PodWorker {
             }),
             ..Default::default()
         };
-        match Api::<ClassicPod>::namespaced(self.ctx.client.clone(), namespace)
+        match Api::<DraPod>::namespaced(self.ctx.client.clone(), namespace)
             .delete(name, &params)
             .await
         {
@@ -182,7 +182,7 @@ impl PodWorker {
         }
     }
 
-    async fn sync(&mut self, pod: &ClassicPod) {
+    async fn sync(&mut self, pod: &DraPod) {
         if self.containers.is_empty() {
             match self.prepare_and_create(pod).await {
                 Ok(()) => self.last_failure = None,
@@ -257,7 +257,7 @@ impl PodWorker {
     /// Prepares the pod's claims and builds its containers' specs.
     /// Prepares the pod's claims (`PrepareDynamicResources`, when the pod's sandbox is
     /// created) and builds its containers' specs.
-    async fn prepare_and_create(&mut self, pod: &ClassicPod) -> Result<(), Failure> {
+    async fn prepare_and_create(&mut self, pod: &DraPod) -> Result<(), Failure> {
         if pod
             .spec
             .as_ref()
@@ -342,7 +342,7 @@ impl PodWorker {
 
     /// Writes the pod's status when it changed (merge patch on `pods/status`, which only
     /// touches the fields the kubelet owns).
-    async fn report(&mut self, pod: &ClassicPod, failure: Option<&Failure>) {
+    async fn report(&mut self, pod: &DraPod, failure: Option<&Failure>) {
         let status = self.status(pod, failure);
         if self.reported.as_ref() == Some(&status) {
             return;
@@ -353,7 +353,7 @@ impl PodWorker {
         ) else {
             return;
         };
-        let api = Api::<ClassicPod>::namespaced(self.ctx.client.clone(), namespace);
+        let api = Api::<DraPod>::namespaced(self.ctx.client.clone(), namespace);
         match api
             .patch_status(
                 name,
@@ -369,7 +369,7 @@ impl PodWorker {
         }
     }
 
-    fn status(&self, pod: &ClassicPod, failure: Option<&Failure>) -> Value {
+    fn status(&self, pod: &DraPod, failure: Option<&Failure>) -> Value {
         let policy = restart_policy(pod);
         let statuses: Vec<Value> = self
             .containers
@@ -460,7 +460,7 @@ impl Failure {
     }
 }
 
-fn restart_policy(pod: &ClassicPod) -> &str {
+fn restart_policy(pod: &DraPod) -> &str {
     pod.spec
         .as_ref()
         .and_then(|s| s.extra.get("restartPolicy"))
@@ -468,7 +468,7 @@ fn restart_policy(pod: &ClassicPod) -> &str {
         .unwrap_or("Always")
 }
 
-fn image_of(pod: &ClassicPod, container: &str) -> String {
+fn image_of(pod: &DraPod, container: &str) -> String {
     pod.all_containers()
         .find(|c| c.name == container)
         .and_then(|c| c.extra.get("image"))

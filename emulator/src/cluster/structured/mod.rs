@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use fake_dra_crds::node_selector::{self, NodeView};
-use fake_dra_crds::pod::ClassicPod;
+use fake_dra_crds::pod::DraPod;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::{Device, DeviceSelector};
 pub use k8s_openapi::api::resource::v1::{
@@ -59,14 +59,14 @@ const SEARCH_BUDGET: usize = 100_000;
 /// `v1beta1` on 1.32/1.33), with every object converted to `v1`'s layout so one code path
 /// serves both — what the components' informers do through the internal version upstream.
 #[derive(Clone)]
-pub struct ResourceApi {
+pub struct ResourceClient {
     client: kube::Client,
     version: &'static str,
 }
 
-impl std::fmt::Debug for ResourceApi {
+impl std::fmt::Debug for ResourceClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ResourceApi")
+        f.debug_struct("ResourceClient")
             .field("version", &self.version)
             .finish_non_exhaustive()
     }
@@ -76,7 +76,7 @@ fn conversion_error(message: String) -> kube::Error {
     kube::Error::SerdeError(<serde_json::Error as serde::de::Error>::custom(message))
 }
 
-impl ResourceApi {
+impl ResourceClient {
     /// `None` when the release serves classic DRA (`v1alpha2`) or is not emulated.
     pub fn for_server(client: kube::Client, server_version: (u32, u32)) -> Option<Self> {
         let version = *resource_api_versions(server_version).ok()?.first()?;

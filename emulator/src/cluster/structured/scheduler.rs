@@ -4,7 +4,7 @@
 use super::*;
 
 pub async fn run_scheduler(
-    api: ResourceApi,
+    api: ResourceClient,
     client: kube::Client,
     changes: broadcast::Receiver<Arc<WatchEvent>>,
 ) {
@@ -50,12 +50,12 @@ impl From<kube::Error> for ScheduleError {
 }
 
 pub(super) async fn pass(
-    api: &ResourceApi,
+    api: &ResourceClient,
     client: &kube::Client,
     events: &Events,
     reported: &mut HashMap<String, String>,
 ) -> Result<(), kube::Error> {
-    let pods = Api::<ClassicPod>::all(client.clone())
+    let pods = Api::<DraPod>::all(client.clone())
         .list(&ListParams::default())
         .await?
         .items;
@@ -134,9 +134,9 @@ pub(super) async fn pass(
 
 /// Schedules one pod; returns the node it was bound to.
 pub(super) async fn schedule(
-    api: &ResourceApi,
+    api: &ResourceClient,
     client: &kube::Client,
-    pod: &ClassicPod,
+    pod: &DraPod,
     world: &mut World,
 ) -> Result<String, ScheduleError> {
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();

@@ -8,11 +8,12 @@ use fake_dra_crds::nas::{
     NodeAllocationState, NodeAllocationStateSpec, NodeAllocationStateStatus, NodePhase,
     PreparedClaim,
 };
-use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 use tracing::{debug, warn};
+
+use crate::publish_slices::node_owner;
 
 /// How long the status publisher waits after a change before writing, to batch changes.
 const STATUS_COALESCE: Duration = Duration::from_millis(250);
@@ -40,24 +41,6 @@ impl std::fmt::Debug for Publisher {
             .field("node_name", &self.node_name)
             .finish_non_exhaustive()
     }
-}
-
-/// The owner reference to `node_name`'s Node, if the Node exists, so an object published
-/// for the node (NodeAllocationState, ResourceSlice) goes away with the Node.
-pub async fn node_owner(
-    client: &Client,
-    node_name: &str,
-) -> Result<Option<OwnerReference>, kube::Error> {
-    let nodes: Api<Node> = Api::all(client.clone());
-    Ok(nodes.get_opt(node_name).await?.and_then(|node| {
-        node.metadata.uid.map(|uid| OwnerReference {
-            api_version: "v1".into(),
-            kind: "Node".into(),
-            name: node_name.to_owned(),
-            uid,
-            ..Default::default()
-        })
-    }))
 }
 
 impl Publisher {

@@ -1,0 +1,298 @@
+//! The kubelet-facing gRPC services: registration, and on one socket next to the gRPC
+//! health service either the classic DRA node services (`v1alpha2.Node`,
+//! `v1alpha3.Node`) or the structured ones (`dra.v1beta1.DRAPlugin`, `dra.v1.DRAPlugin`,
+//! one handler for both). Thin: they translate messages, let the device profile read
+//! each claim, and call [`Driver`] on a blocking thread; nothing here knows the device.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use fake_dra_proto::{
+    DRA_PLUGIN_TYPE, SUPPORTED_V1, SUPPORTED_V1BETA1, dra_v1, dra_v1beta1,
+    pluginregistration as reg, v1alpha2, v1alpha3,
+};
+use futures::StreamExt;
+use tonic::{Request, Response, Status};
+use tracing::{error, info, warn};
+
+use crate::allocation;
+use crate::claim::{COMMON_DEVICE, ClaimError, ClaimRef};
+use crate::claim_reader::ClaimReader;
+use crate::driver::Driver;
+use crate::metrics::Metrics;
+use crate::profile::DeviceProfile;
+
+mod classic;
+mod structured;
+
+pub use structured::{DeviceOutcome, DraPluginService};
+
+/// The versions classic kubelets (1.27–1.31) accept: each entry is parsed as a semantic
+/// version, and 1.0.0 means "the classic node services".
+pub const SUPPORTED_VERSIONS: &[&str] = &["1.0.0"];
+
+/// What structured mode advertises: exactly the `DRAPlugin` services it serves, newest
+/// first (1.34+ kubelets take the first they know; 1.32–1.33 look for v1beta1).
+pub const STRUCTURED_SUPPORTED_VERSIONS: &[&str] = &[SUPPORTED_V1, SUPPORTED_V1BETA1];
+
+/// The registration service.
+#[derive(Debug)]
+pub struct Registration {
+    /// The driver name.
+    pub driver_name: String,
+    /// The DRA socket.
+    pub endpoint: PathBuf,
+    /// Set once the kubelet says it registered us.
+    pub registered: Arc<AtomicBool>,
+    /// `supported_versions`: [`SUPPORTED_VERSIONS`] or [`STRUCTURED_SUPPORTED_VERSIONS`].
+    pub supported_versions: &'static [&'static str],
+}
+
+#[tonic::async_trait]
+impl reg::registration_server::Registration for Registration {
+    async fn get_info(
+        &self,
+        _: Request<reg::InfoRequest>,
+    ) -> Result<Response<reg::PluginInfo>, Status> {
+        Ok(Response::new(reg::PluginInfo {
+            r#type: DRA_PLUGIN_TYPE.to_owned(),
+            name: self.driver_name.clone(),
+            endpoint: self.endpoint.to_string_lossy().into_owned(),
+            supported_versions: self
+                .supported_versions
+                .iter()
+                .map(|v| v.to_string())
+                .collect(),
+        }))
+    }
+
+    async fn notify_registration_status(
+        &self,
+        request: Request<reg::RegistrationStatus>,
+    ) -> Result<Response<reg::RegistrationStatusResponse>, Status> {
+        let status = request.into_inner();
+        if status.plugin_registered {
+            info!("kubelet registered the plugin");
+        } else {
+            error!(error = %status.error, "kubelet refused to register the plugin");
+        }
+        self.registered
+            .store(status.plugin_registered, Ordering::SeqCst);
+        Ok(Response::new(reg::RegistrationStatusResponse {}))
+    }
+}
+
+/// What the node services share: the claims' state and files, and the counters.
+#[derive(Debug)]
+pub struct NodeService<D: DeviceProfile> {
+    /// The state and files.
+    pub driver: Arc<Driver<D>>,
+    /// Counters and latencies.
+    pub metrics: Arc<Metrics>,
+}
+
+impl<D: DeviceProfile> Clone for NodeService<D> {
+    fn clone(&self) -> Self {
+        Self {
+            driver: self.driver.clone(),
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+/// One claim's outcome in a batch.
+type Outcome<T> = Result<T, ClaimError>;
+
+/// A batch as the kubelet reads the answer — a map with one entry per claim uid: a uid
+/// sent twice with the same contents is one claim; sent with different contents it is
+/// refused and nothing is done for it, so what the plugin did and its one answer agree.
+fn one_per_uid<C: PartialEq>(
+    claims: Vec<C>,
+    uid: impl Fn(&C) -> &str,
+) -> (Vec<C>, Vec<(String, ClaimError)>) {
+    let mut unique: Vec<C> = Vec::with_capacity(claims.len());
+    let mut conflicting: Vec<String> = Vec::new();
+    for claim in claims {
+        match unique.iter().find(|u| uid(u) == uid(&claim)) {
+            None => unique.push(claim),
+            Some(first) if *first == claim => {}
+            Some(_) => {
+                let id = uid(&claim).to_string();
+                if !conflicting.contains(&id) {
+                    conflicting.push(id);
+                }
+            }
+        }
+    }
+    unique.retain(|c| !conflicting.iter().any(|id| id == uid(c)));
+    let refused = conflicting
+        .into_iter()
+        .map(|id| {
+            let error = ClaimError::Duplicate(id.clone());
+            (id, error)
+        })
+        .collect();
+    (unique, refused)
+}
+
+impl<D: DeviceProfile> NodeService<D> {
+    /// Prepares the claims the profile read (`Err`s are passed through), on a blocking
+    /// thread; one outcome per claim, in order, each counted.
+    async fn prepare(
+        &self,
+        read: Vec<Outcome<(ClaimRef, D::Prepared)>>,
+    ) -> Result<Vec<Outcome<(ClaimRef, D::Prepared)>>, Status> {
+        let requests: Vec<(ClaimRef, D::Prepared)> = read
+            .iter()
+            .filter_map(|r| r.as_ref().ok().cloned())
+            .collect();
+        let driver = self.driver.clone();
+        let mut done = tokio::task::spawn_blocking(move || {
+            let results = driver.prepare(&requests);
+            requests
+                .into_iter()
+                .zip(results)
+                .map(|(r, o)| o.map(|()| r))
+                .collect::<Vec<_>>()
+        })
+        .await
+        .map_err(|e| Status::internal(format!("prepare task failed: {e}")))?
+        .into_iter();
+        let outcomes: Vec<Outcome<(ClaimRef, D::Prepared)>> = read
+            .into_iter()
+            .map(|r| match r {
+                Ok(_) => done.next().unwrap_or_else(|| {
+                    Err(ClaimError::Read {
+                        claim: String::new(),
+                        reason: "internal error: claim not handled".into(),
+                    })
+                }),
+                Err(e) => Err(e),
+            })
+            .collect();
+        for o in &outcomes {
+            self.metrics.claim("prepare", o);
+            if let Err(e) = o {
+                warn!(error = %e, "claim not prepared");
+            }
+        }
+        Ok(outcomes)
+    }
+
+    /// Unprepares claims; one outcome per claim, in order, each counted.
+    async fn unprepare(&self, claims: Vec<Outcome<ClaimRef>>) -> Result<Vec<Outcome<()>>, Status> {
+        let requests: Vec<ClaimRef> = claims
+            .iter()
+            .filter_map(|c| c.as_ref().ok().cloned())
+            .collect();
+        let driver = self.driver.clone();
+        let mut done = tokio::task::spawn_blocking(move || driver.unprepare(&requests))
+            .await
+            .map_err(|e| Status::internal(format!("unprepare task failed: {e}")))?
+            .into_iter();
+        let outcomes: Vec<Outcome<()>> = claims
+            .into_iter()
+            .map(|c| match c {
+                Ok(_) => done.next().unwrap_or(Ok(())),
+                Err(e) => Err(e),
+            })
+            .collect();
+        for o in &outcomes {
+            self.metrics.claim("unprepare", o);
+            if let Err(e) = o {
+                warn!(error = %e, "claim not unprepared");
+            }
+        }
+        Ok(outcomes)
+    }
+
+    /// Classic: what the profile makes of a claim's allocation handle.
+    fn read_handle(
+        &self,
+        uid: &str,
+        namespace: &str,
+        name: &str,
+        handle: &str,
+    ) -> Outcome<(ClaimRef, D::Prepared)> {
+        let claim = ClaimRef::new(uid, namespace, name)?;
+        let wanted = self
+            .driver
+            .profile()
+            .prepare_handle(&claim, handle)
+            .map_err(|source| ClaimError::Device {
+                claim: claim.to_string(),
+                source,
+            })?;
+        Ok((claim, wanted))
+    }
+
+    /// The ids a classic kubelet gets: the common device and the claim's.
+    fn claim_ids(&self, claim: &ClaimRef, prepared: &D::Prepared) -> Vec<String> {
+        let kind = self.driver.kind();
+        std::iter::once(COMMON_DEVICE.to_string())
+            .chain(
+                self.driver
+                    .profile()
+                    .claim_cdi_devices(&claim.uid, prepared),
+            )
+            .map(|name| kind.qualified(&name))
+            .collect()
+    }
+}
+
+/// Binds a unix socket at `path`, replacing a stale one left by a crash.
+pub fn bind(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
+    if let Some(dir) = path.parent() {
+        crate::fsutil::create_dir(dir)?;
+    }
+    crate::fsutil::remove_if_exists(path)?;
+    let listener = tokio::net::UnixListener::bind(path)?;
+    crate::fsutil::restrict_socket(path)?;
+    Ok(listener)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn claim(uid: &str, handle: &str) -> v1alpha3::Claim {
+        v1alpha3::Claim {
+            namespace: "ns".into(),
+            uid: uid.into(),
+            name: format!("c-{uid}"),
+            resource_handle: handle.into(),
+        }
+    }
+
+    #[test]
+    fn a_batch_has_one_claim_per_uid() {
+        let (unique, refused) = one_per_uid(
+            vec![
+                claim("a", "h"),
+                claim("b", "h1"),
+                claim("a", "h"),
+                claim("b", "h2"),
+                claim("c", "h"),
+                claim("b", "h1"),
+            ],
+            |c| &c.uid,
+        );
+        let uids: Vec<&str> = unique.iter().map(|c| c.uid.as_str()).collect();
+        assert_eq!(
+            uids,
+            ["a", "c"],
+            "identical repeats merged, conflicting ones dropped"
+        );
+        assert_eq!(refused.len(), 1);
+        assert_eq!(refused[0].0, "b");
+        assert!(
+            refused[0].1.to_string().contains("more than once"),
+            "{}",
+            refused[0].1
+        );
+        assert_eq!(refused[0].1.reason(), "duplicate");
+    }
+}

@@ -1,0 +1,256 @@
+//! Structured DRA (Kubernetes 1.32+): the `dra.v1beta1.DRAPlugin` and `dra.v1.DRAPlugin`
+//! services, one handler for both, reading each claim's allocation from the API.
+
+use super::*;
+
+/// How many claims of one structured batch are read from the API at a time.
+pub(super) const MAX_CONCURRENT_READS: usize = 16;
+
+/// One prepared device of a structured claim, version-neutral.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceOutcome {
+    /// The request it was allocated for.
+    pub request: String,
+    /// The pool (this node).
+    pub pool: String,
+    /// The device name in the pool.
+    pub device: String,
+    /// The CDI ids to inject for it.
+    pub cdi_device_ids: Vec<String>,
+}
+
+/// The structured `DRAPlugin` service (v1beta1 and v1): reads each claim's allocation
+/// from the API, lets the profile read it, then prepares through the same path as
+/// classic.
+#[derive(Debug)]
+pub struct DraPluginService<D: DeviceProfile> {
+    /// The shared prepare/unprepare path.
+    pub node: NodeService<D>,
+    /// Where claims are read.
+    pub claims: ClaimReader,
+    /// Our driver name, to pick our results.
+    pub driver_name: String,
+    /// This node: its pool.
+    pub node_name: String,
+}
+
+impl<D: DeviceProfile> Clone for DraPluginService<D> {
+    fn clone(&self) -> Self {
+        Self {
+            node: self.node.clone(),
+            claims: self.claims.clone(),
+            driver_name: self.driver_name.clone(),
+            node_name: self.node_name.clone(),
+        }
+    }
+}
+
+/// A structured claim as the profile read it, with the devices the kubelet asks about.
+pub(super) type ReadClaim<P> = (ClaimRef, P, Vec<crate::profile::AllocatedDevice>);
+
+impl<D: DeviceProfile> DraPluginService<D> {
+    /// Reads one claim and lets the profile say what preparing it means.
+    async fn read(&self, claim: ClaimRef) -> Outcome<ReadClaim<D::Prepared>> {
+        let fetched = self
+            .claims
+            .get(&claim.namespace, &claim.name)
+            .await
+            .map_err(|e| ClaimError::Read {
+                claim: claim.to_string(),
+                reason: e.to_string(),
+            })?;
+        let allocation = allocation::ours(&self.driver_name, &self.node_name, &claim, &fetched)?;
+        let prepared = self
+            .node
+            .driver
+            .profile()
+            .prepare_allocation(&claim, &allocation)
+            .map_err(|source| ClaimError::Device {
+                claim: claim.to_string(),
+                source,
+            })?;
+        Ok((claim, prepared, allocation.devices))
+    }
+
+    /// Prepares a batch; one outcome per claim, in order. A claim that cannot be read or
+    /// resolved fails alone; the others go on. The claims are read concurrently — a few
+    /// API round trips for the batch instead of one per claim — but at most
+    /// [`MAX_CONCURRENT_READS`] at a time, so a huge batch cannot open a connection per
+    /// claim.
+    pub async fn prepare(
+        &self,
+        claims: Vec<Outcome<ClaimRef>>,
+    ) -> Result<Vec<Outcome<Vec<DeviceOutcome>>>, Status> {
+        let reads: Vec<_> = claims
+            .into_iter()
+            .map(|c| async move {
+                match c {
+                    Ok(claim) => self.read(claim).await,
+                    Err(e) => Err(e),
+                }
+            })
+            .collect();
+        let read: Vec<Outcome<ReadClaim<D::Prepared>>> = futures::stream::iter(reads)
+            .buffered(MAX_CONCURRENT_READS)
+            .collect()
+            .await;
+        let devices: Vec<Vec<crate::profile::AllocatedDevice>> = read
+            .iter()
+            .map(|r| r.as_ref().map(|(_, _, d)| d.clone()).unwrap_or_default())
+            .collect();
+        let outcomes = self
+            .node
+            .prepare(
+                read.into_iter()
+                    .map(|r| r.map(|(c, p, _)| (c, p)))
+                    .collect(),
+            )
+            .await?;
+        Ok(outcomes
+            .into_iter()
+            .zip(devices)
+            .map(|(o, devices)| {
+                o.and_then(|(claim, prepared)| self.device_outcomes(&claim, &prepared, devices))
+            })
+            .collect())
+    }
+
+    /// Each allocated device answers with the common device and the profile's devices for
+    /// it, so the kubelet can give a container the devices of the requests it names.
+    fn device_outcomes(
+        &self,
+        claim: &ClaimRef,
+        prepared: &D::Prepared,
+        devices: Vec<crate::profile::AllocatedDevice>,
+    ) -> Outcome<Vec<DeviceOutcome>> {
+        let kind = self.node.driver.kind();
+        let profile = self.node.driver.profile();
+        devices
+            .into_iter()
+            .map(|d| {
+                let names = profile
+                    .device_cdi_devices(&claim.uid, prepared, &d.device)
+                    .ok_or_else(|| ClaimError::Device {
+                        claim: claim.to_string(),
+                        source: crate::profile::ProfileError::new(
+                            "bad_cdi_name",
+                            format!("the device profile has no CDI device for {}", d.device),
+                        ),
+                    })?;
+                let cdi_device_ids = std::iter::once(COMMON_DEVICE.to_string())
+                    .chain(names)
+                    .map(|name| kind.qualified(&name))
+                    .collect();
+                Ok(DeviceOutcome {
+                    request: d.request,
+                    pool: self.node_name.clone(),
+                    device: d.device,
+                    cdi_device_ids,
+                })
+            })
+            .collect()
+    }
+}
+
+/// Both `DRAPlugin` packages have the same messages: one implementation per package,
+/// converting to and from the neutral types.
+macro_rules! dra_plugin {
+    ($pkg:ident) => {
+        // `..Default::default()` fills v1's `share_id`; v1beta1 has nothing to fill.
+        #[allow(clippy::needless_update)]
+        #[tonic::async_trait]
+        impl<D: DeviceProfile> $pkg::dra_plugin_server::DraPlugin for DraPluginService<D> {
+            async fn node_prepare_resources(
+                &self,
+                request: Request<$pkg::NodePrepareResourcesRequest>,
+            ) -> Result<Response<$pkg::NodePrepareResourcesResponse>, Status> {
+                let start = Instant::now();
+                let (claims, refused) = one_per_uid(request.into_inner().claims, |c| &c.uid);
+                let refs = claims
+                    .iter()
+                    .map(|c| ClaimRef::new(&c.uid, &c.namespace, &c.name))
+                    .collect();
+                let outcomes = self.prepare(refs).await?;
+                let mut response = $pkg::NodePrepareResourcesResponse::default();
+                for (uid, error) in refused {
+                    self.node
+                        .metrics
+                        .claim::<()>("prepare", &Err(error.clone()));
+                    response.insert(
+                        uid,
+                        $pkg::NodePrepareResourceResponse {
+                            devices: vec![],
+                            error: error.to_string(),
+                        },
+                    );
+                }
+                for (claim, outcome) in claims.into_iter().zip(outcomes) {
+                    let entry = match outcome {
+                        Ok(devices) => $pkg::NodePrepareResourceResponse {
+                            devices: devices
+                                .into_iter()
+                                .map(|d| $pkg::Device {
+                                    request_names: vec![d.request],
+                                    pool_name: d.pool,
+                                    device_name: d.device,
+                                    cdi_device_ids: d.cdi_device_ids,
+                                    ..Default::default()
+                                })
+                                .collect(),
+                            error: String::new(),
+                        },
+                        Err(e) => $pkg::NodePrepareResourceResponse {
+                            devices: vec![],
+                            error: e.to_string(),
+                        },
+                    };
+                    response.insert(claim.uid, entry);
+                }
+                self.node
+                    .metrics
+                    .observe("NodePrepareResources", start.elapsed().as_secs_f64());
+                Ok(Response::new(response))
+            }
+
+            async fn node_unprepare_resources(
+                &self,
+                request: Request<$pkg::NodeUnprepareResourcesRequest>,
+            ) -> Result<Response<$pkg::NodeUnprepareResourcesResponse>, Status> {
+                let start = Instant::now();
+                let (claims, refused) = one_per_uid(request.into_inner().claims, |c| &c.uid);
+                let refs = claims
+                    .iter()
+                    .map(|c| ClaimRef::new(&c.uid, &c.namespace, &c.name))
+                    .collect();
+                let outcomes = self.node.unprepare(refs).await?;
+                let mut response = $pkg::NodeUnprepareResourcesResponse::default();
+                for (uid, error) in refused {
+                    self.node
+                        .metrics
+                        .claim::<()>("unprepare", &Err(error.clone()));
+                    response.insert(
+                        uid,
+                        $pkg::NodeUnprepareResourceResponse {
+                            error: error.to_string(),
+                        },
+                    );
+                }
+                for (claim, outcome) in claims.into_iter().zip(outcomes) {
+                    response.insert(
+                        claim.uid,
+                        $pkg::NodeUnprepareResourceResponse {
+                            error: outcome.err().map(|e| e.to_string()).unwrap_or_default(),
+                        },
+                    );
+                }
+                self.node
+                    .metrics
+                    .observe("NodeUnprepareResources", start.elapsed().as_secs_f64());
+                Ok(Response::new(response))
+            }
+        }
+    };
+}
+
+dra_plugin!(dra_v1beta1);
+dra_plugin!(dra_v1);
