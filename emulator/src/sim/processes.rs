@@ -1,0 +1,223 @@
+//! The driver's processes: the controller and one kubelet plugin per node, started from
+//! the rendered Deployment/DaemonSet (command, env, downward API, hostPath dirs mapped
+//! onto each emulated node's directories), so the deployed configuration is the tested one.
+
+use super::*;
+
+/// How to start one driver process: what the Deployment/DaemonSet container says, mapped
+/// onto this machine.
+#[derive(Debug, Clone)]
+pub(super) struct ProcessSpec {
+    pub(super) program: PathBuf,
+    pub(super) env: Vec<(String, String)>,
+    pub(super) log: PathBuf,
+}
+
+impl ProcessSpec {
+    pub(super) fn spawn(&self) -> Result<DriverProcess, SimError> {
+        let io = |what: &str| {
+            let what = format!("{what} {}", self.log.display());
+            move |source| SimError::Io { what, source }
+        };
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .map_err(io("opening"))?;
+        let stderr = log.try_clone().map_err(io("opening"))?;
+        let starting = |source| SimError::Io {
+            what: format!("starting {}", self.program.display()),
+            source,
+        };
+        let mut command = lifeline::command(&self.program, &[], &lifeline::Cleanup::default())
+            .map_err(starting)?;
+        command
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
+        if let Some(filter) = std::env::var_os("RUST_LOG") {
+            command.env("RUST_LOG", filter);
+        }
+        // A group of its own, as a pod's processes have: killing the group kills the
+        // process and its supervisor, and a Ctrl-C at the terminal reaches only the sim,
+        // which shuts the drivers down in order.
+        command.stdout(log).stderr(stderr).process_group(0);
+        let child = command.spawn().map_err(starting)?;
+        Ok(DriverProcess { child })
+    }
+}
+
+/// A running driver process (under its supervisor when the lifeline is installed), in a
+/// process group of its own. Dropping it kills the group.
+#[derive(Debug)]
+pub(super) struct DriverProcess {
+    pub(super) child: Child,
+}
+
+impl DriverProcess {
+    /// `kill -9` of the process (and its supervisor), waiting until it is gone.
+    pub(super) async fn kill(mut self) {
+        if let Some(pgid) = self.child.id()
+            && let Err(e) = lifeline::signal_group("KILL", pgid)
+        {
+            tracing::warn!("killing a driver process: {e}");
+            let _ = self.child.start_kill();
+        }
+        let _ = self.child.wait().await;
+    }
+
+    /// SIGTERM, then SIGKILL if it has not exited within [`TERMINATION_GRACE`].
+    pub(super) async fn terminate(mut self) {
+        if let Some(pid) = self.child.id()
+            && let Err(e) = lifeline::send_signal("TERM", &[pid])
+        {
+            tracing::warn!("stopping a driver process: {e}");
+        }
+        if tokio::time::timeout(TERMINATION_GRACE, self.child.wait())
+            .await
+            .is_err()
+        {
+            self.kill().await;
+        }
+    }
+}
+
+impl Drop for DriverProcess {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None))
+            && let Some(pgid) = self.child.id()
+            && let Err(e) = lifeline::signal_group("KILL", pgid)
+        {
+            tracing::warn!("killing a driver process: {e}");
+        }
+    }
+}
+
+/// The one container of the driver's Deployment or DaemonSet.
+pub(super) fn driver_container<'a>(
+    workloads: &'a [Manifest],
+    kind: &str,
+    overlay: &str,
+) -> Result<&'a Value, SimError> {
+    let found: Vec<&Manifest> = workloads.iter().filter(|m| m.kind() == kind).collect();
+    let [workload] = found.as_slice() else {
+        return Err(SimError::Deploy {
+            overlay: overlay.into(),
+            message: format!("expected exactly one {kind}, found {}", found.len()),
+        });
+    };
+    workload
+        .object
+        .pointer("/spec/template/spec/containers/0")
+        .ok_or_else(|| SimError::Deploy {
+            overlay: overlay.into(),
+            message: format!("{kind} {} has no container", workload.name()),
+        })
+}
+
+/// The pod a driver process stands for, for the downward API.
+pub(super) struct PodIdentity {
+    pub(super) name: String,
+    pub(super) node: String,
+}
+
+/// The container's env on this machine: literal values as they are, downward-API fields
+/// of the pod it stands for, paths under hostPath mounts moved to the emulated node's
+/// directories, and every `*HTTP_ADDRESS` on a free loopback port (several driver
+/// processes share this machine's network, unlike pods).
+pub(super) fn container_env(
+    container: &Value,
+    pod: &PodIdentity,
+    host_dir: &dyn Fn(&str) -> Option<PathBuf>,
+) -> Result<Vec<(String, String)>, SimError> {
+    let deploy_err = |message: String| SimError::Deploy {
+        overlay: String::new(),
+        message,
+    };
+    // mountPath → hostPath, from the pod's volumes (only hostPath volumes matter here).
+    let mounts: Vec<(String, String)> = container
+        .get("volumeMounts")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|m| {
+            Some((
+                m.get("mountPath")?.as_str()?.to_string(),
+                m.get("name")?.as_str()?.to_string(),
+            ))
+        })
+        .collect();
+    let mut env = Vec::new();
+    for entry in container
+        .get("env")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let name = entry
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let value = if let Some(field) = entry
+            .pointer("/valueFrom/fieldRef/fieldPath")
+            .and_then(Value::as_str)
+        {
+            match field {
+                "metadata.namespace" => DRIVER_NAMESPACE.to_string(),
+                "metadata.name" => pod.name.clone(),
+                "spec.nodeName" => pod.node.clone(),
+                other => {
+                    return Err(deploy_err(format!(
+                        "env {name}: fieldRef {other} is not provided by the sim"
+                    )));
+                }
+            }
+        } else if entry.get("valueFrom").is_some() {
+            return Err(deploy_err(format!(
+                "env {name}: only literal values and fieldRef are provided by the sim"
+            )));
+        } else {
+            entry
+                .get("value")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
+        let value = if name.ends_with("HTTP_ADDRESS") {
+            "127.0.0.1:0".to_string()
+        } else if let Some((mount_path, _)) = mounts
+            .iter()
+            .find(|(path, _)| value == *path || value.starts_with(&format!("{path}/")))
+        {
+            let host = host_dir(mount_path).ok_or_else(|| {
+                deploy_err(format!(
+                    "env {name}={value}: the sim has no node directory for the mount {mount_path}"
+                ))
+            })?;
+            let rest = value
+                .strip_prefix(mount_path.as_str())
+                .unwrap_or_default()
+                .trim_start_matches('/');
+            if rest.is_empty() {
+                host.display().to_string()
+            } else {
+                host.join(rest).display().to_string()
+            }
+        } else {
+            value
+        };
+        env.push((name, value));
+    }
+    Ok(env)
+}
+
+/// The emulated node's directory for a kubelet host path the DaemonSet mounts.
+pub(super) fn node_dir_for(dirs: &NodeDirs, path: &str) -> Option<PathBuf> {
+    match path {
+        "/var/lib/kubelet/plugins_registry" => Some(dirs.registry_dir.clone()),
+        "/var/run/cdi" | "/run/cdi" | "/etc/cdi" => Some(dirs.cdi_root.clone()),
+        p if p.starts_with("/var/lib/kubelet/plugins/") => Some(dirs.plugin_dir.clone()),
+        _ => None,
+    }
+}
