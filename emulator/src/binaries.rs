@@ -1,5 +1,5 @@
-//! Finds the workspace's binaries (the controller and the kubelet plugin) that the
-//! emulated cluster runs as child processes.
+//! Finds the binaries the emulated cluster runs as child processes: the ones the driver's
+//! Deployment and DaemonSet name in their `command`.
 //!
 //! `cargo build --workspace --bins` and `cargo test --workspace` put every binary of the
 //! workspace in one directory (`target/<profile>/`), the one that holds the running
@@ -10,10 +10,6 @@ use std::path::{Path, PathBuf};
 /// Overrides where the binaries are looked up (e.g. an installed copy).
 pub const BIN_DIR_ENV: &str = "FAKE_DRA_BIN_DIR";
 
-/// The controller binary's name.
-pub const CONTROLLER: &str = "fake-dra-controller";
-/// The kubelet plugin binary's name.
-pub const KUBELET_PLUGIN: &str = "fake-dra-kubelet-plugin";
 /// The emulator's own binary, for suites that run it as a user would.
 pub const SIM: &str = "fake-dra-sim";
 

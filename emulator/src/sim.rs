@@ -32,8 +32,6 @@ use work_dir::*;
 
 /// The repository's `deploy/` directory, where the sim finds the driver's manifests.
 pub const DEPLOY_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy");
-/// The driver's namespace in `deploy/base`.
-const DRIVER_NAMESPACE: &str = "fake-dra";
 /// How long the sim waits for the plugins to register (a safety net, not a pace).
 const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a driver process may take to exit after SIGTERM before it is killed.
@@ -155,8 +153,6 @@ pub struct Sim {
 
 impl Sim {
     pub async fn start(config: SimConfig) -> Result<Self, SimError> {
-        let controller_bin = binaries::locate(binaries::CONTROLLER, config.bin_dir.as_deref())?;
-        let plugin_bin = binaries::locate(binaries::KUBELET_PLUGIN, config.bin_dir.as_deref())?;
         let overlay_dir = config.deploy_dir.join(&config.overlay);
         if !overlay_dir.join("kustomization.yaml").is_file() {
             return Err(SimError::Deploy {
@@ -219,8 +215,8 @@ impl Sim {
         apply_all(&cluster, &installed).await?;
 
         // Structured DRA has no controller: kube-scheduler allocates.
-        let controller_container = if driver_workloads.iter().any(|m| m.kind() == "Deployment") {
-            Some(driver_container(
+        let controller = if driver_workloads.iter().any(|m| m.kind() == "Deployment") {
+            Some(driver_workload(
                 &driver_workloads,
                 "Deployment",
                 &config.overlay,
@@ -228,17 +224,19 @@ impl Sim {
         } else {
             None
         };
-        let plugin_container = driver_container(&driver_workloads, "DaemonSet", &config.overlay)?;
-        let controller_pod = PodIdentity {
-            name: "fake-dra-controller-0".into(),
-            node: config.nodes.first().cloned().unwrap_or_default(),
-        };
-        let controller_spec = match controller_container {
-            Some(container) => {
-                let mut env = container_env(container, &controller_pod, &|_| None)?;
+        let plugin = driver_workload(&driver_workloads, "DaemonSet", &config.overlay)?;
+        let plugin_bin = binaries::locate(&plugin.program, config.bin_dir.as_deref())?;
+        let controller_spec = match controller {
+            Some(controller) => {
+                let pod = PodIdentity {
+                    name: format!("{}-0", controller.name),
+                    namespace: controller.namespace.clone(),
+                    node: config.nodes.first().cloned().unwrap_or_default(),
+                };
+                let mut env = container_env(controller.container, &pod, &|_| None)?;
                 env.push(("KUBECONFIG".into(), kubeconfig.display().to_string()));
                 Some(ProcessSpec {
-                    program: controller_bin,
+                    program: binaries::locate(&controller.program, config.bin_dir.as_deref())?,
                     env,
                     log: logs_dir.join("controller.log"),
                 })
@@ -249,10 +247,11 @@ impl Sim {
         for node in &config.nodes {
             let dirs = cluster_config.node_dirs(node);
             let pod = PodIdentity {
-                name: format!("fake-dra-kubelet-plugin-{node}"),
+                name: format!("{}-{node}", plugin.name),
+                namespace: plugin.namespace.clone(),
                 node: node.clone(),
             };
-            let mut env = container_env(plugin_container, &pod, &|host_path| {
+            let mut env = container_env(plugin.container, &pod, &|host_path| {
                 node_dir_for(&dirs, host_path)
             })?;
             env.push(("KUBECONFIG".into(), kubeconfig.display().to_string()));

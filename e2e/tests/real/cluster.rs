@@ -21,6 +21,9 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 pub const KEEP_ENV: &str = "FAKE_DRA_KEEP_REAL_CLUSTER";
 
 /// Where `hack/local-cluster.sh up` puts the node's API server and etcd.
+/// The driver's binaries, packed into its image.
+const CONTROLLER: &str = "fake-dra-controller";
+const KUBELET_PLUGIN: &str = "fake-dra-kubelet-plugin";
 const NODE_IP: &str = "10.200.0.1";
 const API_SERVER: &str = "10.200.0.1:6443";
 const ETCD: &str = "127.0.0.1:2379";
@@ -179,10 +182,7 @@ fn missing_prerequisites(layout: &Layout, bin_dir: &Path) -> Vec<String> {
     if !Path::new("/bin/busybox").is_file() {
         missing.push("/bin/busybox (busybox-static), the examples' image".into());
     }
-    for bin in [
-        fake_dra_emulator::binaries::CONTROLLER,
-        fake_dra_emulator::binaries::KUBELET_PLUGIN,
-    ] {
+    for bin in [CONTROLLER, KUBELET_PLUGIN] {
         if !bin_dir.join(bin).is_file() {
             missing.push(format!(
                 "{bin} in {} (cargo build --workspace --bins)",
@@ -216,8 +216,7 @@ impl RealCluster {
     /// suite is required); panics when the cluster itself misbehaves.
     pub async fn start() -> Result<Self, String> {
         let plugin =
-            fake_dra_emulator::binaries::locate(fake_dra_emulator::binaries::KUBELET_PLUGIN, None)
-                .map_err(|e| e.to_string())?;
+            fake_dra_emulator::binaries::locate(KUBELET_PLUGIN, None).map_err(|e| e.to_string())?;
         let bin_dir = plugin.parent().map(Path::to_path_buf).unwrap_or_default();
         // Our own image archives: packed from the binaries `cargo test` built (so the
         // cluster runs the code under test), apart from hack/real-k8s-demo.sh's.

@@ -116,7 +116,7 @@ struct Args {
     /// Parent devices per node (the plugin's FAKE_DRA_NUM_DEVICES).
     #[arg(long, env = "FAKE_DRA_NUM_DEVICES", global = true)]
     num_devices: Option<usize>,
-    /// Directory with fake-dra-controller and fake-dra-kubelet-plugin (default: next to this binary).
+    /// Where the binaries are that the deployed workloads' commands name (default: next to this binary).
     #[arg(long, env = "FAKE_DRA_BIN_DIR", global = true)]
     bin_dir: Option<PathBuf>,
     /// The deploy/ directory whose overlay is installed.

@@ -93,12 +93,24 @@ impl Drop for DriverProcess {
     }
 }
 
-/// The one container of the driver's Deployment or DaemonSet.
-pub(super) fn driver_container<'a>(
+/// The driver's Deployment or DaemonSet, as the sim runs it: its one container, as a
+/// process of the binary its command names.
+pub(super) struct DriverWorkload<'a> {
+    /// The workload's name; its pods are named after it.
+    pub(super) name: String,
+    /// Its namespace: what the downward API's `metadata.namespace` gives its pods.
+    pub(super) namespace: String,
+    /// The binary's file name (the command's last path segment), looked up in the bin dir.
+    pub(super) program: String,
+    pub(super) container: &'a Value,
+}
+
+/// The one Deployment or DaemonSet of that kind among the driver's objects.
+pub(super) fn driver_workload<'a>(
     workloads: &'a [Manifest],
     kind: &str,
     overlay: &str,
-) -> Result<&'a Value, SimError> {
+) -> Result<DriverWorkload<'a>, SimError> {
     let found: Vec<&Manifest> = workloads.iter().filter(|m| m.kind() == kind).collect();
     let [workload] = found.as_slice() else {
         return Err(SimError::Deploy {
@@ -106,18 +118,41 @@ pub(super) fn driver_container<'a>(
             message: format!("expected exactly one {kind}, found {}", found.len()),
         });
     };
-    workload
+    let refuse = |message: String| SimError::Deploy {
+        overlay: overlay.into(),
+        message: format!("{kind} {}: {message}", workload.name()),
+    };
+    let container = workload
         .object
         .pointer("/spec/template/spec/containers/0")
-        .ok_or_else(|| SimError::Deploy {
-            overlay: overlay.into(),
-            message: format!("{kind} {} has no container", workload.name()),
-        })
+        .ok_or_else(|| refuse("no container".into()))?;
+    let program = container
+        .pointer("/command/0")
+        .and_then(Value::as_str)
+        .and_then(|command| command.rsplit('/').next())
+        .filter(|name| !name.is_empty())
+        .ok_or_else(|| {
+            refuse(
+                "the sim runs a container's command[0] as a local binary, and it has none".into(),
+            )
+        })?;
+    Ok(DriverWorkload {
+        name: workload.name().to_string(),
+        namespace: workload
+            .object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("default")
+            .to_string(),
+        program: program.to_string(),
+        container,
+    })
 }
 
 /// The pod a driver process stands for, for the downward API.
 pub(super) struct PodIdentity {
     pub(super) name: String,
+    pub(super) namespace: String,
     pub(super) node: String,
 }
 
@@ -164,7 +199,7 @@ pub(super) fn container_env(
             .and_then(Value::as_str)
         {
             match field {
-                "metadata.namespace" => DRIVER_NAMESPACE.to_string(),
+                "metadata.namespace" => pod.namespace.clone(),
                 "metadata.name" => pod.name.clone(),
                 "spec.nodeName" => pod.node.clone(),
                 other => {

@@ -24,6 +24,7 @@ fn env_maps_downward_api_host_paths_and_ports() {
     };
     let pod = PodIdentity {
         name: "p".into(),
+        namespace: "fake-dra".into(),
         node: "node-a".into(),
     };
     let env: BTreeMap<_, _> = container_env(&container, &pod, &|p| node_dir_for(&dirs, p))

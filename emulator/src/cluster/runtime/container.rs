@@ -127,6 +127,9 @@ impl RunningContainer {
             }
         }
         self.drain().await;
+        if let Runner::Process { pgid: Some(pgid) } = self.runner {
+            wait_until_group_gone(pgid).await;
+        }
         self.exit.unwrap_or(-1)
     }
 
@@ -285,6 +288,23 @@ pub(super) async fn kill_group(pgid: u32) -> bool {
             );
             false
         }
+    }
+}
+
+/// Waits (up to [`DRAIN_TIMEOUT`]) until no live process is left in the group: a SIGKILL
+/// is delivered at once but takes effect when the process next runs, and a container has
+/// ended only when every process of it has (as runc waits for its cgroup to empty).
+pub(super) async fn wait_until_group_gone(pgid: u32) {
+    let deadline = tokio::time::Instant::now() + DRAIN_TIMEOUT;
+    while lifeline::live_processes().any(|(_, stat)| stat.pgrp == pgid) {
+        if tokio::time::Instant::now() > deadline {
+            tracing::warn!(
+                pgid,
+                "processes of a container's group outlived its SIGKILL"
+            );
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
