@@ -13,7 +13,7 @@ case "${1:-}" in
   "") args=(--check) ;;
   *) echo "unknown argument: $1 (try --help)" >&2; exit 2 ;;
 esac
-cargo build -q -p fake-dra-crds --bin crdgen
+cargo build -q -p fake-dra-api --bin crdgen
 crdgen="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')/debug/crdgen"
 status=0
 for d in "${dirs[@]}"; do

@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::hint::black_box;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use fake_dra_api::params::ClaimRequest;
 use fake_dra_controller::allocator::{Allocator, ClaimAsk, NodeInput};
-use fake_dra_crds::params::ClaimRequest;
 
 const CLAIMS: usize = 10_000;
 /// Claims alive at once: 1,000 claims of 4.5 devices on average fit 8,000 devices easily,

@@ -12,9 +12,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use fake_dra_crds::handle::AllocationHandle;
-use fake_dra_crds::node_selector::{self, NodeView};
-use fake_dra_crds::params::ClaimRequest;
+use fake_dra_api::handle::AllocationHandle;
+use fake_dra_api::params::ClaimRequest;
+use fake_dra_api::upstream::node_selector::{self, NodeView};
 use k8s_openapi::api::core::v1::NodeSelector;
 
 /// One node as the allocator sees it.

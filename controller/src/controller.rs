@@ -13,12 +13,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use fake_dra_crds::handle::AllocationHandle;
-use fake_dra_crds::nas::NodeAllocationState;
-use fake_dra_crds::node_selector;
-use fake_dra_crds::params::{ClaimRequest, DeviceClassParametersSpec};
-use fake_dra_crds::pod::DraPod;
-use fake_dra_crds::v1alpha2::{
+use fake_dra_api::handle::AllocationHandle;
+use fake_dra_api::nas::NodeAllocationState;
+use fake_dra_api::params::{ClaimRequest, DeviceClassParametersSpec};
+use fake_dra_api::upstream::node_selector;
+use fake_dra_api::upstream::pod::DraPod;
+use fake_dra_api::upstream::v1alpha2::{
     AllocationMode, AllocationResult, MAX_SCHEDULING_NODES, PodSchedulingContext,
     PodSchedulingContextStatus, ResourceClaim, ResourceClaimSchedulingStatus, ResourceClass,
     ResourceHandle,
@@ -191,7 +191,7 @@ impl Context {
             None => DeviceClassParametersSpec::default(),
             Some(r) => {
                 params::check_class_ref(r)?;
-                let ar = ApiResource::erase::<fake_dra_crds::params::DeviceClassParameters>(&());
+                let ar = ApiResource::erase::<fake_dra_api::params::DeviceClassParameters>(&());
                 let obj = self.get_json(&ar, None, &r.name).await?.ok_or_else(|| {
                     Problem::ParametersNotFound {
                         kind: params::CLASS_PARAMETERS_KIND,
@@ -203,10 +203,10 @@ impl Context {
             }
         };
         let claim_params = match &claim.spec.parameters_ref {
-            None => fake_dra_crds::params::FakeClaimParametersSpec::default(),
+            None => fake_dra_api::params::FakeClaimParametersSpec::default(),
             Some(r) => {
                 params::check_claim_ref(r)?;
-                let ar = ApiResource::erase::<fake_dra_crds::params::FakeClaimParameters>(&());
+                let ar = ApiResource::erase::<fake_dra_api::params::FakeClaimParameters>(&());
                 let obj = self
                     .get_json(&ar, Some(&ns), &r.name)
                     .await?

@@ -20,7 +20,7 @@ use futures::FutureExt;
 #[command(version)]
 struct Flags {
     /// Driver name: ResourceClasses with this driverName are handled.
-    #[arg(long, env = "FAKE_DRA_DRIVER_NAME", default_value = fake_dra_crds::DEFAULT_DRIVER_NAME)]
+    #[arg(long, env = "FAKE_DRA_DRIVER_NAME", default_value = fake_dra_api::DEFAULT_DRIVER_NAME)]
     driver_name: String,
     /// Namespace of the NodeAllocationStates (the driver's namespace).
     #[arg(long, env = "FAKE_DRA_NAMESPACE", default_value = "fake-dra")]

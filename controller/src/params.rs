@@ -5,11 +5,13 @@
 //! may be older than ours (or bypassed): `count: "4"` or `4.5` must give an Event that
 //! names the field, not a deserialization error about a struct.
 
-use fake_dra_crds::params::{
+use fake_dra_api::params::{
     DeviceClassParametersSpec, FakeClaimParametersSpec, ModelSelector, ParamsError,
 };
-use fake_dra_crds::v1alpha2::{ResourceClaimParametersReference, ResourceClassParametersReference};
-use fake_dra_crds::{PARAMS_GROUP, params::MAX_COUNT, params::MAX_SPLIT};
+use fake_dra_api::upstream::v1alpha2::{
+    ResourceClaimParametersReference, ResourceClassParametersReference,
+};
+use fake_dra_api::{PARAMS_GROUP, params::MAX_COUNT, params::MAX_SPLIT};
 use serde_json::Value;
 
 use crate::allocator::Unsatisfiable;

@@ -9,14 +9,14 @@ use std::collections::HashSet;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use fake_dra_crds::handle::AllocationHandle;
-use fake_dra_crds::nas::{
+use fake_dra_api::handle::AllocationHandle;
+use fake_dra_api::nas::{
     AllocatableDevice, NodeAllocationState, NodeAllocationStateSpec, NodeAllocationStateStatus,
     NodePhase,
 };
-use fake_dra_crds::node_selector;
-use fake_dra_crds::pod::DraPod;
-use fake_dra_crds::v1alpha2::{PodSchedulingContext, ResourceClaim, ResourceClass};
+use fake_dra_api::upstream::node_selector;
+use fake_dra_api::upstream::pod::DraPod;
+use fake_dra_api::upstream::v1alpha2::{PodSchedulingContext, ResourceClaim, ResourceClass};
 use fake_dra_emulator::apiserver::{ApiServer, ApiServerOptions, Fault, FaultVerb};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::events::v1::Event;
@@ -74,7 +74,7 @@ fn free_port() -> u16 {
 impl Env {
     async fn new() -> Self {
         let server = ApiServer::start_with(ApiServerOptions {
-            crds: fake_dra_crds::crdgen::yaml_documents().expect("the driver's CRDs"),
+            crds: fake_dra_api::crdgen::yaml_documents().expect("the driver's CRDs"),
             ..ApiServerOptions::default()
         })
         .await
@@ -180,7 +180,7 @@ impl Env {
         let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
             self.client.clone(),
             NS,
-            &kube::api::ApiResource::erase::<fake_dra_crds::params::FakeClaimParameters>(&()),
+            &kube::api::ApiResource::erase::<fake_dra_api::params::FakeClaimParameters>(&()),
         );
         api.create(
             &PostParams::default(),
@@ -558,7 +558,7 @@ async fn bad_parameters_get_an_event_and_no_allocation() {
     let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
         env.client.clone(),
         NS,
-        &kube::api::ApiResource::erase::<fake_dra_crds::params::FakeClaimParameters>(&()),
+        &kube::api::ApiResource::erase::<fake_dra_api::params::FakeClaimParameters>(&()),
     );
     for (name, reference, spec, _) in &cases {
         let reference = match spec {

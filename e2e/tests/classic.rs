@@ -9,7 +9,7 @@ mod common;
 use std::collections::BTreeSet;
 
 use common::*;
-use fake_dra_crds::v1alpha2::ResourceClaim;
+use fake_dra_api::upstream::v1alpha2::ResourceClaim;
 use fake_dra_emulator::sim::SimConfig;
 use kube::api::{Api, DeleteParams};
 
@@ -363,11 +363,12 @@ async fn s11_kill_9_of_controller_and_plugin_converges_without_double_allocation
     assert_eq!(devices(&five).len(), 8);
 
     let replicas = eventually("deployment replicas printing", || async {
-        let pods = Api::<fake_dra_crds::pod::DraPod>::namespaced(sim.client().unwrap(), "test6")
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items;
+        let pods =
+            Api::<fake_dra_api::upstream::pod::DraPod>::namespaced(sim.client().unwrap(), "test6")
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items;
         (pods.len() == 2).then_some(pods)
     })
     .await;

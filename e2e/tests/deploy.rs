@@ -306,7 +306,7 @@ fn plugin_daemonset_is_hardened_and_mounts_only_the_kubelet_dirs() {
         let plugin_dir = env(c, "FAKE_DRA_PLUGIN_DIR")["value"].as_str().unwrap();
         let driver = env(c, "FAKE_DRA_DRIVER_NAME")["value"].as_str().unwrap();
         assert_eq!(plugin_dir, format!("/var/lib/kubelet/plugins/{driver}"));
-        assert_eq!(driver, fake_dra_crds::DEFAULT_DRIVER_NAME);
+        assert_eq!(driver, fake_dra_api::DEFAULT_DRIVER_NAME);
     }
 }
 
@@ -315,7 +315,7 @@ fn classic_overlay_has_the_resource_class() {
     let objects = render("classic");
     let rc = find(&objects, "ResourceClass", "fake.3-shake.com");
     assert_eq!(rc["apiVersion"], "resource.k8s.io/v1alpha2");
-    assert_eq!(rc["driverName"], fake_dra_crds::DEFAULT_DRIVER_NAME);
+    assert_eq!(rc["driverName"], fake_dra_api::DEFAULT_DRIVER_NAME);
 }
 
 /// The claims of the structured overlay name this class; the scheduler offers them the
@@ -329,7 +329,7 @@ fn structured_overlay_has_the_device_class() {
         dc["spec"]["selectors"],
         serde_json::json!([{"cel": {"expression": format!(
             "device.driver == \"{}\"",
-            fake_dra_crds::DEFAULT_DRIVER_NAME
+            fake_dra_api::DEFAULT_DRIVER_NAME
         )}}])
     );
     assert!(
@@ -943,7 +943,7 @@ fn structured_examples_mirror_the_classic_ones() {
                     exactly["selectors"][0]["cel"]["expression"],
                     format!(
                         "device.attributes[\"{d}\"].model == \"{model}\"",
-                        d = fake_dra_crds::DEFAULT_DRIVER_NAME
+                        d = fake_dra_api::DEFAULT_DRIVER_NAME
                     ),
                     "{file}: model selector"
                 ),
@@ -953,11 +953,11 @@ fn structured_examples_mirror_the_classic_ones() {
             match params["spec"]["split"].as_u64() {
                 Some(split) => {
                     let opaque = &configs.expect("split needs a config")[0]["opaque"];
-                    assert_eq!(opaque["driver"], fake_dra_crds::DEFAULT_DRIVER_NAME);
+                    assert_eq!(opaque["driver"], fake_dra_api::DEFAULT_DRIVER_NAME);
                     let p = &opaque["parameters"];
                     assert_eq!(
                         p["apiVersion"],
-                        format!("{}/v1alpha1", fake_dra_crds::DEFAULT_DRIVER_NAME)
+                        format!("{}/v1alpha1", fake_dra_api::DEFAULT_DRIVER_NAME)
                     );
                     assert_eq!(p["kind"], "FakeClaimParameters");
                     assert_eq!(p["spec"]["split"], split, "{file}: split");

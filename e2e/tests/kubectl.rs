@@ -130,7 +130,7 @@ async fn kubectl_apply_and_create_validate_on_the_server() {
         return;
     };
     let server = ApiServer::start_with(ApiServerOptions {
-        crds: fake_dra_crds::crdgen::yaml_documents().expect("the driver's CRDs"),
+        crds: fake_dra_api::crdgen::yaml_documents().expect("the driver's CRDs"),
         ..ApiServerOptions::default()
     })
     .await

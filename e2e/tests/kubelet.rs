@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use common::*;
-use fake_dra_crds::v1alpha2::ResourceClaim as ClassicClaim;
+use fake_dra_api::upstream::v1alpha2::ResourceClaim as ClassicClaim;
 use fake_dra_emulator::sim::{Sim, SimConfig};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
 use kube::api::{Api, ListParams};
@@ -79,7 +79,7 @@ async fn the_classic_seed_demo_runs_on_kubernetes_1_27() {
     assert_eq!(h.node_name, env["FAKE_NODE_NAME"]);
     // PostBind deleted the PodSchedulingContext once the pod was bound.
     eventually("the PodSchedulingContext deleted after binding", || async {
-        Api::<fake_dra_crds::v1alpha2::PodSchedulingContext>::namespaced(
+        Api::<fake_dra_api::upstream::v1alpha2::PodSchedulingContext>::namespaced(
             sim.client().unwrap(),
             "test5",
         )

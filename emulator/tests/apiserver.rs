@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use fake_dra_crds::params::{FakeClaimParameters, FakeClaimParametersSpec};
+use fake_dra_api::params::{FakeClaimParameters, FakeClaimParametersSpec};
 use fake_dra_emulator::apiserver::{ApiServer, ApiServerOptions, Fault, FaultVerb};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -20,7 +20,7 @@ use serde_json::json;
 async fn server() -> (ApiServer, kube::Client) {
     // The fake-dra CRDs serve as a CRD with a schema to validate against.
     let server = ApiServer::start_with(ApiServerOptions {
-        crds: fake_dra_crds::crdgen::yaml_documents().expect("the driver's CRDs"),
+        crds: fake_dra_api::crdgen::yaml_documents().expect("the driver's CRDs"),
         ..ApiServerOptions::default()
     })
     .await
@@ -525,7 +525,7 @@ async fn status_subresource_splits_spec_and_status_writes() {
     let nas: Api<kube::api::DynamicObject> = Api::namespaced_with(
         client,
         "fake-dra",
-        &kube::api::ApiResource::erase::<fake_dra_crds::nas::NodeAllocationState>(&()),
+        &kube::api::ApiResource::erase::<fake_dra_api::nas::NodeAllocationState>(&()),
     );
     let object: kube::api::DynamicObject = serde_json::from_value(json!({
         "apiVersion": "nas.fake.resource.3-shake.com/v1alpha1", "kind": "NodeAllocationState",
@@ -736,7 +736,7 @@ async fn watcher_relists_after_compaction_and_sees_every_object() {
 
 #[tokio::test]
 async fn resource_claims_follow_the_v1alpha2_rules() {
-    use fake_dra_crds::v1alpha2::ResourceClaim;
+    use fake_dra_api::upstream::v1alpha2::ResourceClaim;
     let (_server, client) = server().await;
     let claims: Api<ResourceClaim> = Api::namespaced(client, "default");
     let claim: ResourceClaim = serde_json::from_value(json!({
@@ -748,7 +748,7 @@ async fn resource_claims_follow_the_v1alpha2_rules() {
     let created = claims.create(&PostParams::default(), &claim).await.unwrap();
     assert_eq!(
         created.spec.allocation_mode(),
-        fake_dra_crds::v1alpha2::AllocationMode::WaitForFirstConsumer,
+        fake_dra_api::upstream::v1alpha2::AllocationMode::WaitForFirstConsumer,
         "the API defaults allocationMode"
     );
 

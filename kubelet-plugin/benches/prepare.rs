@@ -58,7 +58,7 @@ fn bench(c: &mut Criterion) {
     };
     let inv = inv128();
     let handle_of = |idx: &[usize], split: u32| {
-        fake_dra_crds::handle::AllocationHandle {
+        fake_dra_api::handle::AllocationHandle {
             node_name: NODE.into(),
             model: inv.model.clone(),
             split,

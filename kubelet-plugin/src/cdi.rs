@@ -237,7 +237,7 @@ mod tests {
     use super::*;
 
     fn kind() -> CdiKind {
-        CdiKind::new(fake_dra_crds::DEFAULT_DRIVER_NAME, "fake").unwrap()
+        CdiKind::new(fake_dra_api::DEFAULT_DRIVER_NAME, "fake").unwrap()
     }
 
     fn device(name: &str) -> Device {
@@ -309,7 +309,7 @@ mod tests {
     #[test]
     fn classic_needs_room_for_the_annotation_key() {
         assert_eq!(
-            check_classic_annotation_key(fake_dra_crds::DEFAULT_DRIVER_NAME),
+            check_classic_annotation_key(fake_dra_api::DEFAULT_DRIVER_NAME),
             Ok(())
         );
         assert_eq!(check_classic_annotation_key(&"d".repeat(26)), Ok(()));

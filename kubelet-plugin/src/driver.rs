@@ -15,7 +15,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
-use fake_dra_crds::nas;
+use fake_dra_api::nas;
 use tracing::{info, warn};
 
 use crate::cdi::{self, CdiKind};

@@ -38,7 +38,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use fake_dra_crds::nas::NodePhase;
+use fake_dra_api::nas::NodePhase;
 use fake_dra_ops::conn::{self, Limits, Pool};
 use fake_dra_proto::authority::RewriteIo;
 use fake_dra_proto::{dra_v1, dra_v1beta1, pluginregistration, v1alpha2, v1alpha3};
@@ -54,12 +54,12 @@ use crate::profile::DeviceProfile;
 /// verbs). The RBAC manifests grant exactly this; a test compares them.
 pub const API_ACCESS_CLASSIC: &[(&str, &str, &[&str])] = &[
     (
-        fake_dra_crds::NAS_GROUP,
+        fake_dra_api::NAS_GROUP,
         "nodeallocationstates",
         &["get", "create", "update"],
     ),
     (
-        fake_dra_crds::NAS_GROUP,
+        fake_dra_api::NAS_GROUP,
         "nodeallocationstates/status",
         &["get", "update"],
     ),

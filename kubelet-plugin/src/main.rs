@@ -22,7 +22,7 @@ struct Args {
     #[arg(long, env = "FAKE_DRA_NODE_NAME")]
     node_name: String,
     /// The DRA driver name.
-    #[arg(long, env = "FAKE_DRA_DRIVER_NAME", default_value = fake_dra_crds::DEFAULT_DRIVER_NAME)]
+    #[arg(long, env = "FAKE_DRA_DRIVER_NAME", default_value = fake_dra_api::DEFAULT_DRIVER_NAME)]
     driver_name: String,
     /// Namespace of the NodeAllocationState objects.
     #[arg(long, env = "FAKE_DRA_NAMESPACE", default_value = "fake-dra")]

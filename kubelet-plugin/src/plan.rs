@@ -56,7 +56,7 @@ pub fn plan<D: DeviceProfile>(
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
-    use fake_dra_crds::handle::AllocationHandle;
+    use fake_dra_api::handle::AllocationHandle;
     use proptest::prelude::*;
 
     use super::*;

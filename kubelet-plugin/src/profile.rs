@@ -21,7 +21,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 
-use fake_dra_crds::nas::NodeAllocationStateSpec;
+use fake_dra_api::nas::NodeAllocationStateSpec;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 

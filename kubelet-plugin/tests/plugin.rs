@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use fake_dra_crds::nas::{NodeAllocationState, NodePhase};
+use fake_dra_api::nas::{NodeAllocationState, NodePhase};
 use fake_dra_emulator::apiserver::{ApiServer, Fault, FaultVerb};
 use fake_dra_kubelet_plugin::fake::devices::children;
 use fake_dra_proto::{pluginregistration as reg, v1alpha2};

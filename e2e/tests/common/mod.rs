@@ -6,10 +6,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use fake_dra_crds::handle::AllocationHandle;
-use fake_dra_crds::nas::NodeAllocationState;
-use fake_dra_crds::pod::DraPod;
-use fake_dra_crds::v1alpha2::ResourceClaim;
+use fake_dra_api::handle::AllocationHandle;
+use fake_dra_api::nas::NodeAllocationState;
+use fake_dra_api::upstream::pod::DraPod;
+use fake_dra_api::upstream::v1alpha2::ResourceClaim;
 use fake_dra_emulator::manifests::{self, Manifest};
 use fake_dra_emulator::sim::{Sim, SimConfig};
 use k8s_openapi::api::events::v1::Event;
@@ -178,7 +178,7 @@ pub async fn claims(sim: &Sim) -> Vec<ResourceClaim> {
 
 /// The handle of an allocated claim.
 pub fn handle(claim: &ResourceClaim) -> Option<AllocationHandle> {
-    let data = claim.handle_for_driver(fake_dra_crds::DEFAULT_DRIVER_NAME)?;
+    let data = claim.handle_for_driver(fake_dra_api::DEFAULT_DRIVER_NAME)?;
     Some(AllocationHandle::parse(data).unwrap())
 }
 

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use fake_dra_crds::pod::DraPod;
+use fake_dra_api::upstream::pod::DraPod;
 use kube::api::Api;
 
 use super::*;

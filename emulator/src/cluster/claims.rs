@@ -19,8 +19,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use fake_dra_crds::pod::DraPod;
-use fake_dra_crds::v1alpha2::{AllocationMode, ResourceClaim, ResourceClaimTemplate};
+use fake_dra_api::upstream::pod::DraPod;
+use fake_dra_api::upstream::v1alpha2::{AllocationMode, ResourceClaim, ResourceClaimTemplate};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -137,7 +137,7 @@ trait ClaimStore {
 struct ClassicClaims<'a>(&'a kube::Client);
 
 impl ClaimStore for ClassicClaims<'_> {
-    type Spec = fake_dra_crds::v1alpha2::ResourceClaimSpec;
+    type Spec = fake_dra_api::upstream::v1alpha2::ResourceClaimSpec;
 
     async fn template(
         &self,

@@ -19,9 +19,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use fake_dra_crds::node_selector::{self, NodeView};
-use fake_dra_crds::pod::DraPod;
-use fake_dra_crds::v1alpha2::{
+use fake_dra_api::upstream::node_selector::{self, NodeView};
+use fake_dra_api::upstream::pod::DraPod;
+use fake_dra_api::upstream::v1alpha2::{
     AllocationMode, MAX_SCHEDULING_NODES, PodSchedulingContext, PodSchedulingContextSpec,
     ResourceClaim, ResourceClaimConsumerReference, ResourceClass,
 };

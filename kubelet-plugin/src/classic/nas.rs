@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use fake_dra_crds::nas::{
+use fake_dra_api::nas::{
     NodeAllocationState, NodeAllocationStateSpec, NodeAllocationStateStatus, NodePhase,
     PreparedClaim,
 };

@@ -1,7 +1,7 @@
 //! Classic DRA for the fake device: what our controller's allocation handle asks for,
 //! checked against the node's inventory, without I/O.
 
-use fake_dra_crds::handle::AllocationHandle;
+use fake_dra_api::handle::AllocationHandle;
 
 use super::FakePrepared;
 use super::devices::Inventory;

@@ -2,9 +2,9 @@
 //! derives. Pure: everything is computed from the node name and the flags, so a restart
 //! (or another process, such as a test) gets the same ids without storing them.
 
-use fake_dra_crds::handle::DEVICE_ID_PREFIX;
-use fake_dra_crds::nas::{AllocatableDevice, NodeAllocationStateSpec};
-use fake_dra_crds::params::{MAX_COUNT, validate_model};
+use fake_dra_api::handle::DEVICE_ID_PREFIX;
+use fake_dra_api::nas::{AllocatableDevice, NodeAllocationStateSpec};
+use fake_dra_api::params::{MAX_COUNT, validate_model};
 use uuid::Uuid;
 
 /// Parent devices per node when `--num-devices` is not given.
@@ -167,7 +167,7 @@ pub fn children(parents: &[String], split: u32) -> Vec<ChildDevice> {
 mod tests {
     use std::collections::HashSet;
 
-    use fake_dra_crds::handle::is_valid_device_id;
+    use fake_dra_api::handle::is_valid_device_id;
     use proptest::prelude::*;
 
     use super::*;

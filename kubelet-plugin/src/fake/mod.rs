@@ -13,8 +13,8 @@ pub mod structured;
 
 use std::collections::BTreeMap;
 
-use fake_dra_crds::handle::AllocationHandle;
-use fake_dra_crds::nas::NodeAllocationStateSpec;
+use fake_dra_api::handle::AllocationHandle;
+use fake_dra_api::nas::NodeAllocationStateSpec;
 use serde::{Deserialize, Serialize};
 
 use crate::cdi::{ContainerEdits, Device};

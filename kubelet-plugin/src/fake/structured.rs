@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use fake_dra_crds::params::{
+use fake_dra_api::params::{
     FakeClaimParameters, FakeClaimParametersSpec, MAX_COUNT, MAX_SPLIT, ModelSelector,
 };
 use kube::Resource;

@@ -6,13 +6,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use fake_dra_crds::handle::AllocationHandle;
+use fake_dra_api::handle::AllocationHandle;
 use fake_dra_kubelet_plugin::cdi::CdiKind;
 use fake_dra_kubelet_plugin::fake::devices::{DEFAULT_MODELS, Inventory};
 use fake_dra_proto::{pluginregistration as reg, v1alpha2, v1alpha3};
 use tonic::transport::Channel;
 
-pub const DRIVER: &str = fake_dra_crds::DEFAULT_DRIVER_NAME;
+pub const DRIVER: &str = fake_dra_api::DEFAULT_DRIVER_NAME;
 pub const NAMESPACE: &str = "fake-dra";
 
 /// Guards against a hang, not a speed check: a plugin that is not up by then is broken.
@@ -354,7 +354,7 @@ pub fn inject(cdi_root: &Path, ids: &[String]) -> Vec<String> {
 
 /// The driver's CRDs, as `kubectl apply -k deploy/<overlay>` installs them.
 fn driver_crds() -> Vec<String> {
-    fake_dra_crds::crdgen::yaml_documents().expect("the driver's CRDs")
+    fake_dra_api::crdgen::yaml_documents().expect("the driver's CRDs")
 }
 
 /// The emulated apiserver with the driver's namespace, as the deploy manifests create it.

@@ -29,8 +29,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fake_dra_crds::pod::{ClassicContainer, DraPod};
-use fake_dra_crds::v1alpha2::ResourceClaim;
+use fake_dra_api::upstream::pod::{ClassicContainer, DraPod};
+use fake_dra_api::upstream::v1alpha2::ResourceClaim;
 use fake_dra_proto::{v1alpha2, v1alpha3};
 use kube::api::Api;
 

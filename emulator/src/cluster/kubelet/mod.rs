@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use fake_dra_crds::pod::DraPod;
+use fake_dra_api::upstream::pod::DraPod;
 use tokio::sync::{Mutex, RwLock, broadcast, watch};
 use tokio::task::JoinSet;
 

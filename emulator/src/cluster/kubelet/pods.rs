@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fake_dra_crds::pod::{ClassicContainer, DraPod};
+use fake_dra_api::upstream::pod::{ClassicContainer, DraPod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use serde_json::{Value, json};
 use tokio::sync::watch;

@@ -26,8 +26,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use fake_dra_crds::node_selector::{self, NodeView};
-use fake_dra_crds::pod::DraPod;
+use fake_dra_api::upstream::node_selector::{self, NodeView};
+use fake_dra_api::upstream::pod::DraPod;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::{Device, DeviceSelector};
 pub use k8s_openapi::api::resource::v1::{

@@ -28,7 +28,7 @@ use std::collections::HashSet;
 use serde_json::{Map, Value, json};
 
 use crate::params::{MAX_COUNT, MAX_SPLIT, validate_model};
-use crate::v1alpha2::MAX_RESOURCE_HANDLE_DATA_BYTES;
+use crate::upstream::v1alpha2::MAX_RESOURCE_HANDLE_DATA_BYTES;
 
 /// The `apiVersion` this crate writes.
 pub const API_VERSION: &str = "fake.resource.3-shake.com/v1alpha1";

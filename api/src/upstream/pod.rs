@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 
-use crate::v1alpha2::{serialize_object, serialize_opt};
+use crate::upstream::v1alpha2::{serialize_object, serialize_opt};
 
 /// A core/v1 Pod, reduced to the fields DRA uses (classic and structured); see the module docs.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]

@@ -3,12 +3,13 @@
 //! - [`params`]: the `FakeClaimParameters` and `DeviceClassParameters` CRDs users write,
 //!   with the limits the controller enforces.
 //! - [`nas`]: the `NodeAllocationState` CRD each kubelet plugin publishes for its node.
-//! - [`v1alpha2`]: `resource.k8s.io/v1alpha2` (Kubernetes 1.27–1.30), which k8s-openapi no
-//!   longer ships, written by hand so `kube::Api` can use it.
-//! - [`pod`]: the Pod fields of those releases that k8s-openapi no longer models.
 //! - [`handle`]: the allocation handle, the document the controller writes into a claim
 //!   and the kubelet plugin reads back.
 //! - [`crdgen`]: renders the CRDs to the YAML files under `deploy/crds/`.
+//!
+//! Not ours, kept apart in [`upstream`]: `resource.k8s.io/v1alpha2` (Kubernetes
+//! 1.27–1.30) and the Pod of every release we support, which k8s-openapi 0.29 no longer
+//! ships or models differently, and node selector evaluation.
 //!
 //! This crate does no I/O except in [`crdgen`]'s file helpers, so it can be shared by the
 //! controller, the kubelet plugin and the test emulator without pulling in a runtime.
@@ -16,10 +17,8 @@
 pub mod crdgen;
 pub mod handle;
 pub mod nas;
-pub mod node_selector;
 pub mod params;
-pub mod pod;
-pub mod v1alpha2;
+pub mod upstream;
 
 /// The driver name when `--driver-name` is not given; matches the original Go driver so its
 /// manifests work unchanged.

@@ -6,9 +6,9 @@
 
 use std::path::Path;
 
-use fake_dra_crds::handle::AllocationHandle;
-use fake_dra_crds::pod::DraPod;
-use fake_dra_crds::v1alpha2::{
+use fake_dra_api::handle::AllocationHandle;
+use fake_dra_api::upstream::pod::DraPod;
+use fake_dra_api::upstream::v1alpha2::{
     AllocationMode, PodSchedulingContext, ResourceClaim, ResourceClaimTemplate, ResourceClass,
 };
 use serde::Serialize;

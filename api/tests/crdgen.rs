@@ -3,10 +3,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use fake_dra_crds::crdgen;
-use fake_dra_crds::nas::NodeAllocationState;
-use fake_dra_crds::params::{DeviceClassParameters, FakeClaimParameters, MAX_COUNT, MAX_SPLIT};
-use fake_dra_crds::{NAS_GROUP, PARAMS_GROUP, VERSION};
+use fake_dra_api::crdgen;
+use fake_dra_api::nas::NodeAllocationState;
+use fake_dra_api::params::{DeviceClassParameters, FakeClaimParameters, MAX_COUNT, MAX_SPLIT};
+use fake_dra_api::{NAS_GROUP, PARAMS_GROUP, VERSION};
 use kube::CustomResourceExt;
 use serde_json::{Value, json};
 
@@ -98,7 +98,7 @@ fn claim_parameter_bounds_are_in_the_schema() {
     assert_eq!(model["pattern"], "^[A-Za-z0-9._-]+$");
     assert_eq!(
         model["pattern"],
-        fake_dra_crds::params::MODEL_PATTERN,
+        fake_dra_api::params::MODEL_PATTERN,
         "schema and code agree"
     );
 }

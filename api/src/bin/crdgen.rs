@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use fake_dra_crds::crdgen;
+use fake_dra_api::crdgen;
 
 const USAGE: &str = "usage: crdgen [--check] [--out-dir DIR]\n\
     \n\

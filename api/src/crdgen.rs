@@ -2,7 +2,7 @@
 //!
 //! The Rust types are the source of truth; the YAML is generated from them so the schema
 //! the API server enforces can't drift from what the code validates. `cargo run -p
-//! fake-dra-crds --bin crdgen` rewrites the files, `--check` (and the `crdgen` test)
+//! fake-dra-api --bin crdgen` rewrites the files, `--check` (and the `crdgen` test)
 //! fails when they are stale.
 
 use std::fmt;
@@ -14,12 +14,12 @@ use crate::nas::NodeAllocationState;
 use crate::params::{DeviceClassParameters, FakeClaimParameters};
 
 /// First lines of every generated file.
-pub const HEADER: &str = "# Generated from the Rust types in crds/ by\n\
-                          #   cargo run -p fake-dra-crds --bin crdgen\n\
+pub const HEADER: &str = "# Generated from the Rust types in api/ by\n\
+                          #   cargo run -p fake-dra-api --bin crdgen\n\
                           # Do not edit by hand.\n";
 
 /// The command that regenerates the files, for error messages.
-pub const REGENERATE: &str = "cargo run -p fake-dra-crds --bin crdgen";
+pub const REGENERATE: &str = "cargo run -p fake-dra-api --bin crdgen";
 
 /// One CRD as a file.
 #[derive(Debug, Clone, PartialEq, Eq)]
