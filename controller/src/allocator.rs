@@ -45,7 +45,6 @@ pub enum RecordError {
     /// Two claims' handles name the same device.
     #[error("device {device} is in the allocations of both claim {first} and claim {second}")]
     Conflict {
-        /// The device.
         device: String,
         /// The claim recorded first.
         first: String,

@@ -11,9 +11,7 @@ use crate::profile::{AllocatedDevice, ConfigSource, DriverAllocation, OpaqueConf
 pub struct AllocatedResult {
     /// The request (or `request/subrequest`).
     pub request: String,
-    /// The driver.
     pub driver: String,
-    /// The pool.
     pub pool: String,
     /// The device name in the pool.
     pub device: String,
@@ -44,7 +42,6 @@ pub struct FetchedClaim {
 /// `status.allocation.devices`.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct FetchedAllocation {
-    /// `results`.
     pub results: Vec<AllocatedResult>,
     /// `config`, in the API's order.
     pub config: Vec<AllocatedConfig>,

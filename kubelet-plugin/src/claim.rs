@@ -146,7 +146,6 @@ pub enum ClaimError {
     /// The claim could not be read from the API (structured DRA).
     #[error("claim {claim}: {reason}")]
     Read {
-        /// The claim.
         claim: String,
         /// Why.
         reason: String,
@@ -156,7 +155,6 @@ pub enum ClaimError {
         "claim {claim}: the ResourceClaim in the API has uid {found:?}; the kubelet asked for {wanted:?} (deleted and recreated?)"
     )]
     UidMismatch {
-        /// The claim.
         claim: String,
         /// The API's uid.
         found: String,
@@ -165,14 +163,10 @@ pub enum ClaimError {
     },
     /// No `status.allocation`.
     #[error("claim {claim}: not allocated (status.allocation is empty)")]
-    NotAllocated {
-        /// The claim.
-        claim: String,
-    },
+    NotAllocated { claim: String },
     /// Nothing allocated from this driver.
     #[error("claim {claim}: status.allocation.devices.results has no device of driver {driver:?}")]
     NoDevices {
-        /// The claim.
         claim: String,
         /// This driver.
         driver: String,
@@ -182,11 +176,8 @@ pub enum ClaimError {
         "claim {claim}: device {device:?} of request {request:?} is allocated from pool {pool:?}; this is node {node:?} (pool {node:?})"
     )]
     WrongPool {
-        /// The claim.
         claim: String,
-        /// The request.
         request: String,
-        /// The device.
         device: String,
         /// Its pool.
         pool: String,
@@ -196,7 +187,6 @@ pub enum ClaimError {
     /// What the device profile refused.
     #[error("claim {claim}: {source}")]
     Device {
-        /// The claim.
         claim: String,
         /// The profile's error.
         source: ProfileError,
@@ -206,9 +196,7 @@ pub enum ClaimError {
         "claim {claim}: device {device} is already prepared for claim {holder}; unprepare that claim first"
     )]
     DeviceInUse {
-        /// The claim.
         claim: String,
-        /// The device.
         device: String,
         /// The claim holding it.
         holder: String,
@@ -218,7 +206,6 @@ pub enum ClaimError {
         "claim {claim} is already prepared with devices {prepared:?}; it now asks for {requested:?}; unprepare it first"
     )]
     Changed {
-        /// The claim.
         claim: String,
         /// What the checkpoint holds.
         prepared: Vec<String>,
@@ -228,7 +215,6 @@ pub enum ClaimError {
     /// A file could not be written or removed.
     #[error("claim {claim}: {action} {path}: {error}")]
     Io {
-        /// The claim.
         claim: String,
         /// What was being done.
         action: &'static str,

@@ -14,12 +14,7 @@ use crate::profile::ConfigSource;
 pub enum ReadError {
     /// The claim does not exist (any more).
     #[error("ResourceClaim {namespace}/{name} not found")]
-    NotFound {
-        /// Namespace.
-        namespace: String,
-        /// Name.
-        name: String,
-    },
+    NotFound { namespace: String, name: String },
     /// Not a name the API could hold; never put into a request path.
     #[error("claim {field} {value:?} is not a valid Kubernetes {what}")]
     InvalidName {
@@ -33,9 +28,7 @@ pub enum ReadError {
     /// The API server failed or refused.
     #[error("reading ResourceClaim {namespace}/{name} through resource.k8s.io/{version}: {source}")]
     Api {
-        /// Namespace.
         namespace: String,
-        /// Name.
         name: String,
         /// The API version used.
         version: &'static str,

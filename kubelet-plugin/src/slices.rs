@@ -40,7 +40,6 @@ pub struct Desired {
     pub driver: String,
     /// The node (and pool) name.
     pub node_name: String,
-    /// The devices.
     pub devices: Vec<SliceDevice>,
 }
 

@@ -77,20 +77,13 @@ pub enum RewriteError {
     BadHeadersFrame(u32),
     /// Compressed header block over [`MAX_HEADER_BLOCK`].
     #[error("header block of stream {stream} exceeds {MAX_HEADER_BLOCK} bytes")]
-    HeaderBlockTooLarge {
-        /// The stream.
-        stream: u32,
-    },
+    HeaderBlockTooLarge { stream: u32 },
     /// Decoded header list over [`MAX_HEADER_LIST`].
     #[error("decoded header list of stream {stream} exceeds {MAX_HEADER_LIST} bytes")]
-    HeaderListTooLarge {
-        /// The stream.
-        stream: u32,
-    },
+    HeaderListTooLarge { stream: u32 },
     /// The block is not valid HPACK.
     #[error("header block of stream {stream}: HPACK: {reason}")]
     Hpack {
-        /// The stream.
         stream: u32,
         /// The decoder's error.
         reason: String,

@@ -40,7 +40,6 @@ pub const STRUCTURED_SUPPORTED_VERSIONS: &[&str] = &[SUPPORTED_V1, SUPPORTED_V1B
 /// The registration service.
 #[derive(Debug)]
 pub struct Registration {
-    /// The driver name.
     pub driver_name: String,
     /// The DRA socket.
     pub endpoint: PathBuf,
