@@ -24,9 +24,6 @@ pub mod upstream;
 /// manifests work unchanged.
 pub const DEFAULT_DRIVER_NAME: &str = "fake.resource.3-shake.com";
 
-/// The ResourceClass (classic) / DeviceClass (structured) the deploy manifests create.
-pub const DEFAULT_CLASS_NAME: &str = "fake.3-shake.com";
-
 /// API group of the parameter CRDs ([`params`]).
 pub const PARAMS_GROUP: &str = "fake.resource.3-shake.com";
 

@@ -124,11 +124,6 @@ impl NodeAllocationState {
             .is_some_and(|s| s.phase == NodePhase::Ready)
     }
 
-    /// The ids of all devices of the node, in inventory order.
-    pub fn device_ids(&self) -> impl Iterator<Item = &str> {
-        self.spec.allocatable_devices.iter().map(|d| d.id.as_str())
-    }
-
     /// The device with this id, if the node has it.
     pub fn device(&self, id: &str) -> Option<&AllocatableDevice> {
         self.spec.allocatable_devices.iter().find(|d| d.id == id)

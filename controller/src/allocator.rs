@@ -310,31 +310,12 @@ impl Allocator {
         self.index_insert(owned.node);
     }
 
-    /// The device ids claim `uid` holds, in id order.
-    pub fn devices_of(&self, uid: &str) -> Option<(&str, Vec<&str>)> {
-        let owned = self.owners[*self.owner_index.get(uid)? as usize].as_ref()?;
-        let node = &self.nodes[owned.node as usize];
-        Some((
-            node.name.as_str(),
-            owned
-                .devices
-                .iter()
-                .map(|&d| node.devices[d as usize].id.as_str())
-                .collect(),
-        ))
-    }
-
     /// Number of free devices, on all nodes (ready or not).
     pub fn free_devices(&self) -> usize {
         self.nodes
             .iter()
             .map(|n| n.free.values().sum::<usize>())
             .sum()
-    }
-
-    /// The node names, in order.
-    pub fn node_names(&self) -> impl Iterator<Item = &str> {
-        self.nodes.iter().map(|n| n.name.as_str())
     }
 
     /// Whether the request could ever be met by the inventory as it is, ignoring what is

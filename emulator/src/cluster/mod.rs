@@ -78,17 +78,6 @@ pub struct ClusterConfig {
 }
 
 impl ClusterConfig {
-    /// The seed's two kind workers.
-    pub fn kind_like(work_dir: PathBuf, runtime: ContainerRuntime) -> Self {
-        Self {
-            nodes: vec!["kind-worker".into(), "kind-worker2".into()],
-            node_labels: Vec::new(),
-            work_dir,
-            runtime,
-            wiping_delay: kubelet::DEFAULT_WIPING_DELAY,
-        }
-    }
-
     /// Every node has its own directories, CDI dir included: the podman runner mounts the
     /// node's CDI dir on `/var/run/cdi` in a private mount namespace, as if each node were
     /// its own machine.

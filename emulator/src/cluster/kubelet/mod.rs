@@ -230,11 +230,6 @@ impl Kubelet {
         &self.node
     }
 
-    /// The drivers registered with this kubelet.
-    pub async fn registered_plugins(&self) -> Vec<String> {
-        self.ctx.plugins.read().await.keys().cloned().collect()
-    }
-
     /// How many times a plugin registered with this kubelet.
     pub fn registration_count(&self) -> u64 {
         self.ctx.registrations.load(Ordering::SeqCst)
