@@ -124,34 +124,9 @@ async fn s7_model_selector_picks_nodes_of_that_model_and_unknown_model_stays_pen
     );
     assert_eq!(devices(&env).len(), 8);
 
-    let unknown = r#"
-apiVersion: fake.resource.3-shake.com/v1alpha1
-kind: FakeClaimParameters
-metadata: {namespace: test7, name: nobody-has-it}
-spec: {count: 1, selector: {model: ULTRA_9000}}
----
-apiVersion: resource.k8s.io/v1alpha2
-kind: ResourceClaimTemplate
-metadata: {namespace: test7, name: nobody}
-spec:
-  spec:
-    resourceClassName: fake.3-shake.com
-    parametersRef: {apiGroup: fake.resource.3-shake.com, kind: FakeClaimParameters, name: nobody-has-it}
----
-apiVersion: v1
-kind: Pod
-metadata: {namespace: test7, name: pending}
-spec:
-  containers:
-  - name: ctr0
-    image: busybox
-    command: ["sh", "-c", "export; sleep infinity"]
-    resources: {claims: [{name: fake}]}
-  resourceClaims:
-  - name: fake
-    source: {resourceClaimTemplateName: nobody}
-"#;
-    sim.apply(&parse(unknown)).await.unwrap();
+    sim.apply(&parse(&unknown_model_pod("test7")))
+        .await
+        .unwrap();
     let events = eventually("an Event naming the unknown model", || async {
         let events = events(&sim, "test7").await;
         events

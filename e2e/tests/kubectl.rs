@@ -346,39 +346,10 @@ async fn kubectl_describe_in_the_sim_shows_why_a_pod_waits() {
     };
     let sim = start_default().await;
     let kubectl = Kubectl::new(program, &sim.work_dir().join("kubeconfig"));
-    let manifests = parse(
-        r#"
-apiVersion: v1
-kind: Namespace
-metadata: {name: waits}
----
-apiVersion: fake.resource.3-shake.com/v1alpha1
-kind: FakeClaimParameters
-metadata: {namespace: waits, name: nobody-has-it}
-spec: {count: 1, selector: {model: ULTRA_9000}}
----
-apiVersion: resource.k8s.io/v1alpha2
-kind: ResourceClaimTemplate
-metadata: {namespace: waits, name: nobody}
-spec:
-  spec:
-    resourceClassName: fake.3-shake.com
-    parametersRef: {apiGroup: fake.resource.3-shake.com, kind: FakeClaimParameters, name: nobody-has-it}
----
-apiVersion: v1
-kind: Pod
-metadata: {namespace: waits, name: pending}
-spec:
-  containers:
-  - name: ctr0
-    image: busybox
-    command: ["sh", "-c", "export; sleep infinity"]
-    resources: {claims: [{name: fake}]}
-  resourceClaims:
-  - name: fake
-    source: {resourceClaimTemplateName: nobody}
-"#,
-    );
+    let manifests = parse(&format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: waits}}\n---\n{}",
+        unknown_model_pod("waits")
+    ));
     sim.apply(&manifests).await.unwrap();
     let described = eventually("the claim's Events naming the unknown model", || async {
         let (described, _) = kubectl.ok(&["describe", "resourceclaims", "-n", "waits"]);

@@ -185,44 +185,7 @@ spec:
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_container_naming_one_request_sees_only_its_devices() {
     let sim = start(structured()).await;
-    let manifest = r#"
-apiVersion: v1
-kind: Namespace
-metadata: {name: requests}
----
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata: {namespace: requests, name: two}
-spec:
-  devices:
-    requests:
-      - name: a
-        exactly: {deviceClassName: fake.3-shake.com, count: 1}
-      - name: b
-        exactly: {deviceClassName: fake.3-shake.com, count: 2}
----
-apiVersion: v1
-kind: Pod
-metadata: {namespace: requests, name: pod0}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-    - name: only-a
-      image: busybox:1.36
-      command: ["sh", "-c", "export; sleep infinity"]
-      resources: {claims: [{name: two, request: a}]}
-    - name: only-b
-      image: busybox:1.36
-      command: ["sh", "-c", "export; sleep infinity"]
-      resources: {claims: [{name: two, request: b}]}
-    - name: whole
-      image: busybox:1.36
-      command: ["sh", "-c", "export; sleep infinity"]
-      resources: {claims: [{name: two}]}
-  resourceClaims:
-    - {name: two, resourceClaimName: two}
-"#;
-    sim.apply(&parse(manifest)).await.unwrap();
+    sim.apply(&parse(TWO_REQUESTS)).await.unwrap();
     let a = indexed_devices(&env_of(&sim, "requests", "pod0", "only-a").await);
     let b = indexed_devices(&env_of(&sim, "requests", "pod0", "only-b").await);
     let whole_env = env_of(&sim, "requests", "pod0", "whole").await;

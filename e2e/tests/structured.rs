@@ -210,22 +210,7 @@ spec:
     resourceClaimTemplateName: nobody
 "#;
     sim.apply(&parse(unknown)).await.unwrap();
-    let seen = eventually("a FailedScheduling Event for the pod", || async {
-        let events = events(&sim, "test7").await;
-        events
-            .iter()
-            .any(|e| e.starts_with("pending FailedScheduling") && e.contains("0/2 nodes"))
-            .then_some(events)
-    })
-    .await;
-    assert!(
-        pod(&sim, "test7", "pending")
-            .await
-            .unwrap()
-            .node_name()
-            .is_none(),
-        "{seen:?}"
-    );
+    stays_pending(&sim, "test7", "pending").await;
     sim.shutdown().await;
 }
 
@@ -235,22 +220,7 @@ async fn s8_more_than_a_node_has_stays_pending() {
     sim.apply(&example_s("8-more-than-a-node-has.yaml"))
         .await
         .unwrap();
-    let seen = eventually("a FailedScheduling Event", || async {
-        let events = events(&sim, "test8").await;
-        events
-            .iter()
-            .any(|e| e.starts_with("pod0 FailedScheduling") && e.contains("0/2 nodes"))
-            .then_some(events)
-    })
-    .await;
-    assert!(
-        pod(&sim, "test8", "pod0")
-            .await
-            .unwrap()
-            .node_name()
-            .is_none(),
-        "{seen:?}"
-    );
+    stays_pending(&sim, "test8", "pod0").await;
     assert!(allocated(&v1_claims(&sim, Some("test8")).await[0]).is_empty());
     sim.shutdown().await;
 }
@@ -376,4 +346,29 @@ async fn s5_on_kubernetes_1_33_through_v1beta1() {
         "v1beta1 layout"
     );
     sim.shutdown().await;
+}
+
+/// Waits for the scheduler's FailedScheduling Event on the pod (no node of the two fits)
+/// and checks that the pod is still unbound.
+async fn stays_pending(sim: &Sim, namespace: &str, name: &str) {
+    let prefix = format!("{name} FailedScheduling");
+    let seen = eventually(
+        &format!("a FailedScheduling Event for {namespace}/{name}"),
+        || async {
+            let events = events(sim, namespace).await;
+            events
+                .iter()
+                .any(|e| e.starts_with(&prefix) && e.contains("0/2 nodes"))
+                .then_some(events)
+        },
+    )
+    .await;
+    assert!(
+        pod(sim, namespace, name)
+            .await
+            .unwrap()
+            .node_name()
+            .is_none(),
+        "{seen:?}"
+    );
 }

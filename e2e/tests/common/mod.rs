@@ -16,6 +16,15 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams};
 use serde_json::Value;
 
+/// Containers naming one request of a two-request claim, and one naming the whole claim
+/// (structured DRA; namespace `requests`).
+pub const TWO_REQUESTS: &str = include_str!("two-requests.yaml");
+
+/// Classic DRA: pod `pending` in `namespace` whose claim asks for a model no node has.
+pub fn unknown_model_pod(namespace: &str) -> String {
+    include_str!("unknown-model.yaml").replace("NAMESPACE", namespace)
+}
+
 /// The driver and the seed's nodes, as the default [`SimConfig`] has them.
 pub const DRIVER: &str = "fake.resource.3-shake.com";
 pub const NODES: [&str; 2] = ["kind-worker", "kind-worker2"];

@@ -14,7 +14,7 @@ use kube::api::{Api, DeleteParams, ListParams};
 
 use super::backend::Backend;
 use super::protocol::{Protocol, env_names};
-use crate::common::{DRIVER, devices, distinct, examples_dir, exported};
+use crate::common::{DRIVER, TWO_REQUESTS, devices, distinct, examples_dir, exported};
 
 /// A safety net for every wait: the real cluster normally answers in seconds. Never an
 /// assertion on speed.
@@ -902,44 +902,7 @@ spec:
 /// the claim sees all, numbered claim-wide.
 pub async fn container_naming_one_request<B: Backend>(b: &mut B, p: &mut Protocol) {
     p.scenario("container-naming-one-request");
-    let manifest = r#"
-apiVersion: v1
-kind: Namespace
-metadata: {name: requests}
----
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaim
-metadata: {namespace: requests, name: two}
-spec:
-  devices:
-    requests:
-      - name: a
-        exactly: {deviceClassName: fake.3-shake.com, count: 1}
-      - name: b
-        exactly: {deviceClassName: fake.3-shake.com, count: 2}
----
-apiVersion: v1
-kind: Pod
-metadata: {namespace: requests, name: pod0}
-spec:
-  terminationGracePeriodSeconds: 1
-  containers:
-    - name: only-a
-      image: busybox:1.36
-      command: ["sh", "-c", "export; sleep infinity"]
-      resources: {claims: [{name: two, request: a}]}
-    - name: only-b
-      image: busybox:1.36
-      command: ["sh", "-c", "export; sleep infinity"]
-      resources: {claims: [{name: two, request: b}]}
-    - name: whole
-      image: busybox:1.36
-      command: ["sh", "-c", "export; sleep infinity"]
-      resources: {claims: [{name: two}]}
-  resourceClaims:
-    - {name: two, resourceClaimName: two}
-"#;
-    apply(b, manifest).await;
+    apply(b, TWO_REQUESTS).await;
     let whole = running(b, p, "requests", "pod0", "whole", "whole").await;
     let indexed = |env: &BTreeMap<String, String>| -> BTreeMap<usize, String> {
         env.iter()
