@@ -7,7 +7,7 @@ use crate::claim::{ClaimError, ClaimRef};
 use crate::profile::{AllocatedDevice, ConfigSource, DriverAllocation, OpaqueConfig};
 
 /// One `status.allocation.devices.results[]` entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct AllocatedResult {
     /// The request (or `request/subrequest`).
     pub request: String,
@@ -15,6 +15,12 @@ pub struct AllocatedResult {
     pub pool: String,
     /// The device name in the pool.
     pub device: String,
+    /// `adminAccess`.
+    pub admin_access: bool,
+    /// `shareID`.
+    pub share_id: Option<String>,
+    /// `consumedCapacity`.
+    pub consumed_capacity: std::collections::BTreeMap<String, String>,
 }
 
 /// One `status.allocation.devices.config[]` entry with opaque config.
@@ -81,6 +87,9 @@ pub fn ours(
         devices.push(AllocatedDevice {
             request: r.request.clone(),
             device: r.device.clone(),
+            admin_access: r.admin_access,
+            share_id: r.share_id.clone(),
+            consumed_capacity: r.consumed_capacity.clone(),
         });
     }
     if devices.is_empty() {
@@ -125,6 +134,7 @@ mod tests {
             driver: driver.into(),
             pool: pool.into(),
             device: device.into(),
+            ..Default::default()
         }
     }
 

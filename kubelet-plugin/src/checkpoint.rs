@@ -164,6 +164,7 @@ mod tests {
                 model: "ULTRA_10".into(),
                 split,
                 devices,
+                admin_access: false,
             },
         }
     }

@@ -83,6 +83,14 @@ macro_rules! fetched_from {
                         driver: r.driver,
                         pool: r.pool,
                         device: r.device,
+                        admin_access: r.admin_access.unwrap_or(false),
+                        share_id: r.share_id,
+                        consumed_capacity: r
+                            .consumed_capacity
+                            .unwrap_or_default()
+                            .into_iter()
+                            .map(|(k, q)| (k, q.0))
+                            .collect(),
                     })
                     .collect(),
                 config: d

@@ -151,6 +151,9 @@ pub enum Error {
     /// A background task failed.
     #[error("task failed: {0}")]
     Task(String),
+    /// The node's devices do not fit in ResourceSlices.
+    #[error("the node's devices cannot be published: {0}")]
+    Pack(#[from] slices::PackError),
 }
 
 /// The `resource.k8s.io` versions the API server serves (empty if none), from discovery.
@@ -249,7 +252,12 @@ pub async fn run<D: DeviceProfile>(
                 driver: config.driver_name.clone(),
                 node_name: config.node_name.clone(),
                 devices: driver.profile().slice_devices(),
+                counter_sets: driver.profile().counter_sets(),
+                layout: publish_slices::counter_layout(&client, api).await,
             };
+            // Refused before anything is served: a pool that cannot be published is an
+            // inventory error the operator must fix.
+            slices::pack(&desired)?;
             let publisher = publish_slices::SlicePublisher::new(client.clone(), api, desired);
             (None, tokio::spawn(publisher.run(ready.clone())))
         }

@@ -41,22 +41,189 @@ pub enum Attribute {
     Bool(bool),
 }
 
+/// A quantity as a profile gives it (`80Gi`): compared by value, so the API server's
+/// canonical spelling of the same amount is the same quantity.
+#[derive(Debug, Clone, Default)]
+pub struct Quantity(pub String);
+
+impl Quantity {
+    /// The parsed value; `None` if it is not a quantity (the API server would refuse it).
+    pub fn value(&self) -> Option<fake_dra_api::upstream::quantity::Quantity> {
+        self.0.parse().ok()
+    }
+}
+
+impl PartialEq for Quantity {
+    fn eq(&self, other: &Self) -> bool {
+        match (self.value(), other.value()) {
+            (Some(a), Some(b)) => a == b,
+            _ => self.0 == other.0,
+        }
+    }
+}
+
+impl Eq for Quantity {}
+
+impl<S: Into<String>> From<S> for Quantity {
+    fn from(s: S) -> Self {
+        Self(s.into())
+    }
+}
+
+/// `capacity.<name>.requestPolicy` of a device that allows multiple allocations: what a
+/// claim may take of it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RequestPolicy {
+    /// `default`: taken when the request names no amount.
+    pub default: Option<Quantity>,
+    /// `validValues`, ascending.
+    pub valid_values: Vec<Quantity>,
+    /// `validRange`.
+    pub valid_range: Option<ValidRange>,
+}
+
+/// `validRange` of a [`RequestPolicy`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ValidRange {
+    pub min: Quantity,
+    pub max: Option<Quantity>,
+    pub step: Option<Quantity>,
+}
+
+/// One `capacity` entry of a device.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Capacity {
+    /// `value`.
+    pub value: Quantity,
+    /// `requestPolicy`; only on devices that allow multiple allocations.
+    pub request_policy: Option<RequestPolicy>,
+}
+
+impl From<&str> for Capacity {
+    fn from(value: &str) -> Self {
+        Self {
+            value: value.into(),
+            request_policy: None,
+        }
+    }
+}
+
+/// A `sharedCounters` entry: amounts that the devices consuming from it share, so the
+/// scheduler never allocates overlapping partitions of one physical device.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CounterSet {
+    /// A DNS label, unique in the pool.
+    pub name: String,
+    /// Counter name to amount.
+    pub counters: BTreeMap<String, Quantity>,
+}
+
+/// A `consumesCounters` entry of a device.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CounterConsumption {
+    /// The [`CounterSet::name`] it draws from.
+    pub counter_set: String,
+    /// Counter name to amount.
+    pub counters: BTreeMap<String, Quantity>,
+}
+
+/// The effect of a device taint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TaintEffect {
+    /// `NoSchedule`: no new allocation without a toleration.
+    NoSchedule,
+    /// `NoExecute`: also evicts the pods of claims allocated the device.
+    NoExecute,
+    /// `None` (1.35+): informational.
+    None,
+}
+
+impl TaintEffect {
+    /// The API's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NoSchedule => "NoSchedule",
+            Self::NoExecute => "NoExecute",
+            Self::None => "None",
+        }
+    }
+
+    /// The effect the API spells `s`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "NoSchedule" => Some(Self::NoSchedule),
+            "NoExecute" => Some(Self::NoExecute),
+            "None" => Some(Self::None),
+            _ => None,
+        }
+    }
+}
+
+/// A `taints` entry of a device (`timeAdded` is the API server's).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DeviceTaint {
+    pub key: String,
+    pub value: Option<String>,
+    pub effect: TaintEffect,
+}
+
+/// `bindingConditions`, `bindingFailureConditions` and `bindsToNode` of a device: the
+/// scheduler binds a pod only once the driver reports the conditions in the claim's
+/// `status.devices`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BindingConditions {
+    /// Condition types that must all be `True` before binding.
+    pub conditions: Vec<String>,
+    /// Condition types of which any `True` fails the binding.
+    pub failure_conditions: Vec<String>,
+    /// `bindsToNode`: the allocation is limited to the node picked.
+    pub binds_to_node: bool,
+}
+
 /// A device as the node's ResourceSlice lists it, whichever API version publishes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SliceDevice {
     /// A DNS label, unique in the node's pool.
     pub name: String,
-    /// Unqualified names: they are in the driver's domain.
+    /// Unqualified names are in the driver's domain; `resource.kubernetes.io/...` are
+    /// the standard ones.
     pub attributes: BTreeMap<String, Attribute>,
+    /// `capacity`.
+    pub capacity: BTreeMap<String, Capacity>,
+    /// `consumesCounters`: what allocating it takes from the pool's counter sets.
+    pub consumes_counters: Vec<CounterConsumption>,
+    /// `allowMultipleAllocations`: several claims share it, each taking part of its
+    /// capacity.
+    pub allow_multiple_allocations: bool,
+    /// `taints`.
+    pub taints: Vec<DeviceTaint>,
+    /// Binding conditions, if the scheduler must wait for the driver.
+    pub binding: Option<BindingConditions>,
 }
 
 /// One `status.allocation.devices.results[]` entry of this driver in this node's pool.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct AllocatedDevice {
     /// The request (or `request/subrequest`) it was allocated for.
     pub request: String,
     /// The device name in the pool (a [`SliceDevice::name`]).
     pub device: String,
+    /// `adminAccess`: the claim may use a device other claims hold (monitoring); it
+    /// holds nothing itself.
+    pub admin_access: bool,
+    /// `shareID` of a device that allows multiple allocations: which share this is.
+    pub share_id: Option<String>,
+    /// `consumedCapacity` of such a device: what this share takes.
+    pub consumed_capacity: BTreeMap<String, String>,
+}
+
+impl AllocatedDevice {
+    /// The request name without a `/subrequest` (the prioritized list's choice): what
+    /// containers name and what the kubelet matches `request_names` against
+    /// (`resourceclaim.BaseRequestRef`).
+    pub fn base_request(&self) -> &str {
+        self.request.split('/').next().unwrap_or(&self.request)
+    }
 }
 
 /// Where an opaque config entry came from.
@@ -95,6 +262,8 @@ impl OpaqueConfig {
     /// request too).
     pub fn applies_to(&self, request: &str) -> bool {
         let base = request.split('/').next().unwrap_or(request);
+        // A config naming the subrequest applies to it; one naming the request, to all
+        // of its subrequests.
         self.requests
             .as_deref()
             .is_none_or(|rs| rs.iter().any(|r| r == request || r == base))
@@ -132,8 +301,14 @@ pub trait DeviceProfile: Debug + Send + Sync + 'static {
     /// The CDI class of the devices: one word (`k8s.<driver>/<class>=<device>`).
     fn cdi_class(&self) -> &str;
 
-    /// The devices the node publishes in its ResourceSlice.
+    /// The devices the node publishes in its ResourceSlices.
     fn slice_devices(&self) -> Vec<SliceDevice>;
+
+    /// The counter sets its devices consume from (partitionable devices); none by
+    /// default.
+    fn counter_sets(&self) -> Vec<CounterSet> {
+        Vec::new()
+    }
 
     /// Classic DRA: the node's inventory for its NodeAllocationState; `None` when the
     /// profile does not do classic DRA.
@@ -163,7 +338,9 @@ pub trait DeviceProfile: Debug + Send + Sync + 'static {
         allocation: &DriverAllocation,
     ) -> Result<Self::Prepared, ProfileError>;
 
-    /// The node devices a prepared claim holds; no two claims ever hold one.
+    /// The node devices a prepared claim holds exclusively; no two claims ever hold one.
+    /// Shares of a device that allows multiple allocations, and admin access, hold
+    /// nothing.
     fn held_devices(&self, prepared: &Self::Prepared) -> Vec<String>;
 
     /// Checks prepared data read back from the checkpoint against the limits a request

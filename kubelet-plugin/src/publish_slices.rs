@@ -25,10 +25,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tokio::sync::Notify;
 use tokio_stream::StreamExt;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::mode::ResourceApi;
-use crate::slices::{self, Desired, PublishedSlice, SlicePlan};
+use crate::slices::{self, CounterLayout, Desired, PublishedSlice, SliceContent, SlicePlan};
 
 /// A resync even without events, in case a watch stalls without an error.
 const RESYNC: Duration = Duration::from_secs(30);
@@ -36,7 +36,7 @@ const RESYNC: Duration = Duration::from_secs(30);
 /// Coalesces a burst of events (ours included) into one reconcile.
 const DEBOUNCE: Duration = Duration::from_millis(100);
 
-/// Writes this node's ResourceSlice.
+/// Writes this node's ResourceSlices.
 #[derive(Clone)]
 pub struct SlicePublisher {
     client: Client,
@@ -53,28 +53,60 @@ impl std::fmt::Debug for SlicePublisher {
     }
 }
 
-impl SlicePublisher {
-    /// A publisher of `desired` through `api`.
-    pub fn new(client: Client, api: ResourceApi, desired: Desired) -> Self {
-        Self {
-            client,
-            api,
-            desired,
+/// What the API server made of the pool we last wrote: kube-apiserver drops the fields of
+/// a disabled feature gate without an error, so the stored slices never equal ours and a
+/// publisher comparing with what it sent would rewrite them forever.
+#[derive(Debug, Clone, Default)]
+pub struct Accepted {
+    /// The pool as we packed it.
+    sent: Vec<SliceContent>,
+    /// The pool as the API server stored it.
+    stored: Vec<SliceContent>,
+}
+
+impl Accepted {
+    /// What the API server will hold once `packed` is published.
+    fn expected<'a>(&'a self, packed: &'a [SliceContent]) -> &'a [SliceContent] {
+        if self.sent == packed {
+            &self.stored
+        } else {
+            packed
         }
     }
+}
 
-    /// The field selector of this node's slices of our driver (both fields are selectable
-    /// on ResourceSlices).
-    fn field_selector(&self) -> String {
-        format!(
-            "spec.nodeName={},spec.driver={}",
-            self.desired.node_name, self.desired.driver
-        )
+/// Lists, writes and deletes the slices of one node's pool: shared by the node plugin
+/// and fleet mode, so both publish the same slices.
+#[derive(Clone)]
+pub struct PoolWriter {
+    client: Client,
+    api: ResourceApi,
+}
+
+impl std::fmt::Debug for PoolWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PoolWriter")
+            .field("api", &self.api)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PoolWriter {
+    /// A writer through `api`.
+    pub fn new(client: Client, api: ResourceApi) -> Self {
+        Self { client, api }
     }
 
-    async fn list(&self) -> Result<Vec<PublishedSlice>, kube::Error> {
-        let lp = ListParams::default().fields(&self.field_selector());
-        let all: Vec<PublishedSlice> = match self.api {
+    /// The API version it writes.
+    pub fn api(&self) -> ResourceApi {
+        self.api
+    }
+
+    /// Every slice of `driver` the field selector `fields` finds (e.g.
+    /// `spec.nodeName=<node>,spec.driver=<driver>`).
+    pub async fn list(&self, fields: &str) -> Result<Vec<PublishedSlice>, kube::Error> {
+        let lp = ListParams::default().fields(fields);
+        Ok(match self.api {
             ResourceApi::V1 => Api::<v1::ResourceSlice>::all(self.client.clone())
                 .list(&lp)
                 .await?
@@ -89,47 +121,42 @@ impl SlicePublisher {
                 .iter()
                 .map(slices::from_v1beta1)
                 .collect(),
-        };
-        Ok(all
-            .into_iter()
-            .filter(|s| slices::is_ours(s, &self.desired.driver, &self.desired.node_name))
-            .collect())
+        })
     }
 
+    /// Writes one slice of a pool of `count`; returns it as the API server stored it.
     async fn write(
         &self,
+        desired: &Desired,
         update: Option<&(String, Option<String>)>,
+        content: &SliceContent,
         generation: i64,
+        count: usize,
         owner: Option<&OwnerReference>,
-    ) -> Result<String, kube::Error> {
+    ) -> Result<PublishedSlice, kube::Error> {
         let pp = PostParams::default();
-        let d = &self.desired;
-        let name = match self.api {
+        Ok(match self.api {
             ResourceApi::V1 => {
                 let api = Api::<v1::ResourceSlice>::all(self.client.clone());
-                let obj = slices::to_v1(d, update, generation, owner);
-                match update {
+                let obj = slices::to_v1(desired, update, content, generation, count, owner);
+                slices::from_v1(&match update {
                     Some((name, _)) => api.replace(name, &pp, &obj).await?,
                     None => api.create(&pp, &obj).await?,
-                }
-                .metadata
-                .name
+                })
             }
             ResourceApi::V1beta1 => {
                 let api = Api::<v1beta1::ResourceSlice>::all(self.client.clone());
-                let obj = slices::to_v1beta1(d, update, generation, owner);
-                match update {
+                let obj = slices::to_v1beta1(desired, update, content, generation, count, owner);
+                slices::from_v1beta1(&match update {
                     Some((name, _)) => api.replace(name, &pp, &obj).await?,
                     None => api.create(&pp, &obj).await?,
-                }
-                .metadata
-                .name
+                })
             }
-        };
-        Ok(name.unwrap_or_default())
+        })
     }
 
-    async fn delete(&self, name: &str) -> Result<(), kube::Error> {
+    /// Deletes a slice; gone already is fine.
+    pub async fn delete(&self, name: &str) -> Result<(), kube::Error> {
         let dp = DeleteParams::default();
         let result = match self.api {
             ResourceApi::V1 => Api::<v1::ResourceSlice>::all(self.client.clone())
@@ -147,39 +174,122 @@ impl SlicePublisher {
         }
     }
 
+    /// One round for one pool, given its slices as listed (`existing`, ours only): plan,
+    /// write, delete. Returns the generation now published.
+    pub async fn reconcile(
+        &self,
+        desired: &Desired,
+        existing: &[PublishedSlice],
+        last_generation: i64,
+        owner: Option<&OwnerReference>,
+        accepted: &mut Accepted,
+    ) -> Result<i64, ReconcileError> {
+        let packed = slices::pack(desired)?;
+        let plan = slices::plan(
+            &desired.node_name,
+            &packed,
+            accepted.expected(&packed),
+            existing,
+            last_generation,
+        );
+        let SlicePlan::Write {
+            generation,
+            slices: writes,
+            delete,
+        } = plan
+        else {
+            debug!(node = %desired.node_name, "ResourceSlices up to date");
+            return Ok(existing.first().map_or(last_generation, |s| s.generation));
+        };
+        let count = writes.len();
+        let mut stored = Vec::with_capacity(count);
+        let mut names = Vec::with_capacity(count);
+        for (update, content) in &writes {
+            let s = self
+                .write(desired, update.as_ref(), content, generation, count, owner)
+                .await?;
+            names.push(s.name.clone());
+            stored.push(s.content);
+        }
+        for stale in &delete {
+            self.delete(stale).await?;
+        }
+        let dropped: Vec<&str> = writes
+            .iter()
+            .zip(&stored)
+            .flat_map(|((_, sent), stored)| slices::dropped_features(sent, stored))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if !dropped.is_empty() && accepted.sent != packed {
+            error!(
+                node = %desired.node_name,
+                dropped = ?dropped,
+                "the API server dropped fields of the ResourceSlices without an error: turn on these feature gates (kube-apiserver and kube-scheduler), or the scheduler sees devices without them"
+            );
+        }
+        *accepted = Accepted {
+            sent: packed,
+            stored,
+        };
+        info!(
+            slices = ?names,
+            api = self.api.version(),
+            pool = %desired.node_name,
+            generation,
+            devices = desired.devices.len(),
+            counter_sets = desired.counter_sets.len(),
+            removed = ?delete,
+            "ResourceSlices published"
+        );
+        Ok(generation)
+    }
+}
+
+/// Why a pool could not be published.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// The devices do not fit the API's limits: nothing is written.
+    #[error(transparent)]
+    Pack(#[from] slices::PackError),
+    /// The API server failed or refused.
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+}
+
+impl SlicePublisher {
+    /// A publisher of `desired` through `api`.
+    pub fn new(client: Client, api: ResourceApi, desired: Desired) -> Self {
+        Self {
+            client,
+            api,
+            desired,
+        }
+    }
+
+    /// The field selector of this node's slices of our driver (both fields are selectable
+    /// on ResourceSlices).
+    fn field_selector(&self) -> String {
+        node_slices_selector(&self.desired.driver, &self.desired.node_name)
+    }
+
     /// One round: list, plan, write. Returns the generation now published.
     pub async fn reconcile(
         &self,
         last_generation: i64,
         owner: Option<&OwnerReference>,
-    ) -> Result<i64, kube::Error> {
-        let existing = self.list().await?;
-        match slices::plan(&self.desired, &existing, last_generation) {
-            SlicePlan::UpToDate => {
-                debug!("ResourceSlice up to date");
-                Ok(existing.first().map_or(last_generation, |s| s.generation))
-            }
-            SlicePlan::Write {
-                update,
-                generation,
-                delete,
-            } => {
-                let name = self.write(update.as_ref(), generation, owner).await?;
-                for stale in &delete {
-                    self.delete(stale).await?;
-                }
-                info!(
-                    slice = %name,
-                    api = self.api.version(),
-                    pool = %self.desired.node_name,
-                    generation,
-                    devices = self.desired.devices.len(),
-                    removed = ?delete,
-                    "ResourceSlice published"
-                );
-                Ok(generation)
-            }
-        }
+        accepted: &mut Accepted,
+    ) -> Result<i64, ReconcileError> {
+        let writer = PoolWriter::new(self.client.clone(), self.api);
+        let existing: Vec<PublishedSlice> = writer
+            .list(&self.field_selector())
+            .await?
+            .into_iter()
+            .filter(|s| slices::is_ours(s, &self.desired.driver, &self.desired.node_name))
+            .collect();
+        writer
+            .reconcile(&self.desired, &existing, last_generation, owner, accepted)
+            .await
     }
 
     /// Watches this node's slices and wakes `notify` on every event.
@@ -222,9 +332,13 @@ impl SlicePublisher {
         // Stops the watch when this task is aborted (shutdown).
         let _watch = AbortOnDrop(tokio::spawn(self.clone().watch(notify.clone())));
         let mut generation = 0;
+        let mut accepted = Accepted::default();
         let mut backoff = Duration::from_millis(200);
         loop {
-            match self.reconcile(generation, owner.as_ref()).await {
+            match self
+                .reconcile(generation, owner.as_ref(), &mut accepted)
+                .await
+            {
                 Ok(g) => {
                     generation = g;
                     backoff = Duration::from_millis(200);
@@ -233,6 +347,11 @@ impl SlicePublisher {
                     }
                     let _ = tokio::time::timeout(RESYNC, notify.notified()).await;
                     tokio::time::sleep(DEBOUNCE).await;
+                }
+                Err(ReconcileError::Pack(e)) => {
+                    // Nothing to retry: the devices themselves do not fit.
+                    error!(error = %e, "cannot publish the node's devices; fix the inventory and restart");
+                    let _ = tokio::time::timeout(RESYNC, notify.notified()).await;
                 }
                 Err(e) => {
                     warn!(error = %e, "publishing ResourceSlice failed; retrying");
@@ -268,4 +387,37 @@ pub async fn node_owner(
             ..Default::default()
         })
     }))
+}
+
+/// The field selector of `node`'s slices of `driver`.
+pub fn node_slices_selector(driver: &str, node: &str) -> String {
+    format!("spec.nodeName={node},spec.driver={driver}")
+}
+
+/// Where the API server wants counter sets: from its version (1.35+ in slices of their
+/// own); 1.34 layout when the version cannot be read or is not a plain release number.
+pub async fn counter_layout(client: &Client, api: ResourceApi) -> CounterLayout {
+    if api == ResourceApi::V1beta1 {
+        return CounterLayout::WithDevices;
+    }
+    match client.apiserver_version().await {
+        Ok(info) => {
+            let minor: String = info
+                .minor
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            match (info.major.as_str(), minor.parse::<u32>()) {
+                ("1", Ok(minor)) => CounterLayout::for_minor(minor),
+                _ => {
+                    warn!(major = %info.major, minor = %info.minor, "unexpected API server version; publishing counter sets as Kubernetes 1.34 wants them");
+                    CounterLayout::WithDevices
+                }
+            }
+        }
+        Err(e) => {
+            warn!(error = %e, "cannot read the API server version; publishing counter sets as Kubernetes 1.34 wants them");
+            CounterLayout::WithDevices
+        }
+    }
 }

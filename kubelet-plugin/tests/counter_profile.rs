@@ -91,6 +91,7 @@ impl DeviceProfile for CounterProfile {
             .map(|i| SliceDevice {
                 name: format!("counter-{i}"),
                 attributes: BTreeMap::from([("width".to_owned(), Attribute::Int(64))]),
+                ..Default::default()
             })
             .collect()
     }

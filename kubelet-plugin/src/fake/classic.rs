@@ -50,5 +50,6 @@ pub fn prepare(inventory: &Inventory, handle: &str) -> Result<FakePrepared, Prof
         model: handle.model,
         split: handle.split,
         devices,
+        admin_access: false,
     })
 }

@@ -38,6 +38,10 @@ pub struct FakePrepared {
     pub split: u32,
     /// Parent device ids, in the inventory's spelling.
     pub devices: Vec<String>,
+    /// Allocated with `adminAccess`: the devices stay other claims' too, so this claim
+    /// holds none of them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub admin_access: bool,
 }
 
 impl FakePrepared {
@@ -99,6 +103,7 @@ impl DeviceProfile for FakeProfile {
                         Attribute::Version(DRIVER_VERSION.to_owned()),
                     ),
                 ]),
+                ..Default::default()
             })
             .collect()
     }
@@ -124,6 +129,9 @@ impl DeviceProfile for FakeProfile {
     }
 
     fn held_devices(&self, prepared: &FakePrepared) -> Vec<String> {
+        if prepared.admin_access {
+            return Vec::new();
+        }
         prepared.devices.clone()
     }
 

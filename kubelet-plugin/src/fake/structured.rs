@@ -228,10 +228,18 @@ pub fn prepare(
             ));
         }
     };
+    let admin_access = allocation.devices.iter().all(|d| d.admin_access);
+    if !admin_access && allocation.devices.iter().any(|d| d.admin_access) {
+        return Err(ProfileError::new(
+            "admin_access_mixed",
+            "the claim mixes requests with and without adminAccess; the fake device prepares a claim either for admin access or not: put them in separate claims",
+        ));
+    }
     Ok(FakePrepared {
         model: inventory.model.clone(),
         split,
         devices: parents,
+        admin_access,
     })
 }
 

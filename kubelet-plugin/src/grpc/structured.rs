@@ -9,8 +9,12 @@ pub(super) const MAX_CONCURRENT_READS: usize = 16;
 /// One prepared device of a structured claim, version-neutral.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceOutcome {
-    /// The request it was allocated for.
+    /// The request it was allocated for, without a `/subrequest`: containers name
+    /// requests, and the kubelet matches `request_names` against what they name
+    /// (`stripSubrequestNames` of the upstream kubeletplugin helper).
     pub request: String,
+    /// The share of a device that allows multiple allocations.
+    pub share_id: Option<String>,
     /// The pool (this node).
     pub pool: String,
     /// The device name in the pool.
@@ -142,7 +146,8 @@ impl<D: DeviceProfile> DraPluginService<D> {
                     .map(|name| kind.qualified(&name))
                     .collect();
                 Ok(DeviceOutcome {
-                    request: d.request,
+                    request: d.base_request().to_owned(),
+                    share_id: d.share_id.clone(),
                     pool: self.node_name.clone(),
                     device: d.device,
                     cdi_device_ids,
@@ -155,8 +160,8 @@ impl<D: DeviceProfile> DraPluginService<D> {
 /// Both `DRAPlugin` packages have the same messages: one implementation per package,
 /// converting to and from the neutral types.
 macro_rules! dra_plugin {
-    ($pkg:ident) => {
-        // `..Default::default()` fills v1's `share_id`; v1beta1 has nothing to fill.
+    ($pkg:ident, $set_share:expr) => {
+        // `..Default::default()` fills v1's `share_id` (set after); v1beta1 has none.
         #[allow(clippy::needless_update)]
         #[tonic::async_trait]
         impl<D: DeviceProfile> $pkg::dra_plugin_server::DraPlugin for DraPluginService<D> {
@@ -189,12 +194,18 @@ macro_rules! dra_plugin {
                         Ok(devices) => $pkg::NodePrepareResourceResponse {
                             devices: devices
                                 .into_iter()
-                                .map(|d| $pkg::Device {
-                                    request_names: vec![d.request],
-                                    pool_name: d.pool,
-                                    device_name: d.device,
-                                    cdi_device_ids: d.cdi_device_ids,
-                                    ..Default::default()
+                                .map(|d| {
+                                    let mut device = $pkg::Device {
+                                        request_names: vec![d.request],
+                                        pool_name: d.pool,
+                                        device_name: d.device,
+                                        cdi_device_ids: d.cdi_device_ids,
+                                        ..Default::default()
+                                    };
+                                    let set_share: fn(&mut $pkg::Device, Option<String>) =
+                                        $set_share;
+                                    set_share(&mut device, d.share_id);
+                                    device
                                 })
                                 .collect(),
                             error: String::new(),
@@ -252,5 +263,7 @@ macro_rules! dra_plugin {
     };
 }
 
-dra_plugin!(dra_v1beta1);
-dra_plugin!(dra_v1);
+// v1beta1 (1.32/1.33) has no `share_id`: those kubelets know no shared devices.
+dra_plugin!(dra_v1beta1, |_, _| {});
+// v1 `share_id` (field 5, kubelet 1.35+): the share of a device allocated to several claims.
+dra_plugin!(dra_v1, |device, share| device.share_id = share);

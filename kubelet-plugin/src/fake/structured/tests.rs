@@ -44,6 +44,7 @@ fn resolve(
                 driver: driver.into(),
                 pool: inv.node_name.clone(),
                 device: d.device.clone(),
+                ..Default::default()
             })
             .collect(),
     })
@@ -55,6 +56,7 @@ fn result(request: &str, pool: &str, device: &str) -> AllocatedResult {
         driver: DRIVER.into(),
         pool: pool.into(),
         device: device.into(),
+        ..Default::default()
     }
 }
 

@@ -1,0 +1,642 @@
+//! The node's ResourceSlices, without I/O: which slices the pool needs ([`pack`]), what
+//! to change given the slices the API server has ([`plan`]), and what the API server
+//! dropped ([`dropped_features`]). The `v1`/`v1beta1` objects are [`convert`]; the
+//! adapter is [`crate::publish_slices`], and fleet mode publishes the same slices for
+//! many nodes.
+//!
+//! One pool per node, named after the node. A pool is as many slices as its devices and
+//! counter sets need under the API's per-slice limits (`resourceSliceCount` says how
+//! many); the pool generation goes up whenever what is published changes, so the
+//! scheduler never mixes an old slice with a new one.
+
+pub mod convert;
+
+use std::collections::BTreeSet;
+
+use crate::profile::{CounterSet, SliceDevice};
+
+pub use convert::{from_v1, from_v1beta1, to_v1, to_v1beta1};
+
+/// Where counter sets go. Kubernetes 1.34 (`validateResourceSliceSpec`) wants a device's
+/// counter sets in its own slice; from 1.35 a slice holds either `sharedCounters` or
+/// `devices`, and a device may consume from any slice of its pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CounterLayout {
+    /// 1.34 and v1beta1 servers.
+    WithDevices,
+    /// 1.35+.
+    Separate,
+}
+
+impl CounterLayout {
+    /// The layout of a server of this minor version of Kubernetes 1.
+    pub fn for_minor(minor: u32) -> Self {
+        if minor >= 35 {
+            Self::Separate
+        } else {
+            Self::WithDevices
+        }
+    }
+}
+
+/// `k8s.io/api/resource/v1` limits per slice and device, by layout (1.34's
+/// `ResourceSliceMax*` constants, then 1.35's).
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    devices: usize,
+    /// With taints or counters in the slice (1.35+ `ResourceSliceMaxDevicesWithAdvancedFeatures`).
+    advanced_devices: usize,
+    /// `sharedCounters` entries per slice.
+    counter_sets: usize,
+    /// Counters over all counter sets of a slice (1.34).
+    shared_counters: usize,
+    /// Counters over all devices of a slice (1.34).
+    device_counters: usize,
+    /// `consumesCounters` entries per device.
+    consumptions_per_device: usize,
+    /// Counters of one counter set, or of one device's consumption.
+    counters_per_set: usize,
+    /// Taints per device.
+    taints: usize,
+}
+
+/// Attributes and capacities per device, in every release.
+pub const MAX_ATTRIBUTES_AND_CAPACITIES: usize = 32;
+
+impl Limits {
+    fn of(layout: CounterLayout) -> Self {
+        match layout {
+            CounterLayout::WithDevices => Self {
+                devices: 128,
+                advanced_devices: 128,
+                counter_sets: usize::MAX,
+                shared_counters: 32,
+                device_counters: 1024,
+                consumptions_per_device: usize::MAX,
+                counters_per_set: 32,
+                taints: 4,
+            },
+            CounterLayout::Separate => Self {
+                devices: 128,
+                advanced_devices: 64,
+                counter_sets: 8,
+                shared_counters: usize::MAX,
+                device_counters: usize::MAX,
+                consumptions_per_device: 2,
+                counters_per_set: 32,
+                taints: 16,
+            },
+        }
+    }
+}
+
+/// Taints a device may carry in `layout`.
+pub fn max_taints(layout: CounterLayout) -> usize {
+    Limits::of(layout).taints
+}
+
+/// What one slice of the pool lists.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SliceContent {
+    /// `devices`.
+    pub devices: Vec<SliceDevice>,
+    /// `sharedCounters`.
+    pub counter_sets: Vec<CounterSet>,
+}
+
+/// A slice of ours as the API has it, in version-neutral form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishedSlice {
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.resourceVersion`, for updates.
+    pub resource_version: Option<String>,
+    /// `spec.driver`.
+    pub driver: String,
+    /// `spec.nodeName`.
+    pub node_name: Option<String>,
+    /// `spec.pool.name`.
+    pub pool: String,
+    /// `spec.pool.generation`.
+    pub generation: i64,
+    /// `spec.pool.resourceSliceCount`.
+    pub slice_count: i64,
+    /// `spec.devices` and `spec.sharedCounters`.
+    pub content: SliceContent,
+}
+
+/// What to publish for one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Desired {
+    /// The driver name.
+    pub driver: String,
+    /// The node (and pool) name.
+    pub node_name: String,
+    pub devices: Vec<SliceDevice>,
+    /// The counter sets the devices consume from.
+    pub counter_sets: Vec<CounterSet>,
+    /// Where the counter sets go.
+    pub layout: CounterLayout,
+}
+
+impl Desired {
+    /// `generateName` of our slices: `<node>-<driver>-`.
+    pub fn generate_name(&self) -> String {
+        format!("{}-{}-", self.node_name, self.driver)
+    }
+}
+
+/// Why the devices cannot be published; names the device or counter set and the limit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PackError {
+    /// Two devices, or two counter sets, of one name.
+    #[error("{what} {name:?} is listed twice; names must be unique in the node's pool")]
+    Duplicate { what: &'static str, name: String },
+    /// A device over the attribute and capacity limit.
+    #[error(
+        "device {device:?} has {count} attributes and capacities; a ResourceSlice device holds at most {MAX_ATTRIBUTES_AND_CAPACITIES}"
+    )]
+    TooManyAttributes { device: String, count: usize },
+    /// A counter consumption that names nothing.
+    #[error("device {device:?} consumes from counter set {set:?}, which the pool does not have")]
+    UnknownCounterSet { device: String, set: String },
+    /// A counter consumption of a counter the set does not have.
+    #[error(
+        "device {device:?} consumes counter {counter:?} of counter set {set:?}, which has no such counter"
+    )]
+    UnknownCounter {
+        device: String,
+        set: String,
+        counter: String,
+    },
+    /// More than the layout allows.
+    #[error(
+        "{what} {name:?} has {count} {items}; the Kubernetes release serving this pool allows at most {max}"
+    )]
+    OverLimit {
+        what: &'static str,
+        name: String,
+        count: usize,
+        items: &'static str,
+        max: usize,
+    },
+}
+
+fn over(
+    what: &'static str,
+    name: &str,
+    count: usize,
+    items: &'static str,
+    max: usize,
+) -> Result<(), PackError> {
+    if count > max {
+        return Err(PackError::OverLimit {
+            what,
+            name: name.to_owned(),
+            count,
+            items,
+            max,
+        });
+    }
+    Ok(())
+}
+
+fn is_advanced(d: &SliceDevice) -> bool {
+    !d.taints.is_empty() || !d.consumes_counters.is_empty()
+}
+
+fn device_counters(d: &SliceDevice) -> usize {
+    d.consumes_counters.iter().map(|c| c.counters.len()).sum()
+}
+
+/// Checks every device and counter set on its own against `limits`.
+fn check_items(desired: &Desired, limits: Limits) -> Result<(), PackError> {
+    let mut names = BTreeSet::new();
+    for d in &desired.devices {
+        if !names.insert(d.name.as_str()) {
+            return Err(PackError::Duplicate {
+                what: "device",
+                name: d.name.clone(),
+            });
+        }
+        let count = d.attributes.len() + d.capacity.len();
+        if count > MAX_ATTRIBUTES_AND_CAPACITIES {
+            return Err(PackError::TooManyAttributes {
+                device: d.name.clone(),
+                count,
+            });
+        }
+        over(
+            "device",
+            &d.name,
+            d.consumes_counters.len(),
+            "consumesCounters entries",
+            limits.consumptions_per_device,
+        )?;
+        over("device", &d.name, d.taints.len(), "taints", limits.taints)?;
+        for c in &d.consumes_counters {
+            let Some(set) = desired
+                .counter_sets
+                .iter()
+                .find(|s| s.name == c.counter_set)
+            else {
+                return Err(PackError::UnknownCounterSet {
+                    device: d.name.clone(),
+                    set: c.counter_set.clone(),
+                });
+            };
+            over(
+                "device",
+                &d.name,
+                c.counters.len(),
+                "counters in one consumesCounters entry",
+                limits.counters_per_set,
+            )?;
+            if let Some(counter) = c.counters.keys().find(|k| !set.counters.contains_key(*k)) {
+                return Err(PackError::UnknownCounter {
+                    device: d.name.clone(),
+                    set: set.name.clone(),
+                    counter: counter.clone(),
+                });
+            }
+        }
+    }
+    let mut sets = BTreeSet::new();
+    for s in &desired.counter_sets {
+        if !sets.insert(s.name.as_str()) {
+            return Err(PackError::Duplicate {
+                what: "counter set",
+                name: s.name.clone(),
+            });
+        }
+        over(
+            "counter set",
+            &s.name,
+            s.counters.len(),
+            "counters",
+            limits.counters_per_set,
+        )?;
+        over(
+            "counter set",
+            &s.name,
+            s.counters.len(),
+            "counters",
+            limits.shared_counters,
+        )?;
+    }
+    Ok(())
+}
+
+/// Splits the pool into slices under the per-slice limits of `desired.layout`: the same
+/// input always gives the same slices, in order. A pool with no devices is one empty
+/// slice, so the scheduler sees that the node has none.
+pub fn pack(desired: &Desired) -> Result<Vec<SliceContent>, PackError> {
+    let limits = Limits::of(desired.layout);
+    check_items(desired, limits)?;
+    let mut slices = match desired.layout {
+        CounterLayout::Separate => pack_separate(desired, limits),
+        CounterLayout::WithDevices => pack_with_devices(desired, limits)?,
+    };
+    if slices.is_empty() {
+        slices.push(SliceContent::default());
+    }
+    Ok(slices)
+}
+
+/// Fills slices with devices in order, closing one when the next device would go over.
+fn fill_devices<'a>(
+    devices: impl IntoIterator<Item = &'a SliceDevice>,
+    limits: Limits,
+) -> Vec<Vec<SliceDevice>> {
+    let mut chunks: Vec<Vec<SliceDevice>> = Vec::new();
+    let mut current: Vec<SliceDevice> = Vec::new();
+    let mut advanced = false;
+    for d in devices {
+        let next_advanced = advanced || is_advanced(d);
+        let max = if next_advanced {
+            limits.advanced_devices
+        } else {
+            limits.devices
+        };
+        if current.len() + 1 > max {
+            chunks.push(std::mem::take(&mut current));
+            advanced = is_advanced(d);
+        } else {
+            advanced = next_advanced;
+        }
+        current.push(d.clone());
+    }
+    if !current.is_empty() {
+        chunks.push(current);
+    }
+    chunks
+}
+
+/// 1.35+: counter sets eight to a slice, then the devices.
+fn pack_separate(desired: &Desired, limits: Limits) -> Vec<SliceContent> {
+    let mut slices: Vec<SliceContent> = desired
+        .counter_sets
+        .chunks(limits.counter_sets)
+        .map(|sets| SliceContent {
+            devices: Vec::new(),
+            counter_sets: sets.to_vec(),
+        })
+        .collect();
+    slices.extend(
+        fill_devices(&desired.devices, limits)
+            .into_iter()
+            .map(|devices| SliceContent {
+                devices,
+                counter_sets: Vec::new(),
+            }),
+    );
+    slices
+}
+
+/// A counter set group of 1.34: sets joined by devices consuming from more than one,
+/// which must share a slice with all of them.
+#[derive(Debug, Default)]
+struct Group {
+    sets: Vec<usize>,
+    devices: Vec<usize>,
+}
+
+/// 1.34: each group of counter sets with its devices in one slice (groups share a slice
+/// while the limits allow), then the devices without counters.
+fn pack_with_devices(desired: &Desired, limits: Limits) -> Result<Vec<SliceContent>, PackError> {
+    let set_index = |name: &str| desired.counter_sets.iter().position(|s| s.name == name);
+    // Union-find over counter sets.
+    let mut parent: Vec<usize> = (0..desired.counter_sets.len()).collect();
+    fn root(parent: &mut [usize], mut i: usize) -> usize {
+        while parent[i] != i {
+            parent[i] = parent[parent[i]];
+            i = parent[i];
+        }
+        i
+    }
+    for d in &desired.devices {
+        let sets: Vec<usize> = d
+            .consumes_counters
+            .iter()
+            .filter_map(|c| set_index(&c.counter_set))
+            .collect();
+        for pair in sets.windows(2) {
+            let (a, b) = (root(&mut parent, pair[0]), root(&mut parent, pair[1]));
+            parent[a] = b;
+        }
+    }
+    let mut groups: Vec<Group> = Vec::new();
+    let mut group_of_root: Vec<Option<usize>> = vec![None; desired.counter_sets.len()];
+    for i in 0..desired.counter_sets.len() {
+        let r = root(&mut parent, i);
+        let g = *group_of_root[r].get_or_insert_with(|| {
+            groups.push(Group::default());
+            groups.len() - 1
+        });
+        groups[g].sets.push(i);
+    }
+    let mut plain = Vec::new();
+    for (i, d) in desired.devices.iter().enumerate() {
+        match d
+            .consumes_counters
+            .first()
+            .and_then(|c| set_index(&c.counter_set))
+        {
+            Some(s) => {
+                let r = root(&mut parent, s);
+                if let Some(g) = group_of_root[r] {
+                    groups[g].devices.push(i);
+                }
+            }
+            None => plain.push(i),
+        }
+    }
+    let shared = |g: &Group| -> usize {
+        g.sets
+            .iter()
+            .map(|&s| desired.counter_sets[s].counters.len())
+            .sum()
+    };
+    let counters = |g: &Group| -> usize {
+        g.devices
+            .iter()
+            .map(|&d| device_counters(&desired.devices[d]))
+            .sum()
+    };
+    let mut slices: Vec<(Group, usize, usize)> = Vec::new();
+    for g in groups {
+        let name = desired.counter_sets[g.sets[0]].name.clone();
+        over(
+            "counter set group of",
+            &name,
+            g.devices.len(),
+            "devices",
+            limits.devices,
+        )?;
+        over(
+            "counter set group of",
+            &name,
+            shared(&g),
+            "shared counters",
+            limits.shared_counters,
+        )?;
+        over(
+            "counter set group of",
+            &name,
+            counters(&g),
+            "device counters",
+            limits.device_counters,
+        )?;
+        let (s, c) = (shared(&g), counters(&g));
+        match slices.iter_mut().find(|(open, os, oc)| {
+            open.devices.len() + g.devices.len() <= limits.devices
+                && os + s <= limits.shared_counters
+                && oc + c <= limits.device_counters
+        }) {
+            Some((open, os, oc)) => {
+                open.sets.extend(&g.sets);
+                open.devices.extend(&g.devices);
+                *os += s;
+                *oc += c;
+            }
+            None => slices.push((g, s, c)),
+        }
+    }
+    let mut out: Vec<SliceContent> = slices
+        .into_iter()
+        .map(|(g, _, _)| {
+            let mut devices = g.devices;
+            devices.sort_unstable();
+            SliceContent {
+                devices: devices
+                    .iter()
+                    .map(|&d| desired.devices[d].clone())
+                    .collect(),
+                counter_sets: g
+                    .sets
+                    .iter()
+                    .map(|&s| desired.counter_sets[s].clone())
+                    .collect(),
+            }
+        })
+        .collect();
+    // Devices without counters top up the counter slices, then get slices of their own.
+    let mut rest = plain.into_iter().map(|i| &desired.devices[i]).peekable();
+    for slice in &mut out {
+        while slice.devices.len() < limits.devices {
+            match rest.next() {
+                Some(d) => slice.devices.push(d.clone()),
+                None => break,
+            }
+        }
+    }
+    out.extend(
+        fill_devices(rest, limits)
+            .into_iter()
+            .map(|devices| SliceContent {
+                devices,
+                counter_sets: Vec::new(),
+            }),
+    );
+    Ok(out)
+}
+
+/// An existing slice to overwrite: its name and resourceVersion.
+pub type Existing = (String, Option<String>);
+
+/// What the publisher does in one round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SlicePlan {
+    /// The pool is current; nothing to write.
+    UpToDate,
+    /// Write every slice of the pool with this generation, then delete `delete`.
+    Write {
+        /// The new pool generation.
+        generation: i64,
+        /// Each slice: the existing one to overwrite (name, resourceVersion), or `None`
+        /// to create one; and its content.
+        slices: Vec<(Option<Existing>, SliceContent)>,
+        /// Slices of this node and driver the pool no longer needs.
+        delete: Vec<String>,
+    },
+}
+
+/// Whether `existing` is exactly the pool `expected`: one generation (not below
+/// `last_generation`), the right slice count and node, and the same contents in any
+/// order.
+fn is_current(
+    node_name: &str,
+    expected: &[SliceContent],
+    existing: &[PublishedSlice],
+    last_generation: i64,
+) -> bool {
+    let Some(first) = existing.first() else {
+        return false;
+    };
+    if existing.len() != expected.len() || first.generation < last_generation {
+        return false;
+    }
+    let mut unmatched: Vec<&SliceContent> = expected.iter().collect();
+    for s in existing {
+        if s.generation != first.generation
+            || s.pool != node_name
+            || s.node_name.as_deref() != Some(node_name)
+            || usize::try_from(s.slice_count).ok() != Some(expected.len())
+        {
+            return false;
+        }
+        match unmatched.iter().position(|c| **c == s.content) {
+            Some(i) => {
+                unmatched.swap_remove(i);
+            }
+            None => return false,
+        }
+    }
+    unmatched.is_empty()
+}
+
+/// Decides what to do given this node's slices of our driver (`existing`, already
+/// filtered). `packed` is what [`pack`] made of the desired devices; `expected` what the
+/// API server stores when given them (the same, unless it drops fields whose feature
+/// gate is off: see [`dropped_features`]). `last_generation` is the highest generation
+/// this process published, so a pool deleted and recreated never goes back.
+pub fn plan(
+    node_name: &str,
+    packed: &[SliceContent],
+    expected: &[SliceContent],
+    existing: &[PublishedSlice],
+    last_generation: i64,
+) -> SlicePlan {
+    if is_current(node_name, expected, existing, last_generation) {
+        return SlicePlan::UpToDate;
+    }
+    let top = existing
+        .iter()
+        .map(|s| s.generation)
+        .max()
+        .unwrap_or(0)
+        .max(last_generation);
+    let mut reuse: Vec<&PublishedSlice> = existing.iter().collect();
+    reuse.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut reuse = reuse.into_iter();
+    let slices = packed
+        .iter()
+        .map(|content| {
+            (
+                reuse
+                    .next()
+                    .map(|s| (s.name.clone(), s.resource_version.clone())),
+                content.clone(),
+            )
+        })
+        .collect();
+    SlicePlan::Write {
+        generation: top.saturating_add(1),
+        slices,
+        delete: reuse.map(|s| s.name.clone()).collect(),
+    }
+}
+
+/// Whether an API slice belongs to this node and driver (a server that ignores the field
+/// selector must not make us delete someone else's slices).
+pub fn is_ours(slice: &PublishedSlice, driver: &str, node_name: &str) -> bool {
+    slice.driver == driver && slice.node_name.as_deref() == Some(node_name)
+}
+
+/// The feature gates whose fields the API server dropped from a slice we wrote (`sent`,
+/// and what it stored, `stored`): kube-apiserver silently drops the fields of a disabled
+/// gate (`dropDisabled*Fields` in `pkg/registry/resource/resourceslice/strategy.go`).
+pub fn dropped_features(sent: &SliceContent, stored: &SliceContent) -> Vec<&'static str> {
+    let mut gates = BTreeSet::new();
+    if !sent.counter_sets.is_empty() && stored.counter_sets.is_empty() {
+        gates.insert("DRAPartitionableDevices (sharedCounters)");
+    }
+    for (s, t) in sent.devices.iter().zip(&stored.devices) {
+        if !s.consumes_counters.is_empty() && t.consumes_counters.is_empty() {
+            gates.insert("DRAPartitionableDevices (consumesCounters)");
+        }
+        if !s.taints.is_empty() && t.taints.is_empty() {
+            gates.insert("DRADeviceTaints (taints)");
+        }
+        if s.allow_multiple_allocations && !t.allow_multiple_allocations {
+            gates.insert("DRAConsumableCapacity (allowMultipleAllocations)");
+        }
+        if s.binding.is_some() && t.binding.is_none() {
+            gates.insert("DRADeviceBindingConditions (bindingConditions)");
+        }
+        let policies = |d: &SliceDevice| {
+            d.capacity
+                .values()
+                .filter(|c| c.request_policy.is_some())
+                .count()
+        };
+        if policies(s) > policies(t) {
+            gates.insert("DRAConsumableCapacity (capacity requestPolicy)");
+        }
+    }
+    gates.into_iter().collect()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests;

@@ -1,0 +1,560 @@
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use proptest::prelude::*;
+use serde_json::json;
+
+use super::*;
+use crate::profile::{
+    Capacity, CounterConsumption, DeviceTaint, Quantity, RequestPolicy, TaintEffect, ValidRange,
+};
+
+/// The fake device's slice of a node with `n` devices.
+fn desired(n: usize) -> Desired {
+    use crate::profile::DeviceProfile;
+    let inv = crate::fake::devices::Inventory::new("node-1", n, &["ULTRA_10".to_string()]).unwrap();
+    Desired {
+        driver: "fake.resource.3-shake.com".into(),
+        node_name: "node-1".into(),
+        devices: crate::fake::FakeProfile::new(inv, "fake.resource.3-shake.com").slice_devices(),
+        counter_sets: Vec::new(),
+        layout: CounterLayout::Separate,
+    }
+}
+
+fn published(
+    name: &str,
+    d: &Desired,
+    content: SliceContent,
+    generation: i64,
+    count: i64,
+) -> PublishedSlice {
+    PublishedSlice {
+        name: name.into(),
+        resource_version: Some("7".into()),
+        driver: d.driver.clone(),
+        node_name: Some(d.node_name.clone()),
+        pool: d.node_name.clone(),
+        generation,
+        slice_count: count,
+        content,
+    }
+}
+
+fn one(d: &Desired, name: &str, generation: i64) -> PublishedSlice {
+    let content = pack(d).unwrap().remove(0);
+    published(name, d, content, generation, 1)
+}
+
+fn plan_of(d: &Desired, existing: &[PublishedSlice], last: i64) -> SlicePlan {
+    let packed = pack(d).unwrap();
+    plan(&d.node_name, &packed, &packed, existing, last)
+}
+
+/// A partitionable GPU: a counter set and `parts` partitions consuming from it.
+fn gpu(i: usize, parts: usize) -> (CounterSet, Vec<SliceDevice>) {
+    let set = CounterSet {
+        name: format!("gpu-{i}-counters"),
+        counters: BTreeMap::from([
+            ("memory".to_owned(), Quantity::from("80Gi")),
+            ("slices".to_owned(), Quantity::from("7")),
+        ]),
+    };
+    let devices = (0..parts)
+        .map(|p| SliceDevice {
+            name: format!("gpu-{i}-part-{p}"),
+            consumes_counters: vec![CounterConsumption {
+                counter_set: set.name.clone(),
+                counters: BTreeMap::from([("slices".to_owned(), Quantity::from("1"))]),
+            }],
+            ..Default::default()
+        })
+        .collect();
+    (set, devices)
+}
+
+fn partitioned(gpus: usize, parts: usize, layout: CounterLayout) -> Desired {
+    let mut d = desired(1);
+    d.devices.clear();
+    d.layout = layout;
+    for i in 0..gpus {
+        let (set, devices) = gpu(i, parts);
+        d.counter_sets.push(set);
+        d.devices.extend(devices);
+    }
+    d
+}
+
+#[test]
+fn v1_layout() {
+    let d = desired(2);
+    let owner = OwnerReference {
+        api_version: "v1".into(),
+        kind: "Node".into(),
+        name: "node-1".into(),
+        uid: "n-uid".into(),
+        ..Default::default()
+    };
+    let content = pack(&d).unwrap().remove(0);
+    let slice = to_v1(&d, None, &content, 3, 1, Some(&owner));
+    let json = serde_json::to_value(&slice).unwrap();
+    assert_eq!(json["apiVersion"], "resource.k8s.io/v1");
+    assert_eq!(json["kind"], "ResourceSlice");
+    assert_eq!(
+        json["metadata"]["generateName"],
+        "node-1-fake.resource.3-shake.com-"
+    );
+    assert_eq!(json["metadata"]["ownerReferences"][0]["uid"], "n-uid");
+    assert_eq!(json["spec"]["nodeName"], "node-1");
+    assert_eq!(
+        json["spec"]["pool"],
+        json!({"name": "node-1", "generation": 3, "resourceSliceCount": 1})
+    );
+    let dev = &json["spec"]["devices"][1];
+    assert_eq!(dev["name"], "fake-1");
+    assert_eq!(dev["attributes"]["index"], json!({"int": 1}));
+    assert_eq!(dev["attributes"]["model"], json!({"string": "ULTRA_10"}));
+    assert_eq!(
+        dev["attributes"]["driverVersion"],
+        json!({"version": "0.1.0"})
+    );
+    assert!(
+        dev["attributes"]["uuid"]["string"]
+            .as_str()
+            .unwrap()
+            .starts_with("FAKE-")
+    );
+    // The fake device sets nothing else: its slices are what they were.
+    assert_eq!(
+        dev.as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["attributes", "name"]
+    );
+    assert!(json["spec"].get("sharedCounters").is_none());
+    assert_eq!(from_v1(&slice).content.devices, d.devices);
+}
+
+#[test]
+fn v1beta1_nests_under_basic() {
+    let d = desired(2);
+    let content = pack(&d).unwrap().remove(0);
+    let slice = to_v1beta1(
+        &d,
+        Some(&("s1".into(), Some("5".into()))),
+        &content,
+        1,
+        1,
+        None,
+    );
+    let json = serde_json::to_value(&slice).unwrap();
+    assert_eq!(json["apiVersion"], "resource.k8s.io/v1beta1");
+    assert_eq!(json["metadata"]["name"], "s1");
+    assert_eq!(json["metadata"]["resourceVersion"], "5");
+    assert!(json["metadata"].get("generateName").is_none());
+    assert_eq!(
+        json["spec"]["devices"][0]["basic"]["attributes"]["index"],
+        json!({"int": 0})
+    );
+    assert!(json["spec"]["devices"][0].get("attributes").is_none());
+    let back = from_v1beta1(&slice);
+    assert_eq!(back.content.devices, d.devices);
+    assert!(is_ours(&back, &d.driver, "node-1"));
+    assert!(!is_ours(&back, &d.driver, "node-2"));
+}
+
+#[test]
+fn every_field_survives_both_versions() {
+    let mut d = partitioned(1, 1, CounterLayout::WithDevices);
+    d.devices[0].capacity = BTreeMap::from([
+        ("memory".to_owned(), Capacity::from("10Gi")),
+        (
+            "bandwidth".to_owned(),
+            Capacity {
+                value: "100G".into(),
+                request_policy: Some(RequestPolicy {
+                    default: Some("10G".into()),
+                    valid_values: vec![],
+                    valid_range: Some(ValidRange {
+                        min: "1G".into(),
+                        max: Some("100G".into()),
+                        step: Some("1G".into()),
+                    }),
+                }),
+            },
+        ),
+    ]);
+    d.devices[0].allow_multiple_allocations = true;
+    d.devices[0].taints = vec![DeviceTaint {
+        key: "fake.resource.3-shake.com/unhealthy".into(),
+        value: Some("ecc".into()),
+        effect: TaintEffect::NoExecute,
+    }];
+    d.devices[0].binding = Some(crate::profile::BindingConditions {
+        conditions: vec!["attached".into()],
+        failure_conditions: vec!["failed".into()],
+        binds_to_node: true,
+    });
+    let content = pack(&d).unwrap().remove(0);
+    let v1 = to_v1(&d, None, &content, 1, 1, None);
+    let json = serde_json::to_value(&v1).unwrap();
+    let dev = &json["spec"]["devices"][0];
+    assert_eq!(dev["capacity"]["memory"], json!({"value": "10Gi"}));
+    assert_eq!(
+        dev["capacity"]["bandwidth"]["requestPolicy"],
+        json!({"default": "10G", "validRange": {"min": "1G", "max": "100G", "step": "1G"}})
+    );
+    assert_eq!(dev["allowMultipleAllocations"], true);
+    assert_eq!(
+        dev["consumesCounters"],
+        json!([{"counterSet": "gpu-0-counters", "counters": {"slices": {"value": "1"}}}])
+    );
+    assert_eq!(
+        dev["taints"],
+        json!([{"key": "fake.resource.3-shake.com/unhealthy", "value": "ecc", "effect": "NoExecute"}])
+    );
+    assert_eq!(dev["bindingConditions"], json!(["attached"]));
+    assert_eq!(dev["bindingFailureConditions"], json!(["failed"]));
+    assert_eq!(dev["bindsToNode"], true);
+    assert_eq!(
+        json["spec"]["sharedCounters"][0]["counters"]["memory"],
+        json!({"value": "80Gi"})
+    );
+    assert_eq!(from_v1(&v1).content, content);
+    let beta = to_v1beta1(&d, None, &content, 1, 1, None);
+    let json = serde_json::to_value(&beta).unwrap();
+    assert_eq!(json["spec"]["devices"][0]["basic"]["bindsToNode"], true);
+    assert_eq!(from_v1beta1(&beta).content, content);
+}
+
+#[test]
+fn the_api_servers_spelling_of_a_quantity_is_the_same_slice() {
+    let d = partitioned(1, 1, CounterLayout::Separate);
+    let packed = pack(&d).unwrap();
+    let mut stored = packed.clone();
+    // kube-apiserver stores 80Gi as it is, but 1024Mi as 1Gi: equal amounts are equal.
+    stored[0].counter_sets[0]
+        .counters
+        .insert("memory".into(), Quantity::from("81920Mi"));
+    let existing: Vec<_> = stored
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| published(&format!("s{i}"), &d, c, 1, 2))
+        .collect();
+    assert_eq!(
+        plan(&d.node_name, &packed, &packed, &existing, 1),
+        SlicePlan::UpToDate
+    );
+}
+
+#[test]
+fn a_taints_time_added_is_not_compared() {
+    let mut d = desired(1);
+    d.devices[0].taints = vec![DeviceTaint {
+        key: "k".into(),
+        value: None,
+        effect: TaintEffect::NoSchedule,
+    }];
+    let content = pack(&d).unwrap().remove(0);
+    let mut slice = to_v1(&d, Some(&("a".into(), None)), &content, 1, 1, None);
+    let taints = slice.spec.devices.as_mut().unwrap()[0]
+        .taints
+        .as_mut()
+        .unwrap();
+    taints[0].time_added = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        "2026-12-03T00:00:00Z".parse().unwrap(),
+    ));
+    taints[0].value = Some(String::new());
+    assert_eq!(plan_of(&d, &[from_v1(&slice)], 1), SlicePlan::UpToDate);
+}
+
+#[test]
+fn plans() {
+    let d = desired(8);
+    let content = pack(&d).unwrap().remove(0);
+    assert_eq!(
+        plan_of(&d, &[], 0),
+        SlicePlan::Write {
+            generation: 1,
+            slices: vec![(None, content.clone())],
+            delete: vec![]
+        }
+    );
+    assert_eq!(plan_of(&d, &[one(&d, "a", 4)], 4), SlicePlan::UpToDate);
+    // Deleted by hand and recreated: a new generation, above what we published.
+    assert_eq!(
+        plan_of(&d, &[], 4),
+        SlicePlan::Write {
+            generation: 5,
+            slices: vec![(None, content.clone())],
+            delete: vec![]
+        }
+    );
+    // Devices changed (--num-devices): same object, next generation.
+    let old = one(&desired(4), "a", 2);
+    assert_eq!(
+        plan_of(&d, &[old], 0),
+        SlicePlan::Write {
+            generation: 3,
+            slices: vec![(Some(("a".into(), Some("7".into()))), content.clone())],
+            delete: vec![]
+        }
+    );
+    // Two slices for a one-slice pool: keep one, delete the other.
+    assert_eq!(
+        plan_of(&d, &[one(&d, "b", 6), one(&d, "a", 2)], 0),
+        SlicePlan::Write {
+            generation: 7,
+            slices: vec![(Some(("a".into(), Some("7".into()))), content)],
+            delete: vec!["b".into()]
+        }
+    );
+}
+
+#[test]
+fn a_pool_of_many_slices_is_current_only_when_whole_and_of_one_generation() {
+    let d = partitioned(12, 10, CounterLayout::Separate);
+    let packed = pack(&d).unwrap();
+    // 12 counter sets: two counter slices (8 + 4); 120 partitions with counters: 64 + 56.
+    assert_eq!(packed.len(), 4);
+    let n = packed.len() as i64;
+    let whole: Vec<_> = packed
+        .iter()
+        .enumerate()
+        .map(|(i, c)| published(&format!("s{i}"), &d, c.clone(), 3, n))
+        .collect();
+    assert_eq!(
+        plan(&d.node_name, &packed, &packed, &whole, 3),
+        SlicePlan::UpToDate
+    );
+    let mut reversed = whole.clone();
+    reversed.reverse();
+    assert_eq!(
+        plan(&d.node_name, &packed, &packed, &reversed, 3),
+        SlicePlan::UpToDate
+    );
+    // One missing, one of another generation, a wrong count: all rewritten.
+    let missing = &whole[1..];
+    let mut mixed = whole.clone();
+    mixed[2].generation = 2;
+    let mut miscounted = whole.clone();
+    miscounted[0].slice_count = 3;
+    for existing in [missing, &mixed[..], &miscounted[..]] {
+        let SlicePlan::Write {
+            generation,
+            slices,
+            delete,
+        } = plan(&d.node_name, &packed, &packed, existing, 3)
+        else {
+            panic!("not current: {existing:?}");
+        };
+        assert_eq!(generation, 4);
+        assert_eq!(slices.len(), 4);
+        assert!(delete.is_empty());
+    }
+}
+
+#[test]
+fn counter_sets_get_slices_of_their_own_from_1_35() {
+    let d = partitioned(2, 3, CounterLayout::Separate);
+    let packed = pack(&d).unwrap();
+    assert_eq!(packed.len(), 2);
+    assert!(packed[0].devices.is_empty());
+    assert_eq!(packed[0].counter_sets.len(), 2);
+    assert_eq!(packed[1].devices.len(), 6);
+    assert!(packed[1].counter_sets.is_empty());
+    // Only one of sharedCounters or devices may be set: the counter slice has no devices
+    // field at all; a device slice has no sharedCounters.
+    let json = serde_json::to_value(to_v1(&d, None, &packed[0], 1, 2, None)).unwrap();
+    assert!(json["spec"].get("devices").is_none(), "{json}");
+    assert_eq!(json["spec"]["pool"]["resourceSliceCount"], 2);
+    let json = serde_json::to_value(to_v1(&d, None, &packed[1], 1, 2, None)).unwrap();
+    assert!(json["spec"].get("sharedCounters").is_none(), "{json}");
+}
+
+#[test]
+fn counter_sets_share_their_devices_slice_on_1_34() {
+    // 16 GPUs of 2 counters each is 32 shared counters: one slice; the 17th needs another.
+    let d = partitioned(17, 3, CounterLayout::WithDevices);
+    let packed = pack(&d).unwrap();
+    assert_eq!(packed.len(), 2);
+    for slice in &packed {
+        for dev in &slice.devices {
+            let set = &dev.consumes_counters[0].counter_set;
+            assert!(
+                slice.counter_sets.iter().any(|s| &s.name == set),
+                "{} consumes {set}, which is in another slice",
+                dev.name
+            );
+        }
+    }
+    assert_eq!(packed[0].counter_sets.len(), 16);
+    assert_eq!(packed[1].counter_sets.len(), 1);
+}
+
+#[test]
+fn devices_fill_slices_of_128_or_64_with_counters_or_taints() {
+    let d = desired(128);
+    assert_eq!(pack(&d).unwrap().len(), 1);
+    let mut big = desired(128);
+    big.devices
+        .extend(desired(1).devices.into_iter().map(|mut x| {
+            x.name = "fake-extra".into();
+            x
+        }));
+    assert_eq!(
+        pack(&big)
+            .unwrap()
+            .iter()
+            .map(|s| s.devices.len())
+            .collect::<Vec<_>>(),
+        [128, 1]
+    );
+    let mut tainted = desired(100);
+    tainted.devices[70].taints = vec![DeviceTaint {
+        key: "k".into(),
+        value: None,
+        effect: TaintEffect::NoSchedule,
+    }];
+    let sizes: Vec<usize> = pack(&tainted)
+        .unwrap()
+        .iter()
+        .map(|s| s.devices.len())
+        .collect();
+    assert_eq!(
+        sizes,
+        [70, 30],
+        "the tainted device starts a slice of at most 64"
+    );
+    // 1.34 has no such limit.
+    tainted.layout = CounterLayout::WithDevices;
+    assert_eq!(pack(&tainted).unwrap().len(), 1);
+}
+
+#[test]
+fn what_cannot_be_published_is_refused_naming_the_device_and_the_limit() {
+    let mut d = partitioned(1, 2, CounterLayout::Separate);
+    d.devices[1].consumes_counters[0].counter_set = "nope".into();
+    assert_eq!(
+        pack(&d).unwrap_err().to_string(),
+        "device \"gpu-0-part-1\" consumes from counter set \"nope\", which the pool does not have"
+    );
+    let mut d = partitioned(1, 2, CounterLayout::Separate);
+    d.devices[0].consumes_counters[0]
+        .counters
+        .insert("cores".into(), "1".into());
+    assert!(
+        pack(&d)
+            .unwrap_err()
+            .to_string()
+            .contains("no such counter")
+    );
+    let mut d = partitioned(3, 1, CounterLayout::Separate);
+    let extra: Vec<_> = (1..3)
+        .map(|i| CounterConsumption {
+            counter_set: format!("gpu-{i}-counters"),
+            counters: BTreeMap::new(),
+        })
+        .collect();
+    d.devices[0].consumes_counters.extend(extra);
+    assert_eq!(
+        pack(&d).unwrap_err().to_string(),
+        "device \"gpu-0-part-0\" has 3 consumesCounters entries; the Kubernetes release serving this pool allows at most 2"
+    );
+    let mut d = desired(2);
+    d.devices[1].name = d.devices[0].name.clone();
+    assert!(pack(&d).unwrap_err().to_string().contains("listed twice"));
+    let mut d = desired(1);
+    d.devices[0].attributes = (0..33)
+        .map(|i| (format!("a{i}"), crate::profile::Attribute::Int(i)))
+        .collect();
+    assert!(pack(&d).unwrap_err().to_string().contains("at most 32"));
+    let mut d = desired(1);
+    d.layout = CounterLayout::WithDevices;
+    d.devices[0].taints = (0..5)
+        .map(|i| DeviceTaint {
+            key: format!("k{i}"),
+            value: None,
+            effect: TaintEffect::NoSchedule,
+        })
+        .collect();
+    assert!(pack(&d).unwrap_err().to_string().contains("5 taints"));
+}
+
+#[test]
+fn fields_a_disabled_gate_drops_are_named() {
+    let d = partitioned(1, 1, CounterLayout::WithDevices);
+    let sent = pack(&d).unwrap().remove(0);
+    let mut stored = sent.clone();
+    stored.counter_sets.clear();
+    stored.devices[0].consumes_counters.clear();
+    assert_eq!(
+        dropped_features(&sent, &stored),
+        [
+            "DRAPartitionableDevices (consumesCounters)",
+            "DRAPartitionableDevices (sharedCounters)"
+        ]
+    );
+    assert!(dropped_features(&sent, &sent).is_empty());
+    // Once known, what the server stores is what the pool is compared with: no rewrite loop.
+    let packed = vec![sent];
+    let existing = [published("a", &d, stored.clone(), 1, 1)];
+    assert!(matches!(
+        plan(&d.node_name, &packed, &packed, &existing, 1),
+        SlicePlan::Write { .. }
+    ));
+    assert_eq!(
+        plan(&d.node_name, &packed, &[stored], &existing, 1),
+        SlicePlan::UpToDate
+    );
+}
+
+proptest! {
+    #[test]
+    fn generation_never_goes_back_and_a_write_converges(
+        gens in proptest::collection::vec(0i64..100, 0..4), last in 0i64..100, n in 1usize..=128,
+    ) {
+        let d = desired(n);
+        let existing: Vec<_> = gens.iter().enumerate().map(|(i, g)| one(&d, &format!("s{i}"), *g)).collect();
+        match plan_of(&d, &existing, last) {
+            SlicePlan::UpToDate => prop_assert!(existing.len() == 1 && existing[0].generation >= last),
+            SlicePlan::Write { generation, slices, delete } => {
+                prop_assert!(gens.iter().all(|g| *g < generation) && last < generation);
+                prop_assert_eq!(delete.len(), existing.len().saturating_sub(1));
+                prop_assert_eq!(slices.len(), 1);
+                let name = slices[0].0.clone().map(|(n, _)| n).unwrap_or_else(|| "new".into());
+                let after = PublishedSlice { name, generation, ..one(&d, "x", generation) };
+                prop_assert_eq!(plan_of(&d, &[after], generation), SlicePlan::UpToDate);
+            }
+        }
+    }
+
+    #[test]
+    fn every_device_and_counter_set_is_published_once_within_the_limits(
+        gpus in 0usize..20, parts in 0usize..12, plain in 0usize..200, separate in any::<bool>(),
+    ) {
+        let layout = if separate { CounterLayout::Separate } else { CounterLayout::WithDevices };
+        let mut d = partitioned(gpus, parts, layout);
+        if plain > 0 {
+            d.devices.extend(desired(plain.min(128)).devices);
+        }
+        let packed = pack(&d).unwrap();
+        let mut names: Vec<&str> = packed.iter().flat_map(|s| s.devices.iter().map(|x| x.name.as_str())).collect();
+        names.sort_unstable();
+        let mut want: Vec<&str> = d.devices.iter().map(|x| x.name.as_str()).collect();
+        want.sort_unstable();
+        prop_assert_eq!(names, want);
+        let sets: usize = packed.iter().map(|s| s.counter_sets.len()).sum();
+        prop_assert_eq!(sets, d.counter_sets.len());
+        for s in &packed {
+            let advanced = s.devices.iter().any(|x| !x.consumes_counters.is_empty() || !x.taints.is_empty());
+            let max = if separate && advanced { 64 } else { 128 };
+            prop_assert!(s.devices.len() <= max);
+            if separate {
+                prop_assert!(s.devices.is_empty() || s.counter_sets.is_empty());
+                prop_assert!(s.counter_sets.len() <= 8);
+            } else {
+                let shared: usize = s.counter_sets.iter().map(|c| c.counters.len()).sum();
+                prop_assert!(shared <= 32);
+            }
+        }
+    }
+}
