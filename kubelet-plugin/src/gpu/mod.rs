@@ -1,0 +1,1 @@
+//! A GPU-like device profile (being written).

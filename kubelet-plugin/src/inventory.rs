@@ -1,0 +1,1 @@
+//! Per-node inventory from a file or flags (being written).
