@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use kube::CustomResourceExt;
 
+use crate::fault::DeviceFault;
 use crate::nas::NodeAllocationState;
 use crate::params::{DeviceClassParameters, FakeClaimParameters};
 
@@ -88,6 +89,7 @@ pub fn generate() -> Result<Vec<GeneratedCrd>, CrdGenError> {
         ("fakeclaimparameters.yaml", FakeClaimParameters::crd()),
         ("deviceclassparameters.yaml", DeviceClassParameters::crd()),
         ("nodeallocationstates.yaml", NodeAllocationState::crd()),
+        ("devicefaults.yaml", DeviceFault::crd()),
     ];
     crds.into_iter()
         .map(|(file_name, crd)| {

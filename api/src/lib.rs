@@ -3,6 +3,7 @@
 //! - [`params`]: the `FakeClaimParameters` and `DeviceClassParameters` CRDs users write,
 //!   with the limits the controller enforces.
 //! - [`nas`]: the `NodeAllocationState` CRD each kubelet plugin publishes for its node.
+//! - [`fault`]: the `DeviceFault` CRD: failures and device behaviour on demand.
 //! - [`handle`]: the allocation handle, the document the controller writes into a claim
 //!   and the kubelet plugin reads back.
 //! - [`crdgen`]: renders the CRDs to the YAML files under `deploy/crds/`.
@@ -15,6 +16,7 @@
 //! controller, the kubelet plugin and the test emulator without pulling in a runtime.
 
 pub mod crdgen;
+pub mod fault;
 pub mod handle;
 pub mod nas;
 pub mod params;

@@ -212,6 +212,15 @@ pub enum ClaimError {
         /// What the request means.
         requested: Vec<String>,
     },
+    /// A `DeviceFault` makes the call fail for this claim.
+    #[error("claim {claim}: {message}")]
+    Injected {
+        claim: String,
+        /// The fault.
+        fault: String,
+        /// Its message.
+        message: String,
+    },
     /// A file could not be written or removed.
     #[error("claim {claim}: {action} {path}: {error}")]
     Io {
@@ -239,6 +248,7 @@ impl ClaimError {
             Self::Device { source, .. } => source.reason,
             Self::DeviceInUse { .. } => "device_in_use",
             Self::Changed { .. } => "changed",
+            Self::Injected { .. } => "injected",
             Self::Io { .. } => "io",
         }
     }

@@ -296,6 +296,14 @@ impl<D: DeviceProfile> Driver<D> {
         self.changed.subscribe()
     }
 
+    /// The slice devices a prepared claim was allocated; none if it is not prepared.
+    pub fn allocated_devices(&self, uid: &ClaimUid) -> Vec<String> {
+        self.lock()
+            .get(uid)
+            .map(|e| self.profile.allocated_devices(&e.prepared))
+            .unwrap_or_default()
+    }
+
     /// The prepared claims as the NodeAllocationState status lists them.
     pub fn prepared_claims(&self) -> Vec<nas::PreparedClaim> {
         self.lock()

@@ -23,6 +23,7 @@ pub mod claim_reader;
 pub mod classic;
 pub mod driver;
 pub mod fake;
+pub mod faults;
 pub mod fsutil;
 pub mod gpu;
 pub mod grpc;
@@ -232,6 +233,27 @@ pub async fn run<D: DeviceProfile>(
     let metrics = Arc::new(metrics::Metrics::new());
     let ready = Arc::new(AtomicBool::new(false));
 
+    // Where the serving release wants counter sets, and how many taints a device may have.
+    let layout = match mode {
+        Mode::Structured(api) => publish_slices::counter_layout(&client, api).await,
+        Mode::Classic => slices::CounterLayout::WithDevices,
+    };
+    // Structured mode applies the DeviceFaults of this node (docs/faults.md).
+    let (fault_view, fault_tasks) = match mode {
+        Mode::Classic => (None, Vec::new()),
+        Mode::Structured(_) => {
+            let (faults, watch_task) = faults::watch::start(client.clone());
+            let names = driver.profile().slice_devices().into_iter().map(|d| d.name).collect();
+            let view = faults::watch::NodeView::new(faults, &config.node_name, names);
+            let reporter = tokio::spawn(faults::report(
+                client.clone(),
+                view.clone(),
+                slices::max_taints(layout),
+            ));
+            (Some(view), vec![watch_task, reporter])
+        }
+    };
+
     // Classic publishes the NodeAllocationState (and marks it NotReady at shutdown);
     // structured publishes the ResourceSlice.
     let (nas_publisher, publish_task) = match mode {
@@ -255,12 +277,13 @@ pub async fn run<D: DeviceProfile>(
                 node_name: config.node_name.clone(),
                 devices: driver.profile().slice_devices(),
                 counter_sets: driver.profile().counter_sets(),
-                layout: publish_slices::counter_layout(&client, api).await,
+                layout,
             };
             // Refused before anything is served: a pool that cannot be published is an
             // inventory error the operator must fix.
             slices::pack(&desired)?;
-            let publisher = publish_slices::SlicePublisher::new(client.clone(), api, desired);
+            let publisher =
+                publish_slices::SlicePublisher::new(client.clone(), api, desired, fault_view.clone());
             (None, tokio::spawn(publisher.run(ready.clone())))
         }
     };
@@ -327,6 +350,9 @@ pub async fn run<D: DeviceProfile>(
                 claims: claim_reader::ClaimReader::new(client.clone(), api),
                 driver_name: config.driver_name.clone(),
                 node_name: config.node_name.clone(),
+                faults: fault_view
+                    .clone()
+                    .unwrap_or_else(|| faults::watch::NodeView::new(faults::watch::none(), &config.node_name, Vec::new())),
             };
             health_reporter
                 .set_serving::<dra_v1::dra_plugin_server::DraPluginServer<grpc::DraPluginService<D>>>()
@@ -363,6 +389,7 @@ pub async fn run<D: DeviceProfile>(
         endpoint: dra_path.clone(),
         registered: Arc::new(AtomicBool::new(false)),
         supported_versions,
+        faults: fault_view.clone(),
     };
     let reg_server = grpc_server()
         .add_service(pluginregistration::registration_server::RegistrationServer::new(registration))
@@ -387,6 +414,9 @@ pub async fn run<D: DeviceProfile>(
         }
     }
     publish_task.abort();
+    for task in fault_tasks {
+        task.abort();
+    }
     if let Some(task) = http_task {
         task.abort();
     }
@@ -408,3 +438,4 @@ pub async fn run<D: DeviceProfile>(
     }
     Ok(())
 }
+

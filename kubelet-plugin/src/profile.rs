@@ -343,6 +343,13 @@ pub trait DeviceProfile: Debug + Send + Sync + 'static {
     /// nothing.
     fn held_devices(&self, prepared: &Self::Prepared) -> Vec<String>;
 
+    /// The slice device names ([`SliceDevice::name`]) a prepared claim was allocated, by
+    /// which `DeviceFault`s select it when unpreparing; by default the held devices (a
+    /// profile whose held devices are named otherwise says how they map).
+    fn allocated_devices(&self, prepared: &Self::Prepared) -> Vec<String> {
+        self.held_devices(prepared)
+    }
+
     /// Checks prepared data read back from the checkpoint against the limits a request
     /// would have been held to.
     fn check(&self, prepared: &Self::Prepared) -> Result<(), ProfileError>;

@@ -27,6 +27,7 @@ use tokio::sync::Notify;
 use tokio_stream::StreamExt;
 use tracing::{debug, error, info, warn};
 
+use crate::faults::watch::NodeView;
 use crate::mode::ResourceApi;
 use crate::slices::{self, CounterLayout, Desired, PublishedSlice, SliceContent, SlicePlan};
 
@@ -41,7 +42,10 @@ const DEBOUNCE: Duration = Duration::from_millis(100);
 pub struct SlicePublisher {
     client: Client,
     api: ResourceApi,
+    /// The profile's devices, before faults.
     desired: Desired,
+    /// `DeviceFault`s adding taints and binding conditions.
+    faults: Option<NodeView>,
 }
 
 impl std::fmt::Debug for SlicePublisher {
@@ -258,13 +262,28 @@ pub enum ReconcileError {
 }
 
 impl SlicePublisher {
-    /// A publisher of `desired` through `api`.
-    pub fn new(client: Client, api: ResourceApi, desired: Desired) -> Self {
+    /// A publisher of `desired` through `api`, with the taints and binding conditions
+    /// `faults` add.
+    pub fn new(client: Client, api: ResourceApi, desired: Desired, faults: Option<NodeView>) -> Self {
         Self {
             client,
             api,
             desired,
+            faults,
         }
+    }
+
+    /// What to publish now: the profile's devices with the faults' overlay.
+    fn effective(&self) -> Desired {
+        let mut desired = self.desired.clone();
+        if let Some(view) = &self.faults {
+            desired.devices = view.current().overlay(
+                &desired.devices,
+                &desired.driver,
+                slices::max_taints(desired.layout),
+            );
+        }
+        desired
     }
 
     /// The field selector of this node's slices of our driver (both fields are selectable
@@ -288,7 +307,7 @@ impl SlicePublisher {
             .filter(|s| slices::is_ours(s, &self.desired.driver, &self.desired.node_name))
             .collect();
         writer
-            .reconcile(&self.desired, &existing, last_generation, owner, accepted)
+            .reconcile(&self.effective(), &existing, last_generation, owner, accepted)
             .await
     }
 
@@ -331,6 +350,16 @@ impl SlicePublisher {
         let notify = Arc::new(Notify::new());
         // Stops the watch when this task is aborted (shutdown).
         let _watch = AbortOnDrop(tokio::spawn(self.clone().watch(notify.clone())));
+        // A fault added or removed changes the slices at once.
+        let _faults = self.faults.as_ref().map(|view| {
+            let mut changes = view.faults();
+            let notify = notify.clone();
+            AbortOnDrop(tokio::spawn(async move {
+                while changes.changed().await.is_ok() {
+                    notify.notify_one();
+                }
+            }))
+        });
         let mut generation = 0;
         let mut accepted = Accepted::default();
         let mut backoff = Duration::from_millis(200);

@@ -135,6 +135,16 @@ impl DeviceProfile for FakeProfile {
         prepared.devices.clone()
     }
 
+    /// `fake-<index>` of each parent.
+    fn allocated_devices(&self, prepared: &FakePrepared) -> Vec<String> {
+        prepared
+            .devices
+            .iter()
+            .filter_map(|id| self.inventory.devices.iter().position(|d| d.eq_ignore_ascii_case(id)))
+            .map(structured::device_name)
+            .collect()
+    }
+
     /// The same limits as an allocation handle on the wire.
     fn check(&self, prepared: &FakePrepared) -> Result<(), ProfileError> {
         AllocationHandle {

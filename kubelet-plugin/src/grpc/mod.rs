@@ -47,6 +47,8 @@ pub struct Registration {
     pub registered: Arc<AtomicBool>,
     /// `supported_versions`: [`SUPPORTED_VERSIONS`] or [`STRUCTURED_SUPPORTED_VERSIONS`].
     pub supported_versions: &'static [&'static str],
+    /// `DeviceFault`s that can make `GetInfo` fail (structured mode).
+    pub faults: Option<crate::faults::watch::NodeView>,
 }
 
 #[tonic::async_trait]
@@ -55,6 +57,10 @@ impl reg::registration_server::Registration for Registration {
         &self,
         _: Request<reg::InfoRequest>,
     ) -> Result<Response<reg::PluginInfo>, Status> {
+        if let Some(message) = self.faults.as_ref().and_then(|f| f.current().get_info()) {
+            warn!(%message, "GetInfo fails as a DeviceFault asks");
+            return Err(Status::unavailable(message));
+        }
         Ok(Response::new(reg::PluginInfo {
             r#type: DRA_PLUGIN_TYPE.to_owned(),
             name: self.driver_name.clone(),

@@ -2,6 +2,7 @@
 //! services, one handler for both, reading each claim's allocation from the API.
 
 use super::*;
+use crate::faults::watch::NodeView;
 
 /// How many claims of one structured batch are read from the API at a time.
 pub(super) const MAX_CONCURRENT_READS: usize = 16;
@@ -36,6 +37,8 @@ pub struct DraPluginService<D: DeviceProfile> {
     pub driver_name: String,
     /// This node: its pool.
     pub node_name: String,
+    /// The `DeviceFault`s in force on this node.
+    pub faults: NodeView,
 }
 
 impl<D: DeviceProfile> Clone for DraPluginService<D> {
@@ -45,6 +48,7 @@ impl<D: DeviceProfile> Clone for DraPluginService<D> {
             claims: self.claims.clone(),
             driver_name: self.driver_name.clone(),
             node_name: self.node_name.clone(),
+            faults: self.faults.clone(),
         }
     }
 }
@@ -64,6 +68,15 @@ impl<D: DeviceProfile> DraPluginService<D> {
                 reason: e.to_string(),
             })?;
         let allocation = allocation::ours(&self.driver_name, &self.node_name, &claim, &fetched)?;
+        let devices: Vec<String> = allocation.devices.iter().map(|d| d.device.clone()).collect();
+        self.faults
+            .gate("prepare", |f| f.prepare(&claim.namespace, &claim.name, &devices))
+            .await
+            .map_err(|(fault, message)| ClaimError::Injected {
+                claim: claim.to_string(),
+                fault,
+                message,
+            })?;
         let prepared = self
             .node
             .driver
@@ -117,6 +130,32 @@ impl<D: DeviceProfile> DraPluginService<D> {
                 o.and_then(|(claim, prepared)| self.device_outcomes(&claim, &prepared, devices))
             })
             .collect())
+    }
+
+    /// Unprepares claims after the `DeviceFault`s had their say about each (a claim
+    /// failed by a fault is left prepared, as when the kubelet's call fails).
+    pub async fn unprepare(&self, claims: Vec<Outcome<ClaimRef>>) -> Result<Vec<Outcome<()>>, Status> {
+        let mut gated = Vec::with_capacity(claims.len());
+        for c in claims {
+            let Ok(claim) = c else {
+                gated.push(c);
+                continue;
+            };
+            let devices = self.node.driver.allocated_devices(&claim.uid);
+            let verdict = self
+                .faults
+                .gate("unprepare", |f| f.unprepare(&claim.namespace, &claim.name, &devices))
+                .await;
+            gated.push(match verdict {
+                Ok(()) => Ok(claim),
+                Err((fault, message)) => Err(ClaimError::Injected {
+                    claim: claim.to_string(),
+                    fault,
+                    message,
+                }),
+            });
+        }
+        self.node.unprepare(gated).await
     }
 
     /// Each allocated device answers with the common device and the profile's devices for
@@ -233,7 +272,7 @@ macro_rules! dra_plugin {
                     .iter()
                     .map(|c| ClaimRef::new(&c.uid, &c.namespace, &c.name))
                     .collect();
-                let outcomes = self.node.unprepare(refs).await?;
+                let outcomes = self.unprepare(refs).await?;
                 let mut response = $pkg::NodeUnprepareResourcesResponse::default();
                 for (uid, error) in refused {
                     self.node
