@@ -9,6 +9,8 @@ const PROTOS: &[&str] = &[
     "proto/dra/v1alpha3/api.proto",
     "proto/dra/v1beta1/api.proto",
     "proto/dra/v1/api.proto",
+    "proto/dra-health/v1alpha1/api.proto",
+    "proto/dra-health/v1/api.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -33,9 +33,9 @@ pub const MAX_BINDING_AFTER_SECONDS: u32 = 600;
 pub const MAX_NAMES: usize = 256;
 
 /// Failures and behaviour injected into the driver for the devices and claims it selects.
-#[derive(
-    CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema,
-)]
+#[derive(CustomResource, Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+// clippy mistakes repeated `type_ = "string"` in the printcolumns for duplicate attributes.
+#[allow(clippy::duplicated_attributes)]
 #[kube(
     group = "fake.resource.3-shake.com",
     version = "v1alpha1",
@@ -324,16 +324,26 @@ impl DeviceFaultSpec {
                 "names no effect: set one of taint, health, prepare, unprepare, getInfo, binding, deviceStatus".into(),
             ));
         }
-        for (field, list) in [("nodes", self.nodes.len()), ("devices", self.devices.len()), ("claims", self.claims.len())] {
+        for (field, list) in [
+            ("nodes", self.nodes.len()),
+            ("devices", self.devices.len()),
+            ("claims", self.claims.len()),
+        ] {
             if list > MAX_NAMES {
-                return Err(err(field, format!("names {list} entries, at most {MAX_NAMES}")));
+                return Err(err(
+                    field,
+                    format!("names {list} entries, at most {MAX_NAMES}"),
+                ));
             }
         }
         for (field, call) in [("prepare", &self.prepare), ("unprepare", &self.unprepare)] {
             let Some(call) = call else { continue };
             match (call.action, call.delay_millis) {
                 (CallAction::Delay, None) => {
-                    return Err(err(&format!("{field}.delayMillis"), "is required with action Delay".into()));
+                    return Err(err(
+                        &format!("{field}.delayMillis"),
+                        "is required with action Delay".into(),
+                    ));
                 }
                 (CallAction::Delay, Some(ms)) if ms == 0 || ms > MAX_DELAY_MILLIS => {
                     return Err(err(
@@ -342,7 +352,10 @@ impl DeviceFaultSpec {
                     ));
                 }
                 (CallAction::Fail | CallAction::Hang, Some(_)) => {
-                    return Err(err(&format!("{field}.delayMillis"), "is only for action Delay".into()));
+                    return Err(err(
+                        &format!("{field}.delayMillis"),
+                        "is only for action Delay".into(),
+                    ));
                 }
                 _ => {}
             }
@@ -352,17 +365,26 @@ impl DeviceFaultSpec {
         {
             return Err(err(
                 "binding.afterSeconds",
-                format!("must be at most {MAX_BINDING_AFTER_SECONDS}, got {}", b.after_seconds),
+                format!(
+                    "must be at most {MAX_BINDING_AFTER_SECONDS}, got {}",
+                    b.after_seconds
+                ),
             ));
         }
         if let Some(s) = &self.device_status {
             if s.conditions.len() > 8 {
-                return Err(err("deviceStatus.conditions", format!("has {} entries, at most 8", s.conditions.len())));
+                return Err(err(
+                    "deviceStatus.conditions",
+                    format!("has {} entries, at most 8", s.conditions.len()),
+                ));
             }
             if let Some(data) = &s.data {
                 let len = serde_json::to_vec(data).map(|v| v.len()).unwrap_or(0);
                 if len > 10 * 1024 {
-                    return Err(err("deviceStatus.data", format!("is {len} bytes as JSON, at most 10240")));
+                    return Err(err(
+                        "deviceStatus.data",
+                        format!("is {len} bytes as JSON, at most 10240"),
+                    ));
                 }
             }
         }
@@ -381,7 +403,12 @@ mod tests {
     #[test]
     fn a_fault_needs_an_effect_and_consistent_calls() {
         let none = DeviceFaultSpec::default();
-        assert!(none.validate().unwrap_err().to_string().contains("names no effect"));
+        assert!(
+            none.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("names no effect")
+        );
         let mut delay = DeviceFaultSpec {
             prepare: Some(CallFault {
                 action: CallAction::Delay,
@@ -394,7 +421,13 @@ mod tests {
             "spec.prepare.delayMillis: is required with action Delay"
         );
         delay.prepare.as_mut().unwrap().delay_millis = Some(700_000);
-        assert!(delay.validate().unwrap_err().to_string().contains("between 1 and 600000"));
+        assert!(
+            delay
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("between 1 and 600000")
+        );
         delay.prepare.as_mut().unwrap().delay_millis = Some(500);
         assert_eq!(delay.validate(), Ok(()));
         let fail_with_delay = DeviceFaultSpec {
@@ -405,13 +438,25 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert!(fail_with_delay.validate().unwrap_err().to_string().contains("only for action Delay"));
+        assert!(
+            fail_with_delay
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("only for action Delay")
+        );
         let claimless = DeviceFaultSpec {
             claims: vec![ClaimSelector::default()],
             get_info: Some(GetInfoFault::default()),
             ..Default::default()
         };
-        assert!(claimless.validate().unwrap_err().to_string().contains("namespace"));
+        assert!(
+            claimless
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("namespace")
+        );
     }
 
     #[test]
@@ -421,8 +466,12 @@ mod tests {
         let version = &crd["spec"]["versions"][0];
         assert_eq!(crd["spec"]["scope"], "Cluster");
         assert!(version["subresources"]["status"].is_object());
-        let nodes = &version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["nodes"];
+        let nodes =
+            &version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["nodes"];
         assert_eq!(nodes["x-kubernetes-list-type"], "map");
-        assert_eq!(nodes["x-kubernetes-list-map-keys"], serde_json::json!(["node"]));
+        assert_eq!(
+            nodes["x-kubernetes-list-map-keys"],
+            serde_json::json!(["node"])
+        );
     }
 }

@@ -31,7 +31,7 @@ fn committed_crds_are_up_to_date() {
 fn check_reports_missing_changed_and_stray_files() {
     let dir = std::env::temp_dir().join(format!("fake-dra-crdgen-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(crdgen::check_dir(&dir).unwrap().len(), 3, "all missing");
+    assert_eq!(crdgen::check_dir(&dir).unwrap().len(), 4, "all missing");
 
     crdgen::write_dir(&dir).unwrap();
     assert!(crdgen::check_dir(&dir).unwrap().is_empty());

@@ -44,7 +44,9 @@ use std::sync::atomic::AtomicBool;
 use fake_dra_api::nas::NodePhase;
 use fake_dra_ops::conn::{self, Limits, Pool};
 use fake_dra_proto::authority::RewriteIo;
-use fake_dra_proto::{dra_v1, dra_v1beta1, pluginregistration, v1alpha2, v1alpha3};
+use fake_dra_proto::{
+    dra_health_v1, dra_health_v1alpha1, dra_v1, dra_v1beta1, pluginregistration, v1alpha2, v1alpha3,
+};
 use tokio_stream::StreamExt;
 use tracing::{error, info, warn};
 
@@ -74,16 +76,41 @@ pub const API_ACCESS: &[(&str, &str, &[&str])] = API_ACCESS_CLASSIC;
 
 /// The Kubernetes API access the plugin needs in structured mode: its node's
 /// ResourceSlices (listed and watched by field selector, written, stale ones deleted),
-/// the claims it prepares, and its Node for the slices' owner reference. Discovery
-/// (`/apis`) needs no grant.
+/// the claims it prepares (and, while a `DeviceFault` asks for binding or device status,
+/// watches, writing `status.devices` of its own devices), its Node for the slices' owner
+/// reference, and the `DeviceFault`s (watched, this node's entry of their status
+/// applied). Discovery (`/apis`) needs no grant.
 pub const API_ACCESS_STRUCTURED: &[(&str, &str, &[&str])] = &[
     (
         "resource.k8s.io",
         "resourceslices",
         &["list", "watch", "create", "update", "delete"],
     ),
-    ("resource.k8s.io", "resourceclaims", &["get"]),
+    (
+        "resource.k8s.io",
+        "resourceclaims",
+        &["get", "list", "watch"],
+    ),
+    ("resource.k8s.io", "resourceclaims/status", &["patch"]),
+    // Kubernetes 1.36+ (DRAResourceClaimGranularStatusAuthorization): a driver changing
+    // status.devices needs this synthetic permission, named after the driver;
+    // `associated-node:` for a plugin on the node the claim is allocated on.
+    (
+        "resource.k8s.io",
+        "resourceclaims/driver",
+        &["associated-node:patch"],
+    ),
     ("", "nodes", &["get"]),
+    (
+        fake_dra_api::PARAMS_GROUP,
+        "devicefaults",
+        &["list", "watch"],
+    ),
+    (
+        fake_dra_api::PARAMS_GROUP,
+        "devicefaults/status",
+        &["patch"],
+    ),
 ];
 
 /// Name of the DRA socket in the plugin dir.
@@ -243,14 +270,30 @@ pub async fn run<D: DeviceProfile>(
         Mode::Classic => (None, Vec::new()),
         Mode::Structured(_) => {
             let (faults, watch_task) = faults::watch::start(client.clone());
-            let names = driver.profile().slice_devices().into_iter().map(|d| d.name).collect();
+            let names = driver
+                .profile()
+                .slice_devices()
+                .into_iter()
+                .map(|d| d.name)
+                .collect();
             let view = faults::watch::NodeView::new(faults, &config.node_name, names);
             let reporter = tokio::spawn(faults::report(
                 client.clone(),
                 view.clone(),
                 slices::max_taints(layout),
             ));
-            (Some(view), vec![watch_task, reporter])
+            let pool_view = view.clone();
+            let node = config.node_name.clone();
+            let claim_status = tokio::spawn(faults::claim_status::run(
+                client.clone(),
+                config.driver_name.clone(),
+                format!("fake-dra/{node}"),
+                view.faults(),
+                Arc::new(move || {
+                    std::collections::BTreeMap::from([(node.clone(), pool_view.current())])
+                }),
+            ));
+            (Some(view), vec![watch_task, reporter, claim_status])
         }
     };
 
@@ -282,8 +325,12 @@ pub async fn run<D: DeviceProfile>(
             // Refused before anything is served: a pool that cannot be published is an
             // inventory error the operator must fix.
             slices::pack(&desired)?;
-            let publisher =
-                publish_slices::SlicePublisher::new(client.clone(), api, desired, fault_view.clone());
+            let publisher = publish_slices::SlicePublisher::new(
+                client.clone(),
+                api,
+                desired,
+                fault_view.clone(),
+            );
             (None, tokio::spawn(publisher.run(ready.clone())))
         }
     };
@@ -350,9 +397,13 @@ pub async fn run<D: DeviceProfile>(
                 claims: claim_reader::ClaimReader::new(client.clone(), api),
                 driver_name: config.driver_name.clone(),
                 node_name: config.node_name.clone(),
-                faults: fault_view
-                    .clone()
-                    .unwrap_or_else(|| faults::watch::NodeView::new(faults::watch::none(), &config.node_name, Vec::new())),
+                faults: fault_view.clone().unwrap_or_else(|| {
+                    faults::watch::NodeView::new(
+                        faults::watch::none(),
+                        &config.node_name,
+                        Vec::new(),
+                    )
+                }),
             };
             health_reporter
                 .set_serving::<dra_v1::dra_plugin_server::DraPluginServer<grpc::DraPluginService<D>>>()
@@ -360,11 +411,31 @@ pub async fn run<D: DeviceProfile>(
             health_reporter
                 .set_serving::<dra_v1beta1::dra_plugin_server::DraPluginServer<grpc::DraPluginService<D>>>()
                 .await;
+            let device_health = grpc::device_health::DeviceHealthService {
+                pool: config.node_name.clone(),
+                devices: driver
+                    .profile()
+                    .slice_devices()
+                    .into_iter()
+                    .map(|d| d.name)
+                    .collect(),
+                faults: dra.faults.clone(),
+            };
             (
                 grpc_server()
                     .add_service(health_service)
                     .add_service(dra_v1::dra_plugin_server::DraPluginServer::new(dra.clone()))
-                    .add_service(dra_v1beta1::dra_plugin_server::DraPluginServer::new(dra)),
+                    .add_service(dra_v1beta1::dra_plugin_server::DraPluginServer::new(dra))
+                    .add_service(
+                        dra_health_v1::dra_resource_health_server::DraResourceHealthServer::new(
+                            device_health.clone(),
+                        ),
+                    )
+                    .add_service(
+                        dra_health_v1alpha1::dra_resource_health_server::DraResourceHealthServer::new(
+                            device_health,
+                        ),
+                    ),
                 grpc::STRUCTURED_SUPPORTED_VERSIONS,
             )
         }
@@ -438,4 +509,3 @@ pub async fn run<D: DeviceProfile>(
     }
     Ok(())
 }
-

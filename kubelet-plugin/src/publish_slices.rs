@@ -264,7 +264,12 @@ pub enum ReconcileError {
 impl SlicePublisher {
     /// A publisher of `desired` through `api`, with the taints and binding conditions
     /// `faults` add.
-    pub fn new(client: Client, api: ResourceApi, desired: Desired, faults: Option<NodeView>) -> Self {
+    pub fn new(
+        client: Client,
+        api: ResourceApi,
+        desired: Desired,
+        faults: Option<NodeView>,
+    ) -> Self {
         Self {
             client,
             api,
@@ -307,7 +312,13 @@ impl SlicePublisher {
             .filter(|s| slices::is_ours(s, &self.desired.driver, &self.desired.node_name))
             .collect();
         writer
-            .reconcile(&self.effective(), &existing, last_generation, owner, accepted)
+            .reconcile(
+                &self.effective(),
+                &existing,
+                last_generation,
+                owner,
+                accepted,
+            )
             .await
     }
 

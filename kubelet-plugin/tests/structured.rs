@@ -107,7 +107,12 @@ async fn kubernetes_1_34_slices_and_prepare_through_v1() {
     let _plugin = Plugin::start(&dirs, opts(&api, &[])).await;
     assert_eq!(
         supported_versions(&dirs).await,
-        vec!["v1.DRAPlugin".to_string(), "v1beta1.DRAPlugin".to_string()]
+        [
+            "v1.DRAPlugin",
+            "v1beta1.DRAPlugin",
+            "v1.DRAResourceHealth",
+            "v1alpha1.DRAResourceHealth"
+        ]
     );
 
     // The slice: one pool named after the node, eight devices with our attributes.
@@ -304,7 +309,12 @@ async fn kubernetes_1_32_uses_v1beta1_and_keeps_claims_across_kill9() {
     let plugin = Plugin::start(&dirs, opts(&api, &["--mode", "structured"])).await;
     assert_eq!(
         supported_versions(&dirs).await,
-        vec!["v1.DRAPlugin".to_string(), "v1beta1.DRAPlugin".to_string()]
+        [
+            "v1.DRAPlugin",
+            "v1beta1.DRAPlugin",
+            "v1.DRAResourceHealth",
+            "v1alpha1.DRAResourceHealth"
+        ]
     );
     // Written through v1beta1: attributes under `basic`.
     let slices: Api<v1beta1::ResourceSlice> = Api::all(api.client().unwrap());

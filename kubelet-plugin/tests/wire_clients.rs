@@ -714,7 +714,15 @@ async fn structured_services_answer_foreign_clients_under_every_authority() {
     });
     let lines = run_clients(tools, dirs.root.path(), &input);
 
-    let mut expects = registration(&dirs, &["v1.DRAPlugin", "v1beta1.DRAPlugin"]);
+    let mut expects = registration(
+        &dirs,
+        &[
+            "v1.DRAPlugin",
+            "v1beta1.DRAPlugin",
+            "v1.DRAResourceHealth",
+            "v1alpha1.DRAResourceHealth",
+        ],
+    );
     expects.extend(health(&[
         "",
         "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin",

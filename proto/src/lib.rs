@@ -39,6 +39,19 @@ pub mod dra_v1 {
     tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1");
 }
 
+/// `v1alpha1.DRAResourceHealth` (kubelets 1.34 with ResourceHealthStatus, 1.36+): the
+/// plugin streams its devices' health.
+pub mod dra_health_v1alpha1 {
+    #![allow(missing_docs, missing_debug_implementations, clippy::all)]
+    tonic::include_proto!("v1alpha1");
+}
+
+/// `v1.DRAResourceHealth` (kubelets 1.37+): the same messages as [`dra_health_v1alpha1`].
+pub mod dra_health_v1 {
+    #![allow(missing_docs, missing_debug_implementations, clippy::all)]
+    tonic::include_proto!("v1");
+}
+
 /// The per-claim answer maps of the batched services, written as their entry messages
 /// (see the .proto files): building them and reading them as maps.
 macro_rules! claim_answers {
@@ -108,6 +121,13 @@ pub const SUPPORTED_V1: &str = "v1.DRAPlugin";
 /// [`services::DRA_V1BETA1`].
 pub const SUPPORTED_V1BETA1: &str = "v1beta1.DRAPlugin";
 
+/// The `supported_versions` entry that tells a 1.37+ kubelet the plugin streams device
+/// health through [`services::DRA_HEALTH_V1`].
+pub const SUPPORTED_HEALTH_V1: &str = "v1.DRAResourceHealth";
+/// The same for [`services::DRA_HEALTH_V1ALPHA1`] (1.37 also takes it; 1.34 and 1.36 call
+/// it without looking).
+pub const SUPPORTED_HEALTH_V1ALPHA1: &str = "v1alpha1.DRAResourceHealth";
+
 /// The `type` a DRA plugin reports in `PluginInfo`.
 pub const DRA_PLUGIN_TYPE: &str = "DRAPlugin";
 
@@ -123,6 +143,10 @@ pub mod services {
     pub const DRA_V1BETA1: &str = "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin";
     /// The structured-DRA service of kubelets 1.34+.
     pub const DRA_V1: &str = "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin";
+    /// The device health stream of kubelets 1.34 (gated) to 1.39.
+    pub const DRA_HEALTH_V1ALPHA1: &str = "v1alpha1.DRAResourceHealth";
+    /// The device health stream of kubelets 1.37+.
+    pub const DRA_HEALTH_V1: &str = "v1.DRAResourceHealth";
 }
 
 /// Dials a gRPC server on a unix socket as kubelets 1.29–1.33 dial plugin sockets

@@ -140,7 +140,12 @@ impl DeviceProfile for FakeProfile {
         prepared
             .devices
             .iter()
-            .filter_map(|id| self.inventory.devices.iter().position(|d| d.eq_ignore_ascii_case(id)))
+            .filter_map(|id| {
+                self.inventory
+                    .devices
+                    .iter()
+                    .position(|d| d.eq_ignore_ascii_case(id))
+            })
             .map(structured::device_name)
             .collect()
     }

@@ -6,6 +6,8 @@
 //! health status, a prepare action, binding, device status), the first by name wins and
 //! the other reports the conflict. Taints add up (one per key and effect).
 
+pub mod claim_status;
+pub mod device_status;
 pub mod watch;
 
 use std::collections::BTreeSet;
@@ -24,7 +26,9 @@ pub async fn report(client: kube::Client, view: watch::NodeView, max_taints: usi
     let mut changes = view.faults();
     loop {
         let faults: Vec<Fault> = changes.borrow_and_update().as_ref().clone();
-        writer.write(&faults, &view.current().reports(max_taints)).await;
+        writer
+            .write(&faults, &view.current().reports(max_taints))
+            .await;
         if changes.changed().await.is_err() {
             return;
         }
@@ -89,7 +93,8 @@ fn claims_overlap(a: &[ClaimSelector], b: &[ClaimSelector]) -> bool {
         || b.is_empty()
         || a.iter().any(|x| {
             b.iter().any(|y| {
-                x.namespace == y.namespace && (x.name.is_empty() || y.name.is_empty() || x.name == y.name)
+                x.namespace == y.namespace
+                    && (x.name.is_empty() || y.name.is_empty() || x.name == y.name)
             })
         })
 }
@@ -116,7 +121,10 @@ pub struct NodeFaults {
 impl NodeFaults {
     /// The faults of `faults` that select `node`, whose devices are `devices`.
     pub fn resolve(node: &str, devices: &[String], faults: &[Fault]) -> Self {
-        let mut selecting: Vec<&Fault> = faults.iter().filter(|f| selects_node(&f.spec, node)).collect();
+        let mut selecting: Vec<&Fault> = faults
+            .iter()
+            .filter(|f| selects_node(&f.spec, node))
+            .collect();
         selecting.sort_by(|a, b| a.name.cmp(&b.name));
         let mut active = Vec::new();
         let mut invalid = Vec::new();
@@ -132,6 +140,13 @@ impl NodeFaults {
             active,
             invalid,
         }
+    }
+
+    /// Whether a fault asks for something in claims' `status.devices`.
+    pub fn writes_claim_status(&self) -> bool {
+        self.active
+            .iter()
+            .any(|f| f.spec.binding.is_some() || f.spec.device_status.is_some())
     }
 
     /// Whether no fault is in force.
@@ -165,7 +180,9 @@ impl NodeFaults {
     pub fn health(&self, device: &str) -> (HealthStatus, Option<String>) {
         self.on_device(device)
             .find_map(|f| f.spec.health.as_ref())
-            .map_or((HealthStatus::Healthy, None), |h| (h.status, h.message.clone()))
+            .map_or((HealthStatus::Healthy, None), |h| {
+                (h.status, h.message.clone())
+            })
     }
 
     /// The binding of `device`: the first fault's, with its name.
@@ -185,7 +202,10 @@ impl NodeFaults {
         self.active.iter().find_map(|f| {
             f.spec.get_info.as_ref().map(|g| {
                 g.message.clone().unwrap_or_else(|| {
-                    format!("GetInfo fails on node {} by DeviceFault {}", self.node, f.name)
+                    format!(
+                        "GetInfo fails on node {} by DeviceFault {}",
+                        self.node, f.name
+                    )
                 })
             })
         })
@@ -201,7 +221,8 @@ impl NodeFaults {
     ) -> CallDecision {
         let found = self.active.iter().find_map(|f| {
             let call = which(&f.spec)?;
-            let device_match = f.spec.devices.is_empty() || devices.iter().any(|d| selects_device(&f.spec, d));
+            let device_match =
+                f.spec.devices.is_empty() || devices.iter().any(|d| selects_device(&f.spec, d));
             (device_match && selects_claim(&f.spec, namespace, name)).then_some((f, call))
         });
         let Some((fault, call)) = found else {
@@ -231,18 +252,33 @@ impl NodeFaults {
 
     /// What `NodeUnprepareResources` does for the claim.
     pub fn unprepare(&self, namespace: &str, name: &str, devices: &[String]) -> CallDecision {
-        self.call(|s| s.unprepare.as_ref(), "unprepare", namespace, name, devices)
+        self.call(
+            |s| s.unprepare.as_ref(),
+            "unprepare",
+            namespace,
+            name,
+            devices,
+        )
     }
 
     /// The node's devices as published with the faults: taints (at most `max_taints` a
     /// device) and binding conditions.
-    pub fn overlay(&self, devices: &[SliceDevice], driver: &str, max_taints: usize) -> Vec<SliceDevice> {
+    pub fn overlay(
+        &self,
+        devices: &[SliceDevice],
+        driver: &str,
+        max_taints: usize,
+    ) -> Vec<SliceDevice> {
         devices
             .iter()
             .map(|d| {
                 let mut d = d.clone();
                 for t in self.taints(&d.name, max_taints.saturating_sub(d.taints.len())) {
-                    if !d.taints.iter().any(|x| x.key == t.key && x.effect == t.effect) {
+                    if !d
+                        .taints
+                        .iter()
+                        .any(|x| x.key == t.key && x.effect == t.effect)
+                    {
                         d.taints.push(t);
                     }
                 }
@@ -290,7 +326,8 @@ impl NodeFaults {
                 .cloned()
                 .collect();
             let earlier = &self.active[..i];
-            let shares_device = |other: &Fault| devices.iter().any(|d| selects_device(&other.spec, d));
+            let shares_device =
+                |other: &Fault| devices.iter().any(|d| selects_device(&other.spec, d));
             let mut conflict = |what: &str, other: Option<&Fault>| {
                 if let Some(o) = other {
                     problems.push(format!(
@@ -303,33 +340,54 @@ impl NodeFaults {
                 conflict(
                     "health",
                     earlier.iter().find(|o| {
-                        shares_device(o) && o.spec.health.as_ref().is_some_and(|x| x.status != h.status)
+                        shares_device(o)
+                            && o.spec.health.as_ref().is_some_and(|x| x.status != h.status)
                     }),
                 );
             }
             for (what, mine, theirs) in [
-                ("prepare", spec.prepare.is_some(), (|s: &DeviceFaultSpec| s.prepare.is_some()) as fn(&DeviceFaultSpec) -> bool),
-                ("unprepare", spec.unprepare.is_some(), |s: &DeviceFaultSpec| s.unprepare.is_some()),
+                (
+                    "prepare",
+                    spec.prepare.is_some(),
+                    (|s: &DeviceFaultSpec| s.prepare.is_some()) as fn(&DeviceFaultSpec) -> bool,
+                ),
+                (
+                    "unprepare",
+                    spec.unprepare.is_some(),
+                    |s: &DeviceFaultSpec| s.unprepare.is_some(),
+                ),
             ] {
                 if mine {
                     conflict(
                         what,
                         earlier.iter().find(|o| {
-                            theirs(&o.spec) && shares_device(o) && claims_overlap(&spec.claims, &o.spec.claims)
+                            theirs(&o.spec)
+                                && shares_device(o)
+                                && claims_overlap(&spec.claims, &o.spec.claims)
                         }),
                     );
                 }
             }
             if spec.get_info.is_some() {
-                conflict("getInfo", earlier.iter().find(|o| o.spec.get_info.is_some()));
+                conflict(
+                    "getInfo",
+                    earlier.iter().find(|o| o.spec.get_info.is_some()),
+                );
             }
             if spec.binding.is_some() {
-                conflict("binding", earlier.iter().find(|o| o.spec.binding.is_some() && shares_device(o)));
+                conflict(
+                    "binding",
+                    earlier
+                        .iter()
+                        .find(|o| o.spec.binding.is_some() && shares_device(o)),
+                );
             }
             if spec.device_status.is_some() {
                 conflict(
                     "deviceStatus",
-                    earlier.iter().find(|o| o.spec.device_status.is_some() && shares_device(o)),
+                    earlier
+                        .iter()
+                        .find(|o| o.spec.device_status.is_some() && shares_device(o)),
                 );
             }
             if let Some(t) = &spec.taint {

@@ -56,7 +56,10 @@ fn a_fault_selects_nodes_devices_and_claims() {
     let n1 = NodeFaults::resolve("n1", &devices(), std::slice::from_ref(&f));
     let n2 = NodeFaults::resolve("n2", &devices(), &[f]);
     assert!(n2.is_empty());
-    assert_eq!(n2.prepare("ns", "c", &names(&["fake-1"])), CallDecision::Proceed);
+    assert_eq!(
+        n2.prepare("ns", "c", &names(&["fake-1"])),
+        CallDecision::Proceed
+    );
     assert_eq!(
         n1.prepare("ns", "c", &names(&["fake-0", "fake-1"])),
         CallDecision::Fail {
@@ -64,33 +67,90 @@ fn a_fault_selects_nodes_devices_and_claims() {
             message: "prepare of claim ns/c fails by DeviceFault a".into()
         }
     );
-    assert_eq!(n1.prepare("ns", "c", &names(&["fake-0"])), CallDecision::Proceed, "other device");
-    assert_eq!(n1.prepare("ns", "d", &names(&["fake-1"])), CallDecision::Proceed, "other claim");
-    assert_eq!(n1.unprepare("ns", "c", &names(&["fake-1"])), CallDecision::Proceed, "prepare only");
+    assert_eq!(
+        n1.prepare("ns", "c", &names(&["fake-0"])),
+        CallDecision::Proceed,
+        "other device"
+    );
+    assert_eq!(
+        n1.prepare("ns", "d", &names(&["fake-1"])),
+        CallDecision::Proceed,
+        "other claim"
+    );
+    assert_eq!(
+        n1.unprepare("ns", "c", &names(&["fake-1"])),
+        CallDecision::Proceed,
+        "prepare only"
+    );
 }
 
 #[test]
 fn delay_and_hang() {
     let faults = [
-        fault("a-delay", DeviceFaultSpec { unprepare: call(CallAction::Delay, Some(250)), ..Default::default() }),
-        fault("b-hang", DeviceFaultSpec { prepare: call(CallAction::Hang, None), ..Default::default() }),
+        fault(
+            "a-delay",
+            DeviceFaultSpec {
+                unprepare: call(CallAction::Delay, Some(250)),
+                ..Default::default()
+            },
+        ),
+        fault(
+            "b-hang",
+            DeviceFaultSpec {
+                prepare: call(CallAction::Hang, None),
+                ..Default::default()
+            },
+        ),
     ];
     let n = NodeFaults::resolve("n", &devices(), &faults);
-    assert_eq!(n.unprepare("x", "y", &[]), CallDecision::Delay { fault: "a-delay".into(), millis: 250 });
-    assert_eq!(n.prepare("x", "y", &names(&["fake-3"])), CallDecision::Hang { fault: "b-hang".into() });
+    assert_eq!(
+        n.unprepare("x", "y", &[]),
+        CallDecision::Delay {
+            fault: "a-delay".into(),
+            millis: 250
+        }
+    );
+    assert_eq!(
+        n.prepare("x", "y", &names(&["fake-3"])),
+        CallDecision::Hang {
+            fault: "b-hang".into()
+        }
+    );
 }
 
 #[test]
 fn taints_add_up_and_are_published_within_the_limit() {
     let faults = [
-        fault("a", DeviceFaultSpec { devices: names(&["fake-0"]), taint: taint("k1", TaintEffectSpec::NoSchedule), ..Default::default() }),
-        fault("b", DeviceFaultSpec { taint: taint("k2", TaintEffectSpec::NoExecute), ..Default::default() }),
-        fault("c", DeviceFaultSpec { taint: taint("k2", TaintEffectSpec::NoExecute), ..Default::default() }),
+        fault(
+            "a",
+            DeviceFaultSpec {
+                devices: names(&["fake-0"]),
+                taint: taint("k1", TaintEffectSpec::NoSchedule),
+                ..Default::default()
+            },
+        ),
+        fault(
+            "b",
+            DeviceFaultSpec {
+                taint: taint("k2", TaintEffectSpec::NoExecute),
+                ..Default::default()
+            },
+        ),
+        fault(
+            "c",
+            DeviceFaultSpec {
+                taint: taint("k2", TaintEffectSpec::NoExecute),
+                ..Default::default()
+            },
+        ),
     ];
     let n = NodeFaults::resolve("n", &devices(), &faults);
     let plain: Vec<SliceDevice> = devices()
         .into_iter()
-        .map(|name| SliceDevice { name, ..Default::default() })
+        .map(|name| SliceDevice {
+            name,
+            ..Default::default()
+        })
         .collect();
     let published = n.overlay(&plain, "drv", 4);
     assert_eq!(published[0].taints.len(), 2, "k1 and k2, k2 once");
@@ -103,9 +163,25 @@ fn taints_add_up_and_are_published_within_the_limit() {
     assert_eq!(one[0].taints[0].key, "k1");
     let reports = n.reports(1);
     let b = &reports.iter().find(|(f, _)| f == "b").unwrap().1;
-    assert!(b.problems[0].contains("not published on fake-0:"), "{:?}", b.problems);
-    assert!(b.problems[0].contains("at most 1 taints"), "{:?}", b.problems);
-    assert!(reports.iter().find(|(f, _)| f == "a").unwrap().1.problems.is_empty());
+    assert!(
+        b.problems[0].contains("not published on fake-0:"),
+        "{:?}",
+        b.problems
+    );
+    assert!(
+        b.problems[0].contains("at most 1 taints"),
+        "{:?}",
+        b.problems
+    );
+    assert!(
+        reports
+            .iter()
+            .find(|(f, _)| f == "a")
+            .unwrap()
+            .1
+            .problems
+            .is_empty()
+    );
 }
 
 #[test]
@@ -114,14 +190,21 @@ fn binding_faults_give_the_devices_binding_conditions() {
         "a",
         DeviceFaultSpec {
             devices: names(&["fake-2"]),
-            binding: Some(BindingSpec { outcome: BindingOutcome::Fail, after_seconds: 5, binds_to_node: true }),
+            binding: Some(BindingSpec {
+                outcome: BindingOutcome::Fail,
+                after_seconds: 5,
+                binds_to_node: true,
+            }),
             ..Default::default()
         },
     )];
     let n = NodeFaults::resolve("n", &devices(), &faults);
     let plain: Vec<SliceDevice> = devices()
         .into_iter()
-        .map(|name| SliceDevice { name, ..Default::default() })
+        .map(|name| SliceDevice {
+            name,
+            ..Default::default()
+        })
         .collect();
     let out = n.overlay(&plain, "fake.resource.3-shake.com", 4);
     assert_eq!(out[1].binding, None);
@@ -138,17 +221,47 @@ fn binding_faults_give_the_devices_binding_conditions() {
 
 #[test]
 fn conflicts_unknown_devices_and_invalid_specs_are_reported_per_fault() {
-    let unhealthy = |status| Some(HealthSpec { status, message: None });
+    let unhealthy = |status| {
+        Some(HealthSpec {
+            status,
+            message: None,
+        })
+    };
     let faults = [
-        fault("a", DeviceFaultSpec { health: unhealthy(HealthStatus::Unhealthy), get_info: Some(GetInfoFault::default()), ..Default::default() }),
-        fault("b", DeviceFaultSpec { devices: names(&["fake-1", "fake-9"]), health: unhealthy(HealthStatus::Unknown), ..Default::default() }),
-        fault("c", DeviceFaultSpec { get_info: Some(GetInfoFault { message: Some("nope".into()) }), ..Default::default() }),
+        fault(
+            "a",
+            DeviceFaultSpec {
+                health: unhealthy(HealthStatus::Unhealthy),
+                get_info: Some(GetInfoFault::default()),
+                ..Default::default()
+            },
+        ),
+        fault(
+            "b",
+            DeviceFaultSpec {
+                devices: names(&["fake-1", "fake-9"]),
+                health: unhealthy(HealthStatus::Unknown),
+                ..Default::default()
+            },
+        ),
+        fault(
+            "c",
+            DeviceFaultSpec {
+                get_info: Some(GetInfoFault {
+                    message: Some("nope".into()),
+                }),
+                ..Default::default()
+            },
+        ),
         fault("d", DeviceFaultSpec::default()),
         fault(
             "e",
             DeviceFaultSpec {
                 device_status: Some(DeviceStatusSpec {
-                    conditions: vec![DeviceConditionSpec { type_: "Ready".into(), ..Default::default() }],
+                    conditions: vec![DeviceConditionSpec {
+                        type_: "Ready".into(),
+                        ..Default::default()
+                    }],
                     data: None,
                 }),
                 ..Default::default()
@@ -156,8 +269,15 @@ fn conflicts_unknown_devices_and_invalid_specs_are_reported_per_fault() {
         ),
     ];
     let n = NodeFaults::resolve("n", &devices(), &faults);
-    assert_eq!(n.health("fake-1").0, HealthStatus::Unhealthy, "a comes first");
-    assert_eq!(n.get_info().unwrap(), "GetInfo fails on node n by DeviceFault a");
+    assert_eq!(
+        n.health("fake-1").0,
+        HealthStatus::Unhealthy,
+        "a comes first"
+    );
+    assert_eq!(
+        n.get_info().unwrap(),
+        "GetInfo fails on node n by DeviceFault a"
+    );
     assert_eq!(n.device_status("fake-3").unwrap().0, "e");
     let reports: BTreeMap<String, NodeFaultStatus> = n.reports(4).into_iter().collect();
     assert_eq!(reports.len(), 5);
@@ -166,8 +286,16 @@ fn conflicts_unknown_devices_and_invalid_specs_are_reported_per_fault() {
     assert_eq!(reports["a"].devices.len(), 4);
     assert_eq!(reports["a"].observed_generation, 3);
     let b = &reports["b"].problems;
-    assert!(b[0].contains("device \"fake-9\" is not a device of node n (fake-0, fake-1, fake-2, fake-3)"), "{b:?}");
-    assert!(b[1].contains("health is also set by DeviceFault a"), "{b:?}");
+    assert!(
+        b[0].contains(
+            "device \"fake-9\" is not a device of node n (fake-0, fake-1, fake-2, fake-3)"
+        ),
+        "{b:?}"
+    );
+    assert!(
+        b[1].contains("health is also set by DeviceFault a"),
+        "{b:?}"
+    );
     assert_eq!(reports["b"].devices, ["fake-1"]);
     assert!(reports["c"].problems[0].contains("getInfo is also set by DeviceFault a"));
     assert!(reports["d"].problems[0].starts_with("not applied: spec: names no effect"));
@@ -175,14 +303,23 @@ fn conflicts_unknown_devices_and_invalid_specs_are_reported_per_fault() {
 
 #[test]
 fn prepare_faults_conflict_only_when_their_claims_overlap() {
-    let on = |ns: &str| {
-        DeviceFaultSpec {
-            claims: vec![ClaimSelector { namespace: ns.into(), name: String::new() }],
-            prepare: call(CallAction::Fail, None),
-            ..Default::default()
-        }
+    let on = |ns: &str| DeviceFaultSpec {
+        claims: vec![ClaimSelector {
+            namespace: ns.into(),
+            name: String::new(),
+        }],
+        prepare: call(CallAction::Fail, None),
+        ..Default::default()
     };
-    let n = NodeFaults::resolve("n", &devices(), &[fault("a", on("x")), fault("b", on("y")), fault("c", on("x"))]);
+    let n = NodeFaults::resolve(
+        "n",
+        &devices(),
+        &[
+            fault("a", on("x")),
+            fault("b", on("y")),
+            fault("c", on("x")),
+        ],
+    );
     let reports: BTreeMap<String, NodeFaultStatus> = n.reports(4).into_iter().collect();
     assert!(reports["b"].problems.is_empty());
     assert!(reports["c"].problems[0].contains("prepare is also set by DeviceFault a"));

@@ -68,9 +68,9 @@ pub fn start(client: Client) -> (Faults, tokio::task::JoinHandle<()>) {
                     current.insert(f.name.clone(), f);
                     true
                 }
-                Ok(watcher::Event::Delete(f)) => {
-                    current.remove(f.metadata.name.as_deref().unwrap_or_default()).is_some()
-                }
+                Ok(watcher::Event::Delete(f)) => current
+                    .remove(f.metadata.name.as_deref().unwrap_or_default())
+                    .is_some(),
                 Err(e) => {
                     if !warned {
                         warned = true;
@@ -137,17 +137,24 @@ impl StatusWriter {
                 "status": {"nodes": entry.iter().collect::<Vec<_>>()},
             });
             let params = PatchParams::apply(&self.manager).force();
-            match self.api.patch_status(&f.name, &params, &Patch::Apply(&body)).await {
+            match self
+                .api
+                .patch_status(&f.name, &params, &Patch::Apply(&body))
+                .await
+            {
                 Ok(_) => {
                     self.written.insert(f.name.clone(), entry);
                 }
                 Err(kube::Error::Api(s)) if s.code == 404 => {
                     self.written.remove(&f.name);
                 }
-                Err(e) => warn!(fault = %f.name, error = %e, "writing the DeviceFault's status failed; retried on the next change"),
+                Err(e) => {
+                    warn!(fault = %f.name, error = %e, "writing the DeviceFault's status failed; retried on the next change")
+                }
             }
         }
-        self.written.retain(|name, _| faults.iter().any(|f| &f.name == name));
+        self.written
+            .retain(|name, _| faults.iter().any(|f| &f.name == name));
     }
 }
 

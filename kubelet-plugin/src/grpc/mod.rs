@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use fake_dra_proto::{
-    DRA_PLUGIN_TYPE, SUPPORTED_V1, SUPPORTED_V1BETA1, dra_v1, dra_v1beta1,
-    pluginregistration as reg, v1alpha2, v1alpha3,
+    DRA_PLUGIN_TYPE, SUPPORTED_HEALTH_V1, SUPPORTED_HEALTH_V1ALPHA1, SUPPORTED_V1,
+    SUPPORTED_V1BETA1, dra_v1, dra_v1beta1, pluginregistration as reg, v1alpha2, v1alpha3,
 };
 use futures::StreamExt;
 use tonic::{Request, Response, Status};
@@ -25,6 +25,7 @@ use crate::metrics::Metrics;
 use crate::profile::DeviceProfile;
 
 mod classic;
+pub mod device_health;
 mod structured;
 
 pub use structured::{DeviceOutcome, DraPluginService};
@@ -33,9 +34,16 @@ pub use structured::{DeviceOutcome, DraPluginService};
 /// version, and 1.0.0 means "the classic node services".
 pub const SUPPORTED_VERSIONS: &[&str] = &["1.0.0"];
 
-/// What structured mode advertises: exactly the `DRAPlugin` services it serves, newest
-/// first (1.34+ kubelets take the first they know; 1.32–1.33 look for v1beta1).
-pub const STRUCTURED_SUPPORTED_VERSIONS: &[&str] = &[SUPPORTED_V1, SUPPORTED_V1BETA1];
+/// What structured mode advertises: exactly the services it serves, newest first: the
+/// `DRAPlugin` services (1.34+ kubelets take the first they know; 1.32–1.33 look for
+/// v1beta1), then the device health streams (1.37 takes the first it knows,
+/// `pickHealthService`).
+pub const STRUCTURED_SUPPORTED_VERSIONS: &[&str] = &[
+    SUPPORTED_V1,
+    SUPPORTED_V1BETA1,
+    SUPPORTED_HEALTH_V1,
+    SUPPORTED_HEALTH_V1ALPHA1,
+];
 
 /// The registration service.
 #[derive(Debug)]

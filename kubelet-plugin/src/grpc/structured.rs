@@ -68,9 +68,15 @@ impl<D: DeviceProfile> DraPluginService<D> {
                 reason: e.to_string(),
             })?;
         let allocation = allocation::ours(&self.driver_name, &self.node_name, &claim, &fetched)?;
-        let devices: Vec<String> = allocation.devices.iter().map(|d| d.device.clone()).collect();
+        let devices: Vec<String> = allocation
+            .devices
+            .iter()
+            .map(|d| d.device.clone())
+            .collect();
         self.faults
-            .gate("prepare", |f| f.prepare(&claim.namespace, &claim.name, &devices))
+            .gate("prepare", |f| {
+                f.prepare(&claim.namespace, &claim.name, &devices)
+            })
             .await
             .map_err(|(fault, message)| ClaimError::Injected {
                 claim: claim.to_string(),
@@ -134,7 +140,10 @@ impl<D: DeviceProfile> DraPluginService<D> {
 
     /// Unprepares claims after the `DeviceFault`s had their say about each (a claim
     /// failed by a fault is left prepared, as when the kubelet's call fails).
-    pub async fn unprepare(&self, claims: Vec<Outcome<ClaimRef>>) -> Result<Vec<Outcome<()>>, Status> {
+    pub async fn unprepare(
+        &self,
+        claims: Vec<Outcome<ClaimRef>>,
+    ) -> Result<Vec<Outcome<()>>, Status> {
         let mut gated = Vec::with_capacity(claims.len());
         for c in claims {
             let Ok(claim) = c else {
@@ -144,7 +153,9 @@ impl<D: DeviceProfile> DraPluginService<D> {
             let devices = self.node.driver.allocated_devices(&claim.uid);
             let verdict = self
                 .faults
-                .gate("unprepare", |f| f.unprepare(&claim.namespace, &claim.name, &devices))
+                .gate("unprepare", |f| {
+                    f.unprepare(&claim.namespace, &claim.name, &devices)
+                })
                 .await;
             gated.push(match verdict {
                 Ok(()) => Ok(claim),

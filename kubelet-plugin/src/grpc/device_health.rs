@@ -1,0 +1,117 @@
+//! The device health stream (`DRAResourceHealth`, v1alpha1 and v1): the health of every
+//! device of the node's pool, healthy unless a `DeviceFault` says otherwise, sent at once,
+//! after every change of the faults, and every [`REFRESH`] so the kubelet never times a
+//! device out (its default timeout is 30 s, `DefaultHealthTimeout`).
+
+use std::pin::Pin;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fake_dra_api::fault::HealthStatus;
+use fake_dra_proto::{dra_health_v1, dra_health_v1alpha1};
+use futures::Stream;
+use tonic::{Request, Response, Status};
+use tracing::info;
+
+use crate::faults::watch::NodeView;
+
+/// How often the whole list is sent again without a change.
+pub const REFRESH: Duration = Duration::from_secs(10);
+
+/// The health service of one node's pool.
+#[derive(Debug, Clone)]
+pub struct DeviceHealthService {
+    /// The pool (the node).
+    pub pool: String,
+    /// The pool's devices.
+    pub devices: Vec<String>,
+    /// Where unhealthy devices come from.
+    pub faults: NodeView,
+}
+
+/// One device's report, version-neutral: (device, health, message).
+type Report = (String, HealthStatus, Option<String>);
+
+impl DeviceHealthService {
+    fn snapshot(&self) -> Vec<Report> {
+        let current = self.faults.current();
+        self.devices
+            .iter()
+            .map(|d| {
+                let (health, message) = current.health(d);
+                (d.clone(), health, message)
+            })
+            .collect()
+    }
+
+    /// The reports, now and after every change or [`REFRESH`], until the kubelet hangs up.
+    fn reports(&self) -> impl Stream<Item = Vec<Report>> + Send + 'static {
+        let service = self.clone();
+        let changes = self.faults.faults();
+        futures::stream::unfold(
+            (service, changes, true),
+            |(service, mut changes, first)| async move {
+                if !first {
+                    let _ = tokio::time::timeout(REFRESH, changes.changed()).await;
+                }
+                let snapshot = service.snapshot();
+                Some((snapshot, (service, changes, false)))
+            },
+        )
+    }
+}
+
+fn now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// One implementation per package; the messages are the same.
+macro_rules! health_service {
+    ($pkg:ident) => {
+        #[tonic::async_trait]
+        impl $pkg::dra_resource_health_server::DraResourceHealth for DeviceHealthService {
+            type NodeWatchResourcesStream = Pin<
+                Box<dyn Stream<Item = Result<$pkg::NodeWatchResourcesResponse, Status>> + Send>,
+            >;
+
+            async fn node_watch_resources(
+                &self,
+                _: Request<$pkg::NodeWatchResourcesRequest>,
+            ) -> Result<Response<Self::NodeWatchResourcesStream>, Status> {
+                info!(
+                    api = stringify!($pkg),
+                    devices = self.devices.len(),
+                    "kubelet watches device health"
+                );
+                let pool = self.pool.clone();
+                let stream = futures::StreamExt::map(self.reports(), move |reports| {
+                    let at = now();
+                    Ok($pkg::NodeWatchResourcesResponse {
+                        devices: reports
+                            .into_iter()
+                            .map(|(device, health, message)| $pkg::DeviceHealth {
+                                device: Some($pkg::DeviceIdentifier {
+                                    pool_name: pool.clone(),
+                                    device_name: device,
+                                }),
+                                health: match health {
+                                    HealthStatus::Healthy => $pkg::HealthStatus::Healthy,
+                                    HealthStatus::Unhealthy => $pkg::HealthStatus::Unhealthy,
+                                    HealthStatus::Unknown => $pkg::HealthStatus::Unknown,
+                                } as i32,
+                                last_updated_time: at,
+                                health_check_timeout_seconds: 0,
+                                message: message.unwrap_or_default(),
+                            })
+                            .collect(),
+                    })
+                });
+                Ok(Response::new(Box::pin(stream)))
+            }
+        }
+    };
+}
+
+health_service!(dra_health_v1alpha1);
+health_service!(dra_health_v1);
