@@ -2,6 +2,8 @@
 //! else in-cluster config, else `$KUBECONFIG` / `~/.kube/config` (kube's inference).
 
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Why no client could be built.
 #[derive(Debug, thiserror::Error)]
@@ -22,8 +24,63 @@ pub enum ClientError {
     Client(String),
 }
 
+/// Requests a client sent, by kind: what fleet mode reports per node (its benchmark's
+/// "API requests per node").
+#[derive(Debug, Default)]
+pub struct RequestCounts {
+    /// GETs with `watch=true`.
+    pub watch: AtomicU64,
+    /// Other GETs (get and list).
+    pub read: AtomicU64,
+    /// POST, PUT, PATCH, DELETE.
+    pub write: AtomicU64,
+}
+
+impl RequestCounts {
+    /// Every request so far.
+    pub fn total(&self) -> u64 {
+        self.watch.load(Ordering::Relaxed)
+            + self.read.load(Ordering::Relaxed)
+            + self.write.load(Ordering::Relaxed)
+    }
+
+    fn count<B>(&self, request: &http::Request<B>) {
+        let counter = if request.method() == http::Method::GET {
+            let watching = request
+                .uri()
+                .query()
+                .is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"));
+            if watching { &self.watch } else { &self.read }
+        } else {
+            &self.write
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// A client like [`client`] that counts every request it sends into `counts`.
+pub async fn counting_client(
+    kubeconfig: Option<&Path>,
+    counts: Arc<RequestCounts>,
+) -> Result<kube::Client, ClientError> {
+    let config = config(kubeconfig).await?;
+    let builder = kube::client::ClientBuilder::try_from(config)
+        .map_err(|e| ClientError::Client(e.to_string()))?;
+    let layer =
+        tower::util::MapRequestLayer::new(move |request: http::Request<kube::client::Body>| {
+            counts.count(&request);
+            request
+        });
+    Ok(builder.with_layer(&layer).build())
+}
+
 /// A client from `kubeconfig`, or inferred without one.
 pub async fn client(kubeconfig: Option<&Path>) -> Result<kube::Client, ClientError> {
+    kube::Client::try_from(config(kubeconfig).await?)
+        .map_err(|e| ClientError::Client(e.to_string()))
+}
+
+async fn config(kubeconfig: Option<&Path>) -> Result<kube::Config, ClientError> {
     // kube uses rustls with ring; a build that also links aws-lc-rs (test-only
     // dependencies) leaves rustls without a default, so name ours (an error means one is
     // already installed).
@@ -43,5 +100,5 @@ pub async fn client(kubeconfig: Option<&Path>) -> Result<kube::Client, ClientErr
             .await
             .map_err(|e| ClientError::Infer(e.to_string()))?,
     };
-    kube::Client::try_from(config).map_err(|e| ClientError::Client(e.to_string()))
+    Ok(config)
 }
