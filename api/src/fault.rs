@@ -221,9 +221,18 @@ pub struct DeviceStatusSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 8))]
     pub conditions: Vec<DeviceConditionSpec>,
-    /// Arbitrary driver data (`status.devices[].data`), at most 10 KiB as JSON.
+    /// Arbitrary driver data (`status.devices[].data`): a JSON object, at most 10 KiB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "free_form_object")]
     pub data: Option<serde_json::Value>,
+}
+
+/// An object the API server keeps as it is (not pruned by the structural schema).
+fn free_form_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
 }
 
 /// One condition of `deviceStatus`.

@@ -4,40 +4,38 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use std::sync::Arc;
+
 use fake_dra_kubelet_plugin::Config;
 use fake_dra_kubelet_plugin::driver::CrashPoint;
-use fake_dra_kubelet_plugin::fake::FakeProfile;
-use fake_dra_kubelet_plugin::fake::devices::{self, Inventory};
+use fake_dra_kubelet_plugin::fake::devices;
+use fake_dra_kubelet_plugin::fleet;
+use fake_dra_kubelet_plugin::inventory::{self, Defaults, GpuFlag, InventoryFile, ProfileKind};
 use fake_dra_kubelet_plugin::mode::ModeFlag;
+use fake_dra_kubelet_plugin::node_profile::NodeProfile;
 use fake_dra_ops::conn::Limits;
 use fake_dra_ops::flags::{self, Renamed};
 use fake_dra_ops::logging::{self, LogFormat};
 use fake_dra_ops::signals;
 
 /// The fake-dra kubelet plugin: prepares fake devices for DRA claims (classic or structured).
+/// With `fleet`, publishes the devices of many simulated nodes instead (API only).
 #[derive(Debug, clap::Parser)]
-#[command(version)]
+#[command(version, subcommand_negates_reqs = true)]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// This node's name (usually from the downward API).
-    #[arg(long, env = "FAKE_DRA_NODE_NAME")]
-    node_name: String,
+    #[arg(long, env = "FAKE_DRA_NODE_NAME", required = true)]
+    node_name: Option<String>,
     /// The DRA driver name.
     #[arg(long, env = "FAKE_DRA_DRIVER_NAME", default_value = fake_dra_api::DEFAULT_DRIVER_NAME)]
     driver_name: String,
     /// Namespace of the NodeAllocationState objects.
     #[arg(long, env = "FAKE_DRA_NAMESPACE", default_value = "fake-dra")]
     namespace: String,
-    /// Parent devices on this node.
-    #[arg(long, env = "FAKE_DRA_NUM_DEVICES", default_value_t = devices::DEFAULT_NUM_DEVICES)]
-    num_devices: usize,
-    /// Models the node picks its model from, comma-separated.
-    #[arg(
-        long,
-        env = "FAKE_DRA_MODELS",
-        value_delimiter = ',',
-        default_value = "ULTRA_10,ULTRA_100"
-    )]
-    models: Vec<String>,
+    #[command(flatten)]
+    devices: DeviceFlags,
     /// Where CDI specs are written.
     #[arg(long, env = "FAKE_DRA_CDI_ROOT", default_value = "/var/run/cdi")]
     cdi_root: PathBuf,
@@ -76,6 +74,119 @@ struct Args {
     /// Test only: abort at this point of prepare/unprepare.
     #[arg(long, env = "FAKE_DRA_TEST_CRASH_POINT", hide = true)]
     test_crash_point: Option<CrashPoint>,
+}
+
+/// What devices a node has (docs/profiles.md); the same flags in fleet mode, per node.
+#[derive(Debug, Clone, clap::Args)]
+struct DeviceFlags {
+    /// The device profile of a node the inventory file does not place: fake or gpu.
+    #[arg(long, env = "FAKE_DRA_PROFILE", default_value = "fake")]
+    profile: ProfileKind,
+    /// The gpu profile's GPUs: MODEL[:COUNT[:SHARING]],... (sharing: exclusive,
+    /// partitioned, shared), e.g. A100-80GB:8:partitioned.
+    #[arg(long, env = "FAKE_DRA_GPUS", default_value = "")]
+    gpus: GpuFlag,
+    /// An inventory file (YAML or JSON) giving nodes, by name pattern, their profile and
+    /// devices.
+    #[arg(long, env = "FAKE_DRA_INVENTORY")]
+    inventory: Option<PathBuf>,
+    /// The fake profile: parent devices per node.
+    #[arg(long, env = "FAKE_DRA_NUM_DEVICES", default_value_t = devices::DEFAULT_NUM_DEVICES)]
+    num_devices: usize,
+    /// The fake profile: models a node picks its model from, comma-separated.
+    #[arg(
+        long,
+        env = "FAKE_DRA_MODELS",
+        value_delimiter = ',',
+        default_value = "ULTRA_10,ULTRA_100"
+    )]
+    models: Vec<String>,
+}
+
+impl DeviceFlags {
+    /// The inventory file (read and checked) and the flags' defaults.
+    fn load(&self) -> Result<(Option<InventoryFile>, Defaults), String> {
+        let file = self
+            .inventory
+            .as_deref()
+            .map(inventory::load)
+            .transpose()
+            .map_err(|e| e.to_string())?;
+        let defaults = Defaults {
+            profile: self.profile,
+            num_devices: self.num_devices,
+            models: self.models.clone(),
+            gpus: self.gpus.0.clone(),
+        };
+        Ok((file, defaults))
+    }
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// API only: publish the ResourceSlices of many simulated nodes (created, or found by
+    /// label, e.g. kwok's), as the node plugin would on each; no kubelet calls
+    /// (docs/fleet.md).
+    Fleet(FleetArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct FleetArgs {
+    /// The DRA driver name.
+    #[arg(long, env = "FAKE_DRA_DRIVER_NAME", default_value = fake_dra_api::DEFAULT_DRIVER_NAME)]
+    driver_name: String,
+    /// Create this many Node objects, <node-name-prefix><i>, Ready, with heartbeats.
+    #[arg(long, env = "FAKE_DRA_CREATE_NODES", default_value_t = 0)]
+    create_nodes: usize,
+    /// Name prefix of the created nodes.
+    #[arg(
+        long,
+        env = "FAKE_DRA_NODE_NAME_PREFIX",
+        default_value = "fake-dra-fleet-"
+    )]
+    node_name_prefix: String,
+    /// Extra labels of the created nodes: key=value,...
+    #[arg(long, env = "FAKE_DRA_NODE_LABELS", default_value = "")]
+    node_labels: String,
+    /// Taints of the created nodes (key[=value]:Effect,...; empty for none), so that only
+    /// pods that tolerate them land where no kubelet runs.
+    #[arg(long, env = "FAKE_DRA_NODE_TAINTS", default_value = fleet::DEFAULT_TAINT)]
+    node_taints: String,
+    /// status.allocatable of the created nodes: cpu, memory, pods.
+    #[arg(long, env = "FAKE_DRA_NODE_CPU", default_value = "32")]
+    node_cpu: String,
+    #[arg(long, env = "FAKE_DRA_NODE_MEMORY", default_value = "256Gi")]
+    node_memory: String,
+    #[arg(long, env = "FAKE_DRA_NODE_PODS", default_value = "110")]
+    node_pods: String,
+    /// The nodes to publish for, a label selector (kwok: type=kwok); the created nodes
+    /// carry fake.resource.3-shake.com/fleet=true.
+    #[arg(
+        long,
+        env = "FAKE_DRA_NODE_SELECTOR",
+        default_value = "fake.resource.3-shake.com/fleet=true"
+    )]
+    node_selector: String,
+    /// Seconds between heartbeats (Lease renewals) of the created nodes; 0: none.
+    #[arg(long, env = "FAKE_DRA_HEARTBEAT_INTERVAL", default_value_t = 20)]
+    heartbeat_interval: u64,
+    /// Nodes written at once.
+    #[arg(long, env = "FAKE_DRA_CONCURRENCY", default_value_t = 16)]
+    concurrency: usize,
+    /// Leave the created nodes (and their slices) in place when stopping.
+    #[arg(long, env = "FAKE_DRA_KEEP_NODES")]
+    keep_nodes: bool,
+    #[command(flatten)]
+    devices: DeviceFlags,
+    /// Kubeconfig file; in-cluster config or $KUBECONFIG when absent.
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Log format.
+    #[arg(long, env = "FAKE_DRA_LOG_FORMAT", value_enum, default_value = "text")]
+    log_format: LogFormat,
+    /// Address for /healthz, /readyz (all slices published) and /metrics.
+    #[arg(long, env = "FAKE_DRA_HTTP_ADDRESS")]
+    http_address: Option<SocketAddr>,
 }
 
 /// The environment names before every flag's twin was `FAKE_DRA_<FLAG>`; they work until
@@ -135,26 +246,43 @@ const RENAMED: &[Renamed] = &[
     },
 ];
 
+fn fail(e: &dyn std::fmt::Display) -> ExitCode {
+    tracing::error!(error = %e, "kubelet plugin failed");
+    eprintln!("fake-dra-kubelet-plugin: {e}");
+    ExitCode::FAILURE
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let (args, old_names) = flags::parse::<Args>(RENAMED);
+    if let Some(Command::Fleet(fleet)) = args.command {
+        logging::init(fleet.log_format);
+        return run_fleet(fleet).await;
+    }
     logging::init(args.log_format);
     old_names.iter().for_each(flags::OldName::warn);
+    let Some(node_name) = args.node_name else {
+        return fail(&"--node-name (FAKE_DRA_NODE_NAME) is required");
+    };
     let plugin_dir = args
         .plugin_dir
         .unwrap_or_else(|| PathBuf::from("/var/lib/kubelet/plugins").join(&args.driver_name));
-    let inventory = match Inventory::new(&args.node_name, args.num_devices, &args.models) {
-        Ok(inventory) => inventory,
-        Err(e) => {
-            tracing::error!(error = %e, "kubelet plugin failed");
-            eprintln!("fake-dra-kubelet-plugin: {e}");
-            return ExitCode::FAILURE;
-        }
+    let (file, defaults) = match args.devices.load() {
+        Ok(loaded) => loaded,
+        Err(e) => return fail(&e),
     };
-    tracing::info!(node = %inventory.node_name, model = %inventory.model, devices = inventory.devices.len(), "inventory");
-    let profile = FakeProfile::new(inventory, &args.driver_name);
+    let profile = match NodeProfile::build(file.as_ref(), &node_name, &args.driver_name, &defaults)
+    {
+        Ok(p) => p,
+        Err(e) => return fail(&e),
+    };
+    if matches!(profile, NodeProfile::Gpu(_)) && args.mode == ModeFlag::Classic {
+        return fail(
+            &"the gpu profile is structured DRA only; use --mode structured or auto (Kubernetes 1.32+)",
+        );
+    }
     let config = Config {
-        node_name: args.node_name,
+        node_name,
         driver_name: args.driver_name,
         namespace: args.namespace,
         cdi_root: args.cdi_root,
@@ -166,13 +294,64 @@ async fn main() -> ExitCode {
         mode: args.mode,
         connection_limits: Limits::from_flags(args.max_connections, args.connection_idle_timeout),
     };
-    match fake_dra_kubelet_plugin::run(config, profile, signals::shutdown()).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!(error = %e, "kubelet plugin failed");
-            eprintln!("fake-dra-kubelet-plugin: {e}");
-            ExitCode::FAILURE
+    let result = match profile {
+        NodeProfile::Fake(p) => {
+            let inv = p.inventory();
+            tracing::info!(profile = "fake", node = %inv.node_name, model = %inv.model, devices = inv.devices.len(), "inventory");
+            fake_dra_kubelet_plugin::run(config, p, signals::shutdown()).await
         }
+        NodeProfile::Gpu(p) => {
+            tracing::info!(
+                profile = "gpu",
+                devices = fake_dra_kubelet_plugin::profile::DeviceProfile::slice_devices(&p).len(),
+                "inventory"
+            );
+            fake_dra_kubelet_plugin::run(config, p, signals::shutdown()).await
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&e),
+    }
+}
+
+async fn run_fleet(args: FleetArgs) -> ExitCode {
+    let template = match (
+        fleet::parse_labels(&args.node_labels),
+        fleet::parse_taints(&args.node_taints),
+    ) {
+        (Ok(labels), Ok(taints)) => fleet::NodeTemplate {
+            labels,
+            taints,
+            cpu: args.node_cpu,
+            memory: args.node_memory,
+            pods: args.node_pods,
+        },
+        (Err(e), _) | (_, Err(e)) => return fail(&e),
+    };
+    let (file, defaults) = match args.devices.load() {
+        Ok(loaded) => loaded,
+        Err(e) => return fail(&e),
+    };
+    let driver = args.driver_name.clone();
+    let profiles: fleet::run::Profiles = Arc::new(move |node: &str| {
+        NodeProfile::build(file.as_ref(), node, &driver, &defaults).map_err(|e| e.to_string())
+    });
+    let config = fleet::run::FleetConfig {
+        driver_name: args.driver_name,
+        create_nodes: args.create_nodes,
+        node_name_prefix: args.node_name_prefix,
+        template,
+        node_selector: args.node_selector,
+        heartbeat: std::time::Duration::from_secs(args.heartbeat_interval),
+        concurrency: args.concurrency,
+        keep_nodes: args.keep_nodes,
+        kubeconfig: args.kubeconfig,
+        http_address: args.http_address,
+    };
+    match fleet::run::run(config, profiles, signals::shutdown()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&e),
     }
 }
 

@@ -179,7 +179,7 @@ impl PoolWriter {
     }
 
     /// One round for one pool, given its slices as listed (`existing`, ours only): plan,
-    /// write, delete. Returns the generation now published.
+    /// write, delete.
     pub async fn reconcile(
         &self,
         desired: &Desired,
@@ -187,7 +187,7 @@ impl PoolWriter {
         last_generation: i64,
         owner: Option<&OwnerReference>,
         accepted: &mut Accepted,
-    ) -> Result<i64, ReconcileError> {
+    ) -> Result<Reconciled, ReconcileError> {
         let packed = slices::pack(desired)?;
         let plan = slices::plan(
             &desired.node_name,
@@ -203,18 +203,21 @@ impl PoolWriter {
         } = plan
         else {
             debug!(node = %desired.node_name, "ResourceSlices up to date");
-            return Ok(existing.first().map_or(last_generation, |s| s.generation));
+            return Ok(Reconciled {
+                generation: existing.first().map_or(last_generation, |s| s.generation),
+                written: None,
+            });
         };
         let count = writes.len();
-        let mut stored = Vec::with_capacity(count);
-        let mut names = Vec::with_capacity(count);
+        let mut published = Vec::with_capacity(count);
         for (update, content) in &writes {
-            let s = self
-                .write(desired, update.as_ref(), content, generation, count, owner)
-                .await?;
-            names.push(s.name.clone());
-            stored.push(s.content);
+            published.push(
+                self.write(desired, update.as_ref(), content, generation, count, owner)
+                    .await?,
+            );
         }
+        let names: Vec<String> = published.iter().map(|s| s.name.clone()).collect();
+        let stored: Vec<SliceContent> = published.iter().map(|s| s.content.clone()).collect();
         for stale in &delete {
             self.delete(stale).await?;
         }
@@ -246,8 +249,20 @@ impl PoolWriter {
             removed = ?delete,
             "ResourceSlices published"
         );
-        Ok(generation)
+        Ok(Reconciled {
+            generation,
+            written: Some(published),
+        })
     }
+}
+
+/// What one round did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reconciled {
+    /// The generation now published.
+    pub generation: i64,
+    /// The pool's slices as the API server stored them, if they were written.
+    pub written: Option<Vec<PublishedSlice>>,
 }
 
 /// Why a pool could not be published.
@@ -320,6 +335,7 @@ impl SlicePublisher {
                 accepted,
             )
             .await
+            .map(|r| r.generation)
     }
 
     /// Watches this node's slices and wakes `notify` on every event.

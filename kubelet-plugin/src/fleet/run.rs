@@ -1,0 +1,850 @@
+//! Fleet mode's adapter: creates the nodes it is asked to (and keeps their heartbeat
+//! Leases fresh), follows the nodes its label selector picks, and keeps one pool of
+//! slices per node published through [`PoolWriter`] — many nodes at a time, each written
+//! only when what it should publish differs from what it last wrote.
+//!
+//! What was last written is kept per node, so a steady fleet costs no requests; a watch
+//! of the driver's slices notices what someone else changed or deleted (that node is
+//! listed again and rewritten), and a write refused for a stale resourceVersion re-lists.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::resource::{v1, v1beta1};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use tokio::sync::Notify;
+use tracing::{error, info, warn};
+
+use super::{
+    LEASE_NAMESPACE, NodeTemplate, lease_object, node_names, node_object, node_owner,
+    node_status_patch,
+};
+use crate::faults::watch::{self as fault_watch, StatusWriter};
+use crate::faults::{Fault, NodeFaults, claim_status};
+use crate::mode::ResourceApi;
+use crate::node_profile::NodeProfile;
+use crate::profile::SliceDevice;
+use crate::publish_slices::{self, Accepted, PoolWriter, ReconcileError};
+use crate::slices::{self, CounterLayout, Desired, PublishedSlice};
+
+/// Everything fleet mode is configured with.
+#[derive(Debug, Clone)]
+pub struct FleetConfig {
+    pub driver_name: String,
+    /// Create this many nodes, `<node_name_prefix><i>`.
+    pub create_nodes: usize,
+    pub node_name_prefix: String,
+    pub template: NodeTemplate,
+    /// The nodes to publish for (created ones carry [`super::FLEET_LABEL`]).
+    pub node_selector: String,
+    /// How often created nodes renew their Lease; zero: never.
+    pub heartbeat: Duration,
+    /// Nodes written at once.
+    pub concurrency: usize,
+    /// Leave the created nodes when stopping.
+    pub keep_nodes: bool,
+    pub kubeconfig: Option<std::path::PathBuf>,
+    pub http_address: Option<SocketAddr>,
+}
+
+/// Why fleet mode stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    #[error(transparent)]
+    Kube(#[from] fake_dra_ops::client::ClientError),
+    #[error("fleet mode needs structured DRA: {0}")]
+    Mode(#[from] crate::mode::ModeError),
+    #[error("asking the API server which resource.k8s.io versions it serves: {0}")]
+    Discovery(#[source] kube::Error),
+    #[error("creating node {node}: {source}")]
+    CreateNode { node: String, source: kube::Error },
+    #[error("listing the driver's ResourceSlices: {0}")]
+    List(#[source] kube::Error),
+    #[error("binding {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// A node's devices and counter sets, before faults.
+type PoolDevices = (Vec<SliceDevice>, Vec<crate::profile::CounterSet>);
+
+/// What fleet mode knows about one node.
+#[derive(Debug, Default)]
+struct NodeState {
+    uid: String,
+    /// The profile's devices, before faults; `Err` when the inventory refuses the node.
+    devices: Option<Result<PoolDevices, String>>,
+    /// The slices as last written (or listed).
+    record: Vec<PublishedSlice>,
+    /// Someone else changed the node's slices: list them before writing.
+    needs_list: bool,
+    last_generation: i64,
+    accepted: Accepted,
+    in_sync: bool,
+}
+
+/// The fleet's counters, for /metrics and the end-of-sync log.
+#[derive(Debug, Default)]
+pub struct FleetMetrics {
+    pub nodes: AtomicU64,
+    pub in_sync: AtomicU64,
+    pub pool_writes: AtomicU64,
+    pub requests: Arc<fake_dra_ops::client::RequestCounts>,
+}
+
+impl FleetMetrics {
+    fn encode(&self) -> String {
+        let r = &self.requests;
+        format!(
+            "# HELP fake_dra_fleet_nodes Nodes fleet mode publishes for.\n# TYPE fake_dra_fleet_nodes gauge\nfake_dra_fleet_nodes {}\n\
+             # HELP fake_dra_fleet_pools_in_sync Nodes whose slices are as wanted.\n# TYPE fake_dra_fleet_pools_in_sync gauge\nfake_dra_fleet_pools_in_sync {}\n\
+             # HELP fake_dra_fleet_pool_writes_total Pools written.\n# TYPE fake_dra_fleet_pool_writes_total counter\nfake_dra_fleet_pool_writes_total {}\n\
+             # HELP fake_dra_fleet_api_requests_total Requests sent to the API server.\n# TYPE fake_dra_fleet_api_requests_total counter\n\
+             fake_dra_fleet_api_requests_total{{kind=\"read\"}} {}\nfake_dra_fleet_api_requests_total{{kind=\"write\"}} {}\nfake_dra_fleet_api_requests_total{{kind=\"watch\"}} {}\n",
+            self.nodes.load(Ordering::Relaxed),
+            self.in_sync.load(Ordering::Relaxed),
+            self.pool_writes.load(Ordering::Relaxed),
+            r.read.load(Ordering::Relaxed),
+            r.write.load(Ordering::Relaxed),
+            r.watch.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// The devices fleet mode publishes for a node.
+pub type Profiles = Arc<dyn Fn(&str) -> Result<NodeProfile, String> + Send + Sync>;
+
+/// Shared between the publishing loop and the watches.
+struct Shared {
+    nodes: Mutex<BTreeMap<String, NodeState>>,
+    dirty: Mutex<BTreeSet<String>>,
+    wake: Notify,
+}
+
+impl Shared {
+    fn mark(&self, node: &str) {
+        if let Ok(mut d) = self.dirty.lock() {
+            d.insert(node.to_owned());
+        }
+        self.wake.notify_one();
+    }
+
+    fn mark_all(&self) {
+        let names: Vec<String> = self
+            .nodes
+            .lock()
+            .map(|n| n.keys().cloned().collect())
+            .unwrap_or_default();
+        if let Ok(mut d) = self.dirty.lock() {
+            d.extend(names);
+        }
+        self.wake.notify_one();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Runs fleet mode until `shutdown` completes.
+pub async fn run(
+    config: FleetConfig,
+    profiles: Profiles,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), FleetError> {
+    let metrics = Arc::new(FleetMetrics::default());
+    let client = fake_dra_ops::client::counting_client(
+        config.kubeconfig.as_deref(),
+        metrics.requests.clone(),
+    )
+    .await?;
+    let groups = client
+        .list_api_groups()
+        .await
+        .map_err(FleetError::Discovery)?;
+    let served: Vec<String> = groups
+        .groups
+        .into_iter()
+        .filter(|g| g.name == "resource.k8s.io")
+        .flat_map(|g| g.versions.into_iter().map(|v| v.version))
+        .collect();
+    let (mode, why) = crate::mode::choose(crate::mode::ModeFlag::Structured, &served)?;
+    info!("{why}");
+    let crate::mode::Mode::Structured(api) = mode else {
+        return Err(FleetError::Mode(crate::mode::ModeError::NoDra { served }));
+    };
+    let layout = publish_slices::counter_layout(&client, api).await;
+    let ready = Arc::new(AtomicBool::new(false));
+    let http = match config.http_address {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| FleetError::Bind { addr, source })?;
+            let m = metrics.clone();
+            Some(tokio::spawn(fake_dra_ops::health::serve(
+                listener,
+                fake_dra_ops::conn::Pool::new(fake_dra_ops::conn::Limits::from_flags(0, 120)),
+                fake_dra_ops::health::Endpoints {
+                    ready: ready.clone(),
+                    not_ready: "publishing the fleet's slices",
+                    metrics: Arc::new(move || m.encode()),
+                },
+            )))
+        }
+        None => None,
+    };
+
+    let created = node_names(&config.node_name_prefix, config.create_nodes);
+    let started = Instant::now();
+    create_nodes(&client, &created, &config).await?;
+    let heartbeat = (!created.is_empty() && !config.heartbeat.is_zero()).then(|| {
+        tokio::spawn(heartbeats(
+            client.clone(),
+            created.clone(),
+            config.heartbeat,
+            config.concurrency,
+        ))
+    });
+
+    let shared = Arc::new(Shared {
+        nodes: Mutex::new(BTreeMap::new()),
+        dirty: Mutex::new(BTreeSet::new()),
+        wake: Notify::new(),
+    });
+    let (faults, fault_task) = fault_watch::start(client.clone());
+    let device_names: Arc<RwLock<BTreeMap<String, Vec<String>>>> = Arc::default();
+
+    // The nodes: the first list decides the fleet; then every change.
+    let writer = PoolWriter::new(client.clone(), api);
+    let nodes_task = tokio::spawn(watch_nodes(
+        client.clone(),
+        config.node_selector.clone(),
+        shared.clone(),
+        writer.clone(),
+        config.driver_name.clone(),
+    ));
+    // The slices as they are now, grouped by node: one list for the whole fleet.
+    let all = writer
+        .list(&format!("spec.driver={}", config.driver_name))
+        .await
+        .map_err(FleetError::List)?;
+    let mut by_node: BTreeMap<String, Vec<PublishedSlice>> = BTreeMap::new();
+    for s in all {
+        if let Some(n) = s.node_name.clone() {
+            by_node.entry(n).or_default().push(s);
+        }
+    }
+    let slices_task = tokio::spawn(watch_slices(
+        client.clone(),
+        api,
+        config.driver_name.clone(),
+        shared.clone(),
+    ));
+    let reporter = tokio::spawn(report_faults(
+        client.clone(),
+        faults.clone(),
+        device_names.clone(),
+        slices::max_taints(layout),
+    ));
+    let claim_task = {
+        let names = device_names.clone();
+        let faults_now = faults.clone();
+        tokio::spawn(claim_status::run(
+            client.clone(),
+            config.driver_name.clone(),
+            "fake-dra/fleet".into(),
+            faults.clone(),
+            Arc::new(move || {
+                let current: Vec<Fault> = faults_now.borrow().as_ref().clone();
+                names
+                    .read()
+                    .map(|n| {
+                        n.iter()
+                            .map(|(node, devices)| {
+                                (node.clone(), NodeFaults::resolve(node, devices, &current))
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            }),
+        ))
+    };
+    let fault_changes = {
+        let mut changes = faults.clone();
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            while changes.changed().await.is_ok() {
+                shared.mark_all();
+            }
+        })
+    };
+
+    let publisher = Publisher {
+        config: config.clone(),
+        writer,
+        layout,
+        profiles,
+        faults,
+        device_names,
+        metrics: metrics.clone(),
+        shared: shared.clone(),
+    };
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut announced = false;
+    let mut seeded: BTreeSet<String> = BTreeSet::new();
+    loop {
+        // Hand the listed slices to nodes as they join.
+        {
+            let mut nodes = lock(&shared.nodes);
+            for (name, state) in nodes.iter_mut() {
+                if seeded.insert(name.clone()) {
+                    state.record = by_node.remove(name).unwrap_or_default();
+                    state.last_generation =
+                        state.record.iter().map(|s| s.generation).max().unwrap_or(0);
+                }
+            }
+            metrics.nodes.store(nodes.len() as u64, Ordering::Relaxed);
+        }
+        let batch: Vec<String> = std::mem::take(&mut *lock(&shared.dirty))
+            .into_iter()
+            .collect();
+        if !batch.is_empty() {
+            futures::stream::iter(batch.into_iter().map(|n| publisher.publish(n)))
+                .buffer_unordered(config.concurrency.max(1))
+                .collect::<Vec<()>>()
+                .await;
+        }
+        let (total, synced) = {
+            let nodes = lock(&shared.nodes);
+            (nodes.len(), nodes.values().filter(|s| s.in_sync).count())
+        };
+        metrics.in_sync.store(synced as u64, Ordering::Relaxed);
+        if !announced && total > 0 && synced == total && total >= config.create_nodes {
+            announced = true;
+            ready.store(true, Ordering::SeqCst);
+            let requests = metrics.requests.total();
+            info!(
+                nodes = total,
+                seconds = started.elapsed().as_secs_f64(),
+                requests,
+                requests_per_node = requests as f64 / total as f64,
+                "fleet published: every node's slices are in place"
+            );
+        }
+        tokio::select! {
+            _ = shared.wake.notified() => {}
+            _ = tokio::time::sleep(Duration::from_secs(30)) => shared.mark_all(),
+            _ = &mut shutdown => break,
+        }
+        // Let a burst of events gather into one batch.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    info!("fleet mode shutting down");
+    for task in [
+        nodes_task,
+        slices_task,
+        reporter,
+        claim_task,
+        fault_changes,
+        fault_task,
+    ] {
+        task.abort();
+    }
+    if let Some(h) = heartbeat {
+        h.abort();
+    }
+    if let Some(h) = http {
+        h.abort();
+    }
+    if !created.is_empty() && !config.keep_nodes {
+        delete_nodes(&client, &created, config.concurrency).await;
+    }
+    Ok(())
+}
+
+/// Publishes single nodes.
+struct Publisher {
+    config: FleetConfig,
+    writer: PoolWriter,
+    layout: CounterLayout,
+    profiles: Profiles,
+    faults: fault_watch::Faults,
+    device_names: Arc<RwLock<BTreeMap<String, Vec<String>>>>,
+    metrics: Arc<FleetMetrics>,
+    shared: Arc<Shared>,
+}
+
+impl Publisher {
+    /// One round for `node`: the profile's devices with the faults, written if they
+    /// differ from what was last written.
+    async fn publish(&self, node: String) {
+        // Take what is needed out of the state; the lock is never held across a request.
+        let (uid, devices, record, needs_list, last_generation, mut accepted) = {
+            let mut nodes = lock(&self.shared.nodes);
+            let Some(state) = nodes.get_mut(&node) else {
+                return;
+            };
+            if state.devices.is_none() {
+                let built = (self.profiles)(&node).map(|p| (p.slice_devices(), p.counter_sets()));
+                if let Ok((devices, _)) = &built
+                    && let Ok(mut names) = self.device_names.write()
+                {
+                    names.insert(
+                        node.clone(),
+                        devices.iter().map(|d| d.name.clone()).collect(),
+                    );
+                }
+                if let Err(e) = &built {
+                    error!(%node, error = %e, "no devices for this node: its inventory is refused");
+                }
+                state.devices = Some(built);
+            }
+            let devices = match &state.devices {
+                Some(Ok(d)) => d.clone(),
+                _ => return,
+            };
+            (
+                state.uid.clone(),
+                devices,
+                state.record.clone(),
+                state.needs_list,
+                state.last_generation,
+                std::mem::take(&mut state.accepted),
+            )
+        };
+        let (base, counter_sets) = devices;
+        let names: Vec<String> = base.iter().map(|d| d.name.clone()).collect();
+        let node_faults = NodeFaults::resolve(&node, &names, &self.faults.borrow());
+        let desired = Desired {
+            driver: self.config.driver_name.clone(),
+            node_name: node.clone(),
+            devices: node_faults.overlay(
+                &base,
+                &self.config.driver_name,
+                slices::max_taints(self.layout),
+            ),
+            counter_sets,
+            layout: self.layout,
+        };
+        let existing = if needs_list {
+            match self
+                .writer
+                .list(&publish_slices::node_slices_selector(
+                    &self.config.driver_name,
+                    &node,
+                ))
+                .await
+            {
+                Ok(found) => found
+                    .into_iter()
+                    .filter(|s| slices::is_ours(s, &self.config.driver_name, &node))
+                    .collect(),
+                Err(e) => {
+                    warn!(%node, error = %e, "listing the node's slices failed; retrying");
+                    self.retry(&node, accepted);
+                    return;
+                }
+            }
+        } else {
+            record
+        };
+        let owner = (!uid.is_empty()).then(|| node_owner(&node, &uid));
+        let result = self
+            .writer
+            .reconcile(
+                &desired,
+                &existing,
+                last_generation,
+                owner.as_ref(),
+                &mut accepted,
+            )
+            .await;
+        let mut nodes = lock(&self.shared.nodes);
+        let Some(state) = nodes.get_mut(&node) else {
+            return;
+        };
+        state.accepted = accepted;
+        match result {
+            Ok(r) => {
+                state.last_generation = r.generation;
+                state.needs_list = false;
+                state.in_sync = true;
+                state.record = match r.written {
+                    Some(written) => {
+                        self.metrics.pool_writes.fetch_add(1, Ordering::Relaxed);
+                        written
+                    }
+                    None => existing,
+                };
+            }
+            Err(ReconcileError::Api(kube::Error::Api(s))) if s.code == 409 => {
+                state.needs_list = true;
+                state.in_sync = false;
+                drop(nodes);
+                self.shared.mark(&node);
+            }
+            Err(ReconcileError::Pack(e)) => {
+                state.in_sync = false;
+                error!(%node, error = %e, "the node's devices cannot be published");
+            }
+            Err(e) => {
+                state.in_sync = false;
+                state.needs_list = true;
+                warn!(%node, error = %e, "publishing the node's slices failed; retrying");
+                drop(nodes);
+                let shared = self.shared.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    shared.mark(&node);
+                });
+            }
+        }
+    }
+
+    fn retry(&self, node: &str, accepted: Accepted) {
+        if let Some(state) = lock(&self.shared.nodes).get_mut(node) {
+            state.accepted = accepted;
+        }
+        let shared = self.shared.clone();
+        let node = node.to_owned();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            shared.mark(&node);
+        });
+    }
+}
+
+/// Creates the nodes (an existing one is taken as it is), reports them Ready, and
+/// creates their Leases; `concurrency` at a time.
+async fn create_nodes(
+    client: &Client,
+    names: &[String],
+    config: &FleetConfig,
+) -> Result<(), FleetError> {
+    if names.is_empty() {
+        return Ok(());
+    }
+    let started = Instant::now();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
+    let results: Vec<Result<(), FleetError>> = futures::stream::iter(names.iter().map(|name| {
+        let nodes = nodes.clone();
+        let leases = leases.clone();
+        async move {
+            let node = match nodes.create(&PostParams::default(), &node_object(name, &config.template)).await {
+                Ok(n) => n,
+                Err(kube::Error::Api(s)) if s.code == 409 => nodes
+                    .get(name)
+                    .await
+                    .map_err(|source| FleetError::CreateNode { node: name.clone(), source })?,
+                Err(source) => return Err(FleetError::CreateNode { node: name.clone(), source }),
+            };
+            let now = jiff::Timestamp::now().to_string();
+            nodes
+                .patch_status(name, &PatchParams::default(), &Patch::Merge(&node_status_patch(&config.template, &now)))
+                .await
+                .map_err(|source| FleetError::CreateNode { node: name.clone(), source })?;
+            if !config.heartbeat.is_zero() {
+                let owner = node.metadata.uid.as_deref().map(|uid| node_owner(name, uid));
+                let duration = i32::try_from(config.heartbeat.as_secs().saturating_mul(4)).unwrap_or(40);
+                let lease = lease_object(name, owner, duration, jiff::Timestamp::now());
+                match leases.create(&PostParams::default(), &lease).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 409 => {}
+                    Err(e) => warn!(node = %name, error = %e, "creating the node's Lease failed; the heartbeat will retry"),
+                }
+            }
+            Ok(())
+        }
+    }))
+    .buffer_unordered(config.concurrency.max(1))
+    .collect()
+    .await;
+    for r in results {
+        r?;
+    }
+    info!(
+        nodes = names.len(),
+        seconds = started.elapsed().as_secs_f64(),
+        "fleet nodes created"
+    );
+    Ok(())
+}
+
+/// Renews the created nodes' Leases every `interval`, so the node lifecycle controller
+/// keeps them Ready.
+async fn heartbeats(client: Client, names: Vec<String>, interval: Duration, concurrency: usize) {
+    let leases: Api<Lease> = Api::namespaced(client, LEASE_NAMESPACE);
+    let mut warned = false;
+    loop {
+        tokio::time::sleep(interval).await;
+        let body = serde_json::json!({"spec": {"renewTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(jiff::Timestamp::now())}});
+        let failures: usize = futures::stream::iter(names.clone().into_iter().map(|n| {
+            let leases = leases.clone();
+            let body = body.clone();
+            async move {
+                usize::from(
+                    leases
+                        .patch(&n, &PatchParams::default(), &Patch::Merge(&body))
+                        .await
+                        .is_err(),
+                )
+            }
+        }))
+        .buffer_unordered(concurrency.max(1))
+        .collect::<Vec<usize>>()
+        .await
+        .into_iter()
+        .sum();
+        if failures > 0 && !warned {
+            warned = true;
+            warn!(
+                failures,
+                "renewing fleet node Leases failed (RBAC: patch leases in kube-node-lease?)"
+            );
+        }
+    }
+}
+
+async fn delete_nodes(client: &Client, names: &[String], concurrency: usize) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let deleted: usize = futures::stream::iter(names.iter().cloned().map(|n| {
+        let nodes = nodes.clone();
+        async move { usize::from(nodes.delete(&n, &DeleteParams::default()).await.is_ok()) }
+    }))
+    .buffer_unordered(concurrency.max(1))
+    .collect::<Vec<usize>>()
+    .await
+    .into_iter()
+    .sum();
+    info!(
+        deleted,
+        "fleet nodes deleted (their slices and Leases go with them)"
+    );
+}
+
+/// Follows the selected nodes: joins, leaves (its slices deleted), uid changes.
+async fn watch_nodes(
+    client: Client,
+    selector: String,
+    shared: Arc<Shared>,
+    writer: PoolWriter,
+    driver: String,
+) {
+    let api: Api<Node> = Api::all(client.clone());
+    let config = watcher::Config::default().labels(&selector);
+    let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+    let mut listing: Option<BTreeMap<String, String>> = None;
+    let mut warned = false;
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Init) => listing = Some(BTreeMap::new()),
+            Ok(watcher::Event::InitApply(n)) => {
+                if let Some(l) = listing.as_mut() {
+                    l.insert(n.name_any(), n.uid().unwrap_or_default());
+                }
+            }
+            Ok(watcher::Event::InitDone) => {
+                let seen = listing.take().unwrap_or_default();
+                let gone: Vec<String> = {
+                    let mut nodes = lock(&shared.nodes);
+                    let gone: Vec<String> = nodes
+                        .keys()
+                        .filter(|k| !seen.contains_key(*k))
+                        .cloned()
+                        .collect();
+                    for g in &gone {
+                        nodes.remove(g);
+                    }
+                    for (name, uid) in &seen {
+                        let state = nodes.entry(name.clone()).or_default();
+                        state.uid = uid.clone();
+                    }
+                    gone
+                };
+                info!(nodes = seen.len(), selector = %selector, "fleet nodes listed");
+                for name in seen.keys() {
+                    shared.mark(name);
+                }
+                drop_slices(&writer, &driver, &gone).await;
+            }
+            Ok(watcher::Event::Apply(n)) => {
+                let name = n.name_any();
+                let joined = {
+                    let mut nodes = lock(&shared.nodes);
+                    let state = nodes.entry(name.clone()).or_default();
+                    let uid = n.uid().unwrap_or_default();
+                    let changed = state.uid != uid;
+                    state.uid = uid;
+                    changed
+                };
+                if joined {
+                    shared.mark(&name);
+                }
+            }
+            Ok(watcher::Event::Delete(n)) => {
+                let name = n.name_any();
+                let was = lock(&shared.nodes).remove(&name).is_some();
+                if was {
+                    info!(node = %name, "node left the fleet");
+                    drop_slices(&writer, &driver, &[name]).await;
+                }
+            }
+            Err(e) => {
+                if !warned {
+                    warned = true;
+                    warn!(error = %e, "watching Nodes failed (RBAC: list/watch nodes); retrying");
+                }
+            }
+        }
+    }
+}
+
+/// Deletes the driver's slices of nodes that left the fleet (when the Node itself is
+/// gone its owner reference removes them as well; a node that only lost the label keeps
+/// its Node, and the slices must go).
+async fn drop_slices(writer: &PoolWriter, driver: &str, nodes: &[String]) {
+    for node in nodes {
+        match writer
+            .list(&publish_slices::node_slices_selector(driver, node))
+            .await
+        {
+            Ok(found) => {
+                for s in found.iter().filter(|s| slices::is_ours(s, driver, node)) {
+                    if let Err(e) = writer.delete(&s.name).await {
+                        warn!(%node, slice = %s.name, error = %e, "deleting a slice of a node that left failed");
+                    }
+                }
+            }
+            Err(e) => warn!(%node, error = %e, "listing the slices of a node that left failed"),
+        }
+    }
+}
+
+/// Marks a node for listing and rewriting when its slices change other than by our own
+/// writes.
+async fn watch_slices(client: Client, api: ResourceApi, driver: String, shared: Arc<Shared>) {
+    let fields = format!("spec.driver={driver}");
+    let config = watcher::Config::default().fields(&fields);
+    macro_rules! pump {
+        ($ty:ty, $from:path) => {{
+            let mut events =
+                std::pin::pin!(watcher(Api::<$ty>::all(client.clone()), config).default_backoff());
+            while let Some(event) = events.next().await {
+                let (slice, deleted) = match event {
+                    Ok(watcher::Event::Apply(s)) => ($from(&s), false),
+                    Ok(watcher::Event::Delete(s)) => ($from(&s), true),
+                    _ => continue,
+                };
+                external_change(&shared, &slice, deleted);
+            }
+        }};
+    }
+    match api {
+        ResourceApi::V1 => pump!(v1::ResourceSlice, slices::from_v1),
+        ResourceApi::V1beta1 => pump!(v1beta1::ResourceSlice, slices::from_v1beta1),
+    }
+}
+
+fn external_change(shared: &Shared, slice: &PublishedSlice, deleted: bool) {
+    let Some(node) = slice.node_name.clone() else {
+        return;
+    };
+    let ours = {
+        let mut nodes = lock(&shared.nodes);
+        let Some(state) = nodes.get_mut(&node) else {
+            return;
+        };
+        let echo = state
+            .record
+            .iter()
+            .any(|r| r.name == slice.name && r.resource_version == slice.resource_version);
+        let held = state.record.iter().any(|r| r.name == slice.name);
+        if deleted && !held || !deleted && echo {
+            true
+        } else {
+            state.needs_list = true;
+            state.in_sync = false;
+            false
+        }
+    };
+    if !ours {
+        shared.mark(&node);
+    }
+}
+
+/// One entry per fault for the whole fleet in the faults' status: what it selects and
+/// what could not be applied, over every node; named nodes the fleet does not have.
+async fn report_faults(
+    client: Client,
+    faults: fault_watch::Faults,
+    device_names: Arc<RwLock<BTreeMap<String, Vec<String>>>>,
+    max_taints: usize,
+) {
+    let mut writer = StatusWriter::new(client, "fleet");
+    let mut changes = faults.clone();
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let current: Vec<Fault> = changes.borrow_and_update().as_ref().clone();
+        let names = device_names.read().map(|n| n.clone()).unwrap_or_default();
+        let mut reports: BTreeMap<String, fake_dra_api::fault::NodeFaultStatus> = BTreeMap::new();
+        for (node, devices) in &names {
+            for (fault, entry) in NodeFaults::resolve(node, devices, &current).reports(max_taints) {
+                let r =
+                    reports
+                        .entry(fault)
+                        .or_insert_with(|| fake_dra_api::fault::NodeFaultStatus {
+                            node: "fleet".into(),
+                            ..Default::default()
+                        });
+                r.observed_generation = entry.observed_generation;
+                for d in entry.devices {
+                    if r.devices.len() < 20 {
+                        r.devices.push(format!("{node}/{d}"));
+                    }
+                }
+                for e in entry.effects {
+                    if !r.effects.contains(&e) {
+                        r.effects.push(e);
+                    }
+                }
+                for p in entry.problems {
+                    if r.problems.len() < 20 && !r.problems.contains(&p) {
+                        r.problems.push(p);
+                    }
+                }
+            }
+        }
+        for f in &current {
+            for n in f.spec.nodes.iter().filter(|n| !names.contains_key(*n)) {
+                let r = reports.entry(f.name.clone()).or_insert_with(|| {
+                    fake_dra_api::fault::NodeFaultStatus {
+                        node: "fleet".into(),
+                        observed_generation: f.generation,
+                        ..Default::default()
+                    }
+                });
+                if r.problems.len() < 20 {
+                    r.problems
+                        .push(format!("node {n:?} is not a node of this fleet"));
+                }
+            }
+        }
+        let reports: Vec<_> = reports.into_iter().collect();
+        writer.write(&current, &reports).await;
+        if changes.changed().await.is_err() {
+            return;
+        }
+    }
+}
