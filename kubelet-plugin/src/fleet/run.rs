@@ -594,12 +594,15 @@ async fn heartbeats(client: Client, names: Vec<String>, interval: Duration, conc
             let leases = leases.clone();
             let body = body.clone();
             async move {
-                usize::from(
-                    leases
-                        .patch(&n, &PatchParams::default(), &Patch::Merge(&body))
-                        .await
-                        .is_err(),
-                )
+                // A node deleted meanwhile has no Lease any more (owner reference): fine.
+                match leases
+                    .patch(&n, &PatchParams::default(), &Patch::Merge(&body))
+                    .await
+                {
+                    Ok(_) => 0,
+                    Err(kube::Error::Api(s)) if s.code == 404 => 0,
+                    Err(_) => 1,
+                }
             }
         }))
         .buffer_unordered(concurrency.max(1))

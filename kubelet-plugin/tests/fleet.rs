@@ -1,0 +1,328 @@
+//! Fleet mode on the real binary against the emulated API server (Kubernetes 1.34): the
+//! nodes it creates, the same slices the node plugin publishes (one pool per node, owner
+//! references), kwok-style nodes found by label, a slice deleted by hand coming back, a
+//! node leaving, a fault's taint on some nodes, heterogeneous nodes from an inventory
+//! file, and SIGTERM removing the created nodes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use fake_dra_api::fault::DeviceFault;
+use fake_dra_emulator::apiserver::ApiServer;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::resource::v1;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use serde_json::json;
+
+/// Guards against a hang only.
+const LIMIT: Duration = Duration::from_secs(60);
+
+struct Fleet(Child);
+
+impl Fleet {
+    fn start(api: &ApiServer, args: &[&str]) -> Self {
+        let child = Command::new(env!("CARGO_BIN_EXE_fake-dra-kubelet-plugin"))
+            .arg("fleet")
+            .arg("--kubeconfig")
+            .arg(api.kubeconfig())
+            .args(args)
+            .env(
+                "RUST_LOG",
+                std::env::var("PLUGIN_LOG").unwrap_or_else(|_| "warn".into()),
+            )
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        Self(child)
+    }
+
+    fn sigterm(mut self) -> std::process::ExitStatus {
+        let pid = self.0.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        self.0.wait().unwrap()
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn eventually<T>(what: &str, mut probe: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Slices by node, once `ready` holds.
+async fn pools(
+    slices: &Api<v1::ResourceSlice>,
+    ready: impl Fn(&BTreeMap<String, Vec<v1::ResourceSlice>>) -> bool,
+) -> BTreeMap<String, Vec<v1::ResourceSlice>> {
+    eventually("the fleet's slices", async || {
+        let mut by_node: BTreeMap<String, Vec<v1::ResourceSlice>> = BTreeMap::new();
+        for s in slices.list(&ListParams::default()).await.ok()?.items {
+            by_node
+                .entry(s.spec.node_name.clone().unwrap_or_default())
+                .or_default()
+                .push(s);
+        }
+        ready(&by_node).then_some(by_node)
+    })
+    .await
+}
+
+fn device_names(pool: &[v1::ResourceSlice]) -> Vec<String> {
+    let mut names: Vec<String> = pool
+        .iter()
+        .flat_map(|s| s.spec.devices.iter().flatten().map(|d| d.name.clone()))
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_of_created_nodes_publishes_what_node_plugins_would() {
+    let api = start_api_version((1, 34)).await;
+    let client = api.client().unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let slices: Api<v1::ResourceSlice> = Api::all(client.clone());
+    let fleet = Fleet::start(
+        &api,
+        &[
+            "--create-nodes",
+            "12",
+            "--node-name-prefix",
+            "sim-",
+            "--num-devices",
+            "8",
+            "--heartbeat-interval",
+            "1",
+        ],
+    );
+    let by_node = pools(&slices, |p| p.len() == 12).await;
+    let all_nodes = nodes.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(all_nodes.len(), 12);
+    for node in &all_nodes {
+        let name = node.metadata.name.clone().unwrap();
+        assert!(name.starts_with("sim-"), "{name}");
+        let labels = node.metadata.labels.clone().unwrap();
+        assert_eq!(labels["fake.resource.3-shake.com/fleet"], "true");
+        let taints = node.spec.as_ref().unwrap().taints.clone().unwrap();
+        assert_eq!(taints[0].key, "fake.resource.3-shake.com/fleet");
+        let status = node.status.as_ref().unwrap();
+        assert_eq!(status.conditions.as_ref().unwrap()[0].status, "True");
+        assert_eq!(status.allocatable.as_ref().unwrap()["pods"].0, "110");
+        let pool = &by_node[&name];
+        assert_eq!(pool.len(), 1);
+        let s = &pool[0];
+        assert_eq!(s.spec.pool.name, name);
+        assert_eq!(s.spec.driver, DRIVER);
+        assert_eq!(
+            s.metadata.owner_references.as_ref().unwrap()[0].uid,
+            node.metadata.uid.clone().unwrap()
+        );
+        assert_eq!(
+            device_names(pool),
+            (0..8).map(|i| format!("fake-{i}")).collect::<Vec<_>>()
+        );
+        // The same devices, attribute for attribute, as the node plugin on that node.
+        let expected = fake_dra_kubelet_plugin::node_profile::NodeProfile::build(
+            None,
+            &name,
+            DRIVER,
+            &fake_dra_kubelet_plugin::inventory::Defaults {
+                profile: fake_dra_kubelet_plugin::inventory::ProfileKind::Fake,
+                num_devices: 8,
+                models: vec!["ULTRA_10".into(), "ULTRA_100".into()],
+                gpus: vec![],
+            },
+        )
+        .unwrap()
+        .slice_devices();
+        assert_eq!(
+            fake_dra_kubelet_plugin::slices::from_v1(s).content.devices,
+            expected
+        );
+    }
+    // Heartbeats.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let first = leases
+        .get("sim-0")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .renew_time
+        .unwrap();
+    eventually("a renewed lease", async || {
+        let now = leases.get("sim-0").await.ok()?.spec?.renew_time?;
+        (now.0 > first.0).then_some(())
+    })
+    .await;
+
+    // A slice deleted by hand comes back; a node that leaves takes its slices along.
+    let victim = by_node["sim-3"][0].metadata.name.clone().unwrap();
+    slices
+        .delete(&victim, &DeleteParams::default())
+        .await
+        .unwrap();
+    pools(&slices, |p| {
+        p.get("sim-3")
+            .is_some_and(|s| s.len() == 1 && s[0].metadata.name.as_deref() != Some(&victim))
+    })
+    .await;
+    nodes
+        .delete("sim-5", &DeleteParams::default())
+        .await
+        .unwrap();
+    pools(&slices, |p| !p.contains_key("sim-5") && p.len() == 11).await;
+
+    // A fault tainting the devices of two nodes: only their slices change.
+    let faults: Api<DeviceFault> = Api::all(client.clone());
+    let fault: DeviceFault = serde_json::from_value(json!({
+        "apiVersion": "fake.resource.3-shake.com/v1alpha1", "kind": "DeviceFault",
+        "metadata": {"name": "rack-7"},
+        "spec": {"nodes": ["sim-1", "sim-2", "gone"], "devices": ["fake-0"],
+                 "taint": {"key": "rack", "value": "7", "effect": "NoSchedule"}},
+    }))
+    .unwrap();
+    faults.create(&PostParams::default(), &fault).await.unwrap();
+    let tainted = |p: &BTreeMap<String, Vec<v1::ResourceSlice>>, n: &str| {
+        p[n][0]
+            .spec
+            .devices
+            .iter()
+            .flatten()
+            .any(|d| d.taints.is_some())
+    };
+    let by_node = pools(&slices, |p| {
+        p.len() == 11 && tainted(p, "sim-1") && tainted(p, "sim-2")
+    })
+    .await;
+    assert!(!tainted(&by_node, "sim-4"));
+    let status = eventually("the fleet's entry in the fault's status", async || {
+        faults
+            .get("rack-7")
+            .await
+            .ok()?
+            .status
+            .filter(|s| !s.nodes.is_empty())
+    })
+    .await;
+    assert_eq!(status.nodes[0].node, "fleet");
+    assert_eq!(status.nodes[0].devices, ["sim-1/fake-0", "sim-2/fake-0"]);
+    assert!(
+        status.nodes[0]
+            .problems
+            .iter()
+            .any(|p| p.contains("\"gone\" is not a node of this fleet")),
+        "{:?}",
+        status.nodes[0].problems
+    );
+
+    // SIGTERM: the created nodes go, and with them (owner references) their slices.
+    assert!(fleet.sigterm().success());
+    eventually("the created nodes to go", async || {
+        nodes
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .is_empty()
+            .then_some(())
+    })
+    .await;
+    pools(&slices, |p| p.is_empty()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kwok_nodes_found_by_label_with_heterogeneous_devices() {
+    let api = start_api_version((1, 34)).await;
+    let client = api.client().unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
+    for (name, kwok) in [
+        ("kwok-gpu-0", true),
+        ("kwok-gpu-1", true),
+        ("kwok-cpu-0", true),
+        ("real-node", false),
+    ] {
+        let mut labels = json!({"kubernetes.io/hostname": name});
+        if kwok {
+            labels["type"] = json!("kwok");
+        }
+        let node: Node = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": labels, "annotations": {"kwok.x-k8s.io/node": "fake"}},
+        }))
+        .unwrap();
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+    }
+    let inventory = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        inventory.path(),
+        "apiVersion: fake.resource.3-shake.com/v1alpha1\nkind: Inventory\nnodes:\n- names: [\"kwok-gpu-*\"]\n  profile: gpu\n  gpus: [{model: A100-80GB, count: 2, sharing: partitioned}]\n- names: [\"*\"]\n  numDevices: 4\n",
+    )
+    .unwrap();
+    let _fleet = Fleet::start(
+        &api,
+        &[
+            "--node-selector",
+            "type=kwok",
+            "--inventory",
+            inventory.path().to_str().unwrap(),
+        ],
+    );
+    let slices: Api<v1::ResourceSlice> = Api::all(client.clone());
+    let by_node = pools(&slices, |p| p.len() == 3).await;
+    assert!(
+        !by_node.contains_key("real-node"),
+        "only the selected nodes"
+    );
+    assert_eq!(
+        device_names(&by_node["kwok-cpu-0"]),
+        ["fake-0", "fake-1", "fake-2", "fake-3"]
+    );
+    let gpu = &by_node["kwok-gpu-0"];
+    let names = device_names(gpu);
+    assert!(
+        names.contains(&"gpu-0".to_string()) && names.contains(&"gpu-1-1g-10gb-0".to_string()),
+        "{names:?}"
+    );
+    // 1.34: the counter sets in the slice of the devices that consume them.
+    let sets: usize = gpu
+        .iter()
+        .map(|s| s.spec.shared_counters.iter().flatten().count())
+        .sum();
+    assert_eq!(sets, 2);
+    // Nothing was created: the nodes are kwok's.
+    assert_eq!(
+        nodes
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        4
+    );
+}
