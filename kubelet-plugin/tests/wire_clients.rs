@@ -3,7 +3,9 @@
 //! at run time) and grpc-go (the upstream generated code of `k8s.io/kubelet`) — once per
 //! `:authority` form that real kubelets send (the raw and the %-encoded socket path,
 //! `localhost`) and a few odd ones. The clients live in `hack/wire-clients/` (README
-//! there); they print one JSON line per call and this file asserts on every line.
+//! there); they print one JSON line per call and this file asserts on every line. In
+//! structured mode that includes the device health stream (`DRAResourceHealth`, v1alpha1
+//! and v1): its first message, from both stacks.
 //!
 //! Each client also calls an authority probe (a grpc-go server that answers with the
 //! `:authority` it received), so a form that a client silently replaces by another
@@ -23,6 +25,9 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common::*;
+use k8s_openapi::api::resource::v1;
+use kube::Api;
+use kube::api::ListParams;
 use serde_json::{Value, json};
 
 const NODE: &str = "node-1";
@@ -503,6 +508,58 @@ fn verify(lines: &[Value], probe: &Path, expects: &[Expect]) {
     );
 }
 
+/// A health stream's first message: exactly `devices` of `pool`, in any order, each
+/// `HEALTHY` with no message.
+fn all_healthy(pool: &str, devices: &[String]) -> Want {
+    let mut want: Vec<Value> = devices
+        .iter()
+        .map(|d| json!({"pool": pool, "device": d, "health": "HEALTHY", "message": ""}))
+        .collect();
+    want.sort_by_key(Value::to_string);
+    Want::Ok(Box::new(move |got| {
+        let mut got = got["devices"].as_array().ok_or("no devices list")?.clone();
+        got.sort_by_key(Value::to_string);
+        if got == want {
+            Ok(())
+        } else {
+            Err(format!("devices (any order), want {}", json!(want)))
+        }
+    }))
+}
+
+/// The devices the plugin published in its ResourceSlices for the pool `NODE` (v1 view),
+/// once every slice of the pool's newest generation is there.
+async fn published_devices(api: &fake_dra_emulator::apiserver::ApiServer) -> Vec<String> {
+    let slices: Api<v1::ResourceSlice> = Api::all(api.client().unwrap());
+    // Guards against a hang only.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let list = slices.list(&ListParams::default()).await.unwrap().items;
+        let ours: Vec<&v1::ResourceSlice> = list
+            .iter()
+            .filter(|s| s.spec.driver == DRIVER && s.spec.pool.name == NODE)
+            .collect();
+        if let Some(generation) = ours.iter().map(|s| s.spec.pool.generation).max() {
+            let current: Vec<&&v1::ResourceSlice> = ours
+                .iter()
+                .filter(|s| s.spec.pool.generation == generation)
+                .collect();
+            if i64::try_from(current.len()).unwrap() == current[0].spec.pool.resource_slice_count {
+                return current
+                    .iter()
+                    .flat_map(|s| s.spec.devices.iter().flatten())
+                    .map(|d| d.name.clone())
+                    .collect();
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no complete pool {NODE}: {list:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 fn plugin_opts<'a>(api: &'a fake_dra_emulator::apiserver::ApiServer, mode: &str) -> Options<'a> {
     Options {
         node: NODE,
@@ -697,6 +754,16 @@ async fn structured_services_answer_foreign_clients_under_every_authority() {
     .await
     .unwrap();
 
+    // The devices the health stream must report: the published ones, which are the fake
+    // profile's `fake-0`…`fake-<n-1>`.
+    let mut published = published_devices(&api).await;
+    published.sort();
+    let mut fake: Vec<String> = (0..inventory(NODE).devices.len())
+        .map(|i| format!("fake-{i}"))
+        .collect();
+    fake.sort();
+    assert_eq!(published, fake);
+
     let input = json!({
         "registration_socket": dirs.reg_socket(),
         "dra_socket": dirs.dra_socket(),
@@ -764,6 +831,16 @@ async fn structured_services_answer_foreign_clients_under_every_authority() {
                     .collect(),
                 no_check(),
             ),
+        ));
+    }
+    // Without DeviceFaults every device of the pool is healthy, in the stream's first
+    // message (the clients cancel the stream after it).
+    for version in ["v1alpha1", "v1"] {
+        expects.push(expect(
+            "dra",
+            &format!("{version}.DRAResourceHealth/NodeWatchResources"),
+            "",
+            all_healthy(NODE, &published),
         ));
     }
     verify(&lines, &probe.path, &expects);

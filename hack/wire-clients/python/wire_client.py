@@ -45,6 +45,8 @@ PROTOS = [
     "dra/v1alpha3/api.proto",
     "dra/v1beta1/api.proto",
     "dra/v1/api.proto",
+    "dra-health/v1alpha1/api.proto",
+    "dra-health/v1/api.proto",
 ]
 
 
@@ -57,7 +59,8 @@ def answers(response):
 
 
 def compile_protos(proto_dir, out_dir):
-    """Generates *_pb2.py and *_pb2_grpc.py into out_dir and imports them."""
+    """Generates *_pb2.py and *_pb2_grpc.py into out_dir and imports them (protoc's
+    Python generator writes a `-` of a directory name as `_`: dra-health → dra_health)."""
     args = ["protoc", f"-I{proto_dir}", f"--python_out={out_dir}", f"--grpc_python_out={out_dir}"]
     rc = protoc.main(args + PROTOS)
     if rc != 0:
@@ -65,7 +68,7 @@ def compile_protos(proto_dir, out_dir):
     sys.path.insert(0, out_dir)
     mods = {}
     for p in PROTOS:
-        base = p[: -len(".proto")].replace("/", ".")
+        base = p[: -len(".proto")].replace("-", "_").replace("/", ".")
         mods[p.split("/api.proto")[0]] = (
             importlib.import_module(base + "_pb2"),
             importlib.import_module(base + "_pb2_grpc"),
@@ -212,6 +215,35 @@ def structured(inp, mods, out, form, ch):
 
         out.call(form, "dra", f"{service}/NodePrepareResources", "all", prepare)
         out.call(form, "dra", f"{service}/NodeUnprepareResources", "all", unprepare)
+
+    # The device health stream: the first message, then the stream is cancelled (the
+    # plugin would send the list again after every change and periodically).
+    for version in ["v1alpha1", "v1"]:
+        pb, pb_grpc = mods[f"dra-health/{version}"]
+        stub = pb_grpc.DRAResourceHealthStub(ch)
+
+        def watch(stub=stub, pb=pb):
+            stream = stub.NodeWatchResources(pb.NodeWatchResourcesRequest(), timeout=t)
+            try:
+                first = next(stream, None)
+            finally:
+                stream.cancel()
+            if first is None:
+                # Closed by the plugin without a message: a response that says so.
+                return {"ended_without_message": True}
+            return {"devices": [{"pool": d.device.pool_name, "device": d.device.device_name,
+                                 "health": health_name(pb, d.health), "message": d.message}
+                                for d in first.devices]}
+
+        out.call(form, "dra", f"{version}.DRAResourceHealth/NodeWatchResources", "", watch)
+
+
+def health_name(pb, value):
+    """The enum value's name; a number the .proto does not name as that number."""
+    try:
+        return pb.HealthStatus.Name(value)
+    except ValueError:
+        return str(value)
 
 
 def main():

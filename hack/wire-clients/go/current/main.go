@@ -1,5 +1,6 @@
 // wire-client-go: the kubelet's side of plugin registration, the structured DRA services
-// (dra.v1beta1, dra.v1) and gRPC health, through the upstream generated code of
+// (dra.v1beta1, dra.v1), the device health stream (dra-health v1alpha1, v1) and gRPC
+// health, through the upstream generated code of
 // k8s.io/kubelet and grpc-go, once per authority form (see ../wire/wire.go).
 //
 // Usage: wire-client-go --input FILE     (JSON lines on stdout)
@@ -9,12 +10,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/fake-dra/fake-dra/hack/wire-clients/go/wire"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	drahealthv1 "k8s.io/kubelet/pkg/apis/dra-health/v1"
+	drahealthv1alpha1 "k8s.io/kubelet/pkg/apis/dra-health/v1alpha1"
 	drav1 "k8s.io/kubelet/pkg/apis/dra/v1"
 	drav1beta1 "k8s.io/kubelet/pkg/apis/dra/v1beta1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
@@ -172,6 +177,63 @@ func run(in wire.Input, out *wire.Emitter, form wire.Form) {
 		}
 		return map[string]any{"claims": m}, nil
 	})
+
+	// The device health stream: the first message, then the stream is cancelled (the
+	// plugin would send the list again after every change and periodically).
+	healthV1alpha1 := drahealthv1alpha1.NewDRAResourceHealthClient(conn)
+	call("dra", "v1alpha1.DRAResourceHealth/NodeWatchResources", "", func(ctx context.Context) (any, error) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		stream, err := healthV1alpha1.NodeWatchResources(ctx, &drahealthv1alpha1.NodeWatchResourcesRequest{})
+		if err != nil {
+			return nil, err
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			return firstMessageError(err)
+		}
+		cancel()
+		devices := []map[string]any{}
+		for _, d := range resp.GetDevices() {
+			devices = append(devices, deviceHealth(d.GetDevice().GetPoolName(), d.GetDevice().GetDeviceName(),
+				d.GetHealth().String(), d.GetMessage()))
+		}
+		return map[string]any{"devices": devices}, nil
+	})
+	healthV1 := drahealthv1.NewDRAResourceHealthClient(conn)
+	call("dra", "v1.DRAResourceHealth/NodeWatchResources", "", func(ctx context.Context) (any, error) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		stream, err := healthV1.NodeWatchResources(ctx, &drahealthv1.NodeWatchResourcesRequest{})
+		if err != nil {
+			return nil, err
+		}
+		resp, err := stream.Recv()
+		if err != nil {
+			return firstMessageError(err)
+		}
+		cancel()
+		devices := []map[string]any{}
+		for _, d := range resp.GetDevices() {
+			devices = append(devices, deviceHealth(d.GetDevice().GetPoolName(), d.GetDevice().GetDeviceName(),
+				d.GetHealth().String(), d.GetMessage()))
+		}
+		return map[string]any{"devices": devices}, nil
+	})
+}
+
+// firstMessageError is the answer of a health stream whose first Recv failed: a stream
+// the plugin closed without sending anything is reported as a response that says so
+// (the test then fails on it), any other error as the status.
+func firstMessageError(err error) (any, error) {
+	if errors.Is(err, io.EOF) {
+		return map[string]any{"ended_without_message": true}, nil
+	}
+	return nil, err
+}
+
+func deviceHealth(pool, name, health, message string) map[string]any {
+	return map[string]any{"pool": pool, "device": name, "health": health, "message": message}
 }
 
 func device(requests []string, pool, name string, ids []string) map[string]any {
