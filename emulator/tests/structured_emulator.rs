@@ -810,3 +810,182 @@ async fn unsatisfiable_requests_and_cel_errors_are_reported() {
             .all(|c| results(c).is_empty())
     );
 }
+
+/// Replaces node `node`'s slice with one whose devices are `devices` (generation 2).
+async fn republish(client: &kube::Client, node: &str, devices: Vec<Value>) {
+    let slices = api(client, "v1", "ResourceSlice", None);
+    let name = format!("{node}-{DRIVER}");
+    let mut current = slices.get(&name).await.unwrap();
+    current.data["spec"]["devices"] = json!(devices);
+    current.data["spec"]["pool"]["generation"] = json!(2);
+    slices
+        .replace(&name, &PostParams::default(), &current)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn device_taints_keep_new_claims_off_unless_tolerated() {
+    let (_server, client, _tasks) = control_plane().await;
+    let taint = json!([{"key": "fake.resource.3-shake.com/unhealthy", "effect": "NoSchedule"}]);
+    let info = json!([{"key": "note", "effect": "None"}]);
+    for node in ["n1", "n2"] {
+        let devices: Vec<Value> = (0..4)
+            .map(|i| {
+                let mut d = json!({"name": format!("fake-{i}"), "attributes": {"model": {"string": "M1"}, "index": {"int": i}}});
+                // Every device tainted but fake-3 of n2, which carries an informational taint.
+                if node == "n1" || i < 3 {
+                    d["taints"] = taint.clone();
+                } else {
+                    d["taints"] = info.clone();
+                }
+                d
+            })
+            .collect();
+        republish(&client, node, devices).await;
+    }
+    api(&client, "v1", "ResourceClaimTemplate", Some("default"))
+        .create(
+            &PostParams::default(),
+            &template(
+                "one",
+                json!({"name": "gpu", "exactly": {"deviceClassName": CLASS}}),
+            ),
+        )
+        .await
+        .unwrap();
+    api(&client, "v1", "ResourceClaimTemplate", Some("default"))
+        .create(
+            &PostParams::default(),
+            &template(
+                "tolerant",
+                json!({"name": "gpu", "exactly": {"deviceClassName": CLASS, "count": 4, "tolerations": [{"key": "fake.resource.3-shake.com/unhealthy", "operator": "Exists", "effect": "NoSchedule"}]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    create_pod(
+        &client,
+        &pod(
+            "a",
+            json!({"name": "gpu", "resourceClaimTemplateName": "one"}),
+        ),
+    )
+    .await;
+    create_pod(
+        &client,
+        &pod(
+            "b",
+            json!({"name": "gpu", "resourceClaimTemplateName": "one"}),
+        ),
+    )
+    .await;
+    create_pod(
+        &client,
+        &pod(
+            "t",
+            json!({"name": "gpu", "resourceClaimTemplateName": "tolerant"}),
+        ),
+    )
+    .await;
+    eventually("a and t placed", || async {
+        node_of(&client, "a").await.is_some() && node_of(&client, "t").await.is_some()
+    })
+    .await;
+    // The only untainted device (a None-effect taint does not count) is n2's fake-3.
+    assert_eq!(node_of(&client, "a").await.as_deref(), Some("n2"));
+    let claims = claims_v1(&client).await;
+    let of_pod = |p: &str| {
+        claims
+            .iter()
+            .find(|c| {
+                c["metadata"]["name"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(&format!("{p}-"))
+            })
+            .map(results)
+            .unwrap()
+    };
+    assert_eq!(of_pod("a")[0].2, "fake-3");
+    assert_eq!(
+        of_pod("t").len(),
+        4,
+        "tolerating the taint, it gets all four of n1"
+    );
+    // The second pod needs another untainted device: there is none.
+    eventually("b unschedulable", || async {
+        event_notes(&client, "FailedScheduling")
+            .await
+            .iter()
+            .any(|n| n.contains("cannot allocate all claims"))
+    })
+    .await;
+    assert_eq!(node_of(&client, "b").await, None);
+}
+
+#[tokio::test]
+async fn device_features_the_emulator_does_not_implement_are_refused_by_name() {
+    let (_server, client, _tasks) = control_plane().await;
+    let shapes = [
+        (
+            "counters",
+            json!({"consumesCounters": [{"counterSet": "s", "counters": {"c": {"value": "1"}}}]}),
+            "consumesCounters (partitionable devices)",
+        ),
+        (
+            "shared",
+            json!({"allowMultipleAllocations": true}),
+            "allowMultipleAllocations (consumable capacity)",
+        ),
+        (
+            "binding",
+            json!({"bindingConditions": ["a"], "bindingFailureConditions": ["f"]}),
+            "bindingConditions (binding conditions)",
+        ),
+    ];
+    for (i, (name, extra, feature)) in shapes.iter().enumerate() {
+        let mut device =
+            json!({"name": format!("x-{name}"), "attributes": {"model": {"string": "M1"}}});
+        for (k, v) in extra.as_object().unwrap() {
+            device[k] = v.clone();
+        }
+        republish(&client, "n1", vec![device]).await;
+        republish(&client, "n2", vec![]).await;
+        let t = format!("t{i}");
+        api(&client, "v1", "ResourceClaimTemplate", Some("default"))
+            .create(
+                &PostParams::default(),
+                &template(
+                    &t,
+                    json!({"name": "gpu", "exactly": {"deviceClassName": CLASS}}),
+                ),
+            )
+            .await
+            .unwrap();
+        create_pod(
+            &client,
+            &pod(
+                &format!("p{i}"),
+                json!({"name": "gpu", "resourceClaimTemplateName": t}),
+            ),
+        )
+        .await;
+        let feature = feature.to_string();
+        eventually(&format!("the refusal of {feature}"), || {
+            let client = client.clone();
+            let feature = feature.clone();
+            async move {
+                event_notes(&client, "FailedScheduling")
+                    .await
+                    .iter()
+                    .any(|n| {
+                        n.contains(&format!(
+                            "uses {feature}, which the emulated scheduler does not implement"
+                        ))
+                    })
+            }
+        })
+        .await;
+    }
+}

@@ -212,6 +212,63 @@ pub(super) fn enhance_runtime_error(error: &str) -> String {
     }
 }
 
+/// The device features the emulated allocator does not implement: upstream's allocator
+/// would honour them, so a device using one is never allocated here by guesswork.
+fn unsupported_feature(device: &Device) -> Option<&'static str> {
+    if device
+        .consumes_counters
+        .as_ref()
+        .is_some_and(|c| !c.is_empty())
+    {
+        return Some("consumesCounters (partitionable devices)");
+    }
+    if device.allow_multiple_allocations == Some(true) {
+        return Some("allowMultipleAllocations (consumable capacity)");
+    }
+    if device
+        .binding_conditions
+        .as_ref()
+        .is_some_and(|c| !c.is_empty())
+    {
+        return Some("bindingConditions (binding conditions)");
+    }
+    None
+}
+
+/// Whether the request's tolerations tolerate every taint of the device that keeps new
+/// allocations off it (`NoSchedule`, `NoExecute`; `None` and unknown effects do not, as
+/// the API says consumers must treat unknown effects like `None`), as upstream's
+/// `allocator.go` checks with `resourceclaim.ToleratesTaint`.
+fn tolerates(
+    device: &Device,
+    tolerations: &[k8s_openapi::api::resource::v1::DeviceToleration],
+) -> bool {
+    device.taints.iter().flatten().all(|t| {
+        if !matches!(t.effect.as_str(), "NoSchedule" | "NoExecute") {
+            return true;
+        }
+        tolerations.iter().any(|tol| {
+            let effect_ok = tol
+                .effect
+                .as_deref()
+                .is_none_or(|e| e.is_empty() || e == t.effect);
+            let key_ok = tol
+                .key
+                .as_deref()
+                .is_none_or(|k| k.is_empty() || k == t.key);
+            let value_ok = match tol.operator.as_deref().unwrap_or("Equal") {
+                "Exists" => true,
+                _ => {
+                    tol.value.as_deref().unwrap_or_default()
+                        == t.value.as_deref().unwrap_or_default()
+                }
+            };
+            // An empty key with operator Exists tolerates everything.
+            effect_ok && key_ok && value_ok
+        })
+    })
+}
+
 /// Allocates all `claims` together on `node`: `Ok(Some(allocations))` (one `status.allocation`
 /// per claim, in order), `Ok(None)` when the node cannot hold them, `Err` when no node can.
 pub fn allocate_on_node(
@@ -270,11 +327,20 @@ pub fn allocate_on_node(
             let request_selectors = exact.selectors.as_deref().unwrap_or_default();
             let mut matching = Vec::new();
             let class_whose = format!("class {}", exact.device_class_name);
+            let tolerations = exact.tolerations.as_deref().unwrap_or_default();
             for (i, (id, device)) in available.devices.iter().enumerate() {
                 if selector_matches(programs, class_selectors, &class_whose, id, device)?
                     && selector_matches(programs, request_selectors, &claim_name, id, device)?
                 {
-                    matching.push(i);
+                    if let Some(feature) = unsupported_feature(device) {
+                        return Err(AllocateError::Unresolvable(format!(
+                            "{whose}: device {}/{}/{} uses {feature}, which the emulated scheduler does not implement; it allocates no such device (run this on a real cluster: docs/real-kubernetes.md)",
+                            id.driver, id.pool, id.device
+                        )));
+                    }
+                    if tolerates(device, tolerations) {
+                        matching.push(i);
+                    }
                 }
             }
             match exact.allocation_mode.as_deref().unwrap_or("ExactCount") {

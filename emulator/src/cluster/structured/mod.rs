@@ -19,9 +19,12 @@
 //! - Reserve/PreBind: the `resource.kubernetes.io/delete-protection` finalizer, then
 //!   `status.allocation` and `reservedFor` in one status update; Bind.
 //!
+//! Device taints (`NoSchedule`, `NoExecute`) keep a device from new allocations unless the
+//! request tolerates them; nothing is evicted (no device taint eviction controller).
 //! What the allocator does not implement is refused with an Event, never guessed:
-//! `firstAvailable`, `constraints`, `adminAccess`, capacity requests, and slices published
-//! for `nodeSelector`/`allNodes`/per-device nodes (logged and skipped).
+//! `firstAvailable`, `constraints`, `adminAccess`, capacity requests, devices with
+//! `consumesCounters`, `allowMultipleAllocations` or `bindingConditions`, and slices
+//! published for `nodeSelector`/`allNodes`/per-device nodes (logged and skipped).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
