@@ -92,7 +92,12 @@ fn granted(objects: &[Value], sa: &str) -> Access {
         let role_name = b["roleRef"]["name"].as_str().unwrap();
         let role = find(objects, role_kind, role_name);
         if b["kind"] == "RoleBinding" {
-            assert_eq!(b["metadata"]["namespace"], FAKE_DRA_NAMESPACE);
+            // The driver's namespace; fleet mode's node heartbeats live in kube-node-lease.
+            assert!(
+                b["metadata"]["namespace"] == FAKE_DRA_NAMESPACE
+                    || b["metadata"]["namespace"] == "kube-node-lease",
+                "{b}"
+            );
         }
         for rule in role["rules"].as_array().unwrap() {
             let list = |k: &str| -> Vec<String> {
@@ -451,7 +456,53 @@ fn manifest_env_and_commands_match_the_binaries() {
     }
 }
 
+/// Fleet mode: its own Deployment, ServiceAccount and table; no per-node DaemonSet.
+#[test]
+fn the_fleet_overlay_grants_the_fleet_table_and_runs_the_fleet_subcommand() {
+    let objects = render("fleet");
+    assert_eq!(
+        granted(&objects, "fake-dra-fleet"),
+        expected(fake_dra_kubelet_plugin::API_ACCESS_FLEET),
+        "fleet RBAC (left) differs from fake_dra_kubelet_plugin::API_ACCESS_FLEET (right)"
+    );
+    assert!(
+        !objects.iter().any(|o| o["kind"] == "DaemonSet"),
+        "the fleet overlay runs no node plugin"
+    );
+    let deployment = find(&objects, "Deployment", "fake-dra-fleet");
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "fake-dra-fleet");
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    hardened(&pod["containers"][0]["securityContext"], "fleet container");
+    assert_eq!(deployment["spec"]["strategy"]["type"], "Recreate");
+    assert_eq!(pod["containers"][0]["command"][1], "fleet");
+    check_env_and_command_of(
+        &objects,
+        "Deployment",
+        "fake-dra-fleet",
+        "fake-dra-kubelet-plugin",
+        &["fleet"],
+    );
+    // The structured objects come along: the DeviceClass, the CRDs.
+    find(&objects, "DeviceClass", "fake.3-shake.com");
+    find(
+        &objects,
+        "CustomResourceDefinition",
+        "devicefaults.fake.resource.3-shake.com",
+    );
+}
+
 fn check_env_and_command(objects: &[Value], kind: &str, name: &str, bin: &str) {
+    check_env_and_command_of(objects, kind, name, bin, &[]);
+}
+
+fn check_env_and_command_of(
+    objects: &[Value],
+    kind: &str,
+    name: &str,
+    bin: &str,
+    subcommand: &[&str],
+) {
     let c = &find(objects, kind, name)["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(
         c["command"][0],
@@ -459,6 +510,7 @@ fn check_env_and_command(objects: &[Value], kind: &str, name: &str, bin: &str) {
         "{kind} {name} command"
     );
     let help = Command::new(fake_dra_emulator::binaries::locate(bin, None).unwrap())
+        .args(subcommand)
         .arg("--help")
         .output()
         .unwrap();

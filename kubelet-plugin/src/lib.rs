@@ -115,6 +115,39 @@ pub const API_ACCESS_STRUCTURED: &[(&str, &str, &[&str])] = &[
     ),
 ];
 
+/// The Kubernetes API access of fleet mode (`fake-dra-kubelet-plugin fleet`): the nodes
+/// it creates (Ready status, heartbeat Leases in `kube-node-lease`) and follows, every
+/// node's ResourceSlices, and what DeviceFaults ask of claims, as a controller that is
+/// not on the claims' nodes (`arbitrary-node:`). The RBAC of deploy/fleet grants exactly
+/// this; a test compares them.
+pub const API_ACCESS_FLEET: &[(&str, &str, &[&str])] = &[
+    ("", "nodes", &["get", "list", "watch", "create", "delete"]),
+    ("", "nodes/status", &["patch"]),
+    ("coordination.k8s.io", "leases", &["create", "patch"]),
+    (
+        "resource.k8s.io",
+        "resourceslices",
+        &["list", "watch", "create", "update", "delete"],
+    ),
+    ("resource.k8s.io", "resourceclaims", &["list", "watch"]),
+    ("resource.k8s.io", "resourceclaims/status", &["patch"]),
+    (
+        "resource.k8s.io",
+        "resourceclaims/driver",
+        &["arbitrary-node:patch"],
+    ),
+    (
+        fake_dra_api::PARAMS_GROUP,
+        "devicefaults",
+        &["list", "watch"],
+    ),
+    (
+        fake_dra_api::PARAMS_GROUP,
+        "devicefaults/status",
+        &["patch"],
+    ),
+];
+
 /// Name of the DRA socket in the plugin dir.
 pub const DRA_SOCKET: &str = "plugin.sock";
 
