@@ -30,6 +30,7 @@ declare -A VERSIONS=(
   [classic]="1.27.0 1.28.0 1.29.0 1.30.0"
   [classic-admission]="1.30.0"
   [structured]="1.32.0 1.33.0 1.34.0 1.35.0 1.36.0 1.37.0"
+  [fleet]="1.34.0 1.35.0 1.36.0 1.37.0"
   [helm-classic]="1.27.0 1.28.0 1.29.0 1.30.0"
   [helm-classic-admission]="1.30.0"
   [helm-structured]="1.34.0 1.35.0 1.36.0 1.37.0"
@@ -39,7 +40,9 @@ declare -A VERSIONS=(
 # in hack/lib.sh, as hack/deploy.sh, demo.sh and e2e-kind.sh apply them there).
 declare -A V1BETA1=([structured]="1.32.0 1.33.0")
 # Example manifests validated with each overlay, against the same versions.
-declare -A EXAMPLES=([classic]="deploy/examples" [structured]="deploy/examples/structured")
+# (Directories separated by spaces; fleet's: the newer DRA features and the DeviceFaults.)
+declare -A EXAMPLES=([classic]="deploy/examples" [structured]="deploy/examples/structured"
+  [fleet]="deploy/examples/structured/features deploy/examples/faults")
 
 need kubectl "kubectl (https://kubernetes.io/docs/tasks/tools/)"
 need go "Go 1.26, to build helm (https://go.dev/doc/install)"
@@ -138,9 +141,9 @@ echo "== schemas"
 for o in "${overlays[@]}" helm-classic helm-classic-admission helm-structured helm-structured-v1beta1; do
   echo "-- $o (${VERSIONS[$o]})"
   files=("$out/$o.yaml")
-  if [[ -n "${EXAMPLES[$o]:-}" ]]; then
-    for f in "${EXAMPLES[$o]}"/*.yaml; do files+=("$f"); done
-  fi
+  for d in ${EXAMPLES[$o]:-}; do
+    for f in "$d"/*.yaml; do files+=("$f"); done
+  done
   for v in ${VERSIONS[$o]}; do
     if [[ " ${V1BETA1[$o]:-} " == *" $v "* ]]; then
       # As applied to a 1.32/1.33 cluster: resource.k8s.io/v1beta1.

@@ -346,6 +346,25 @@ impl Sim {
         self.wait_registered(node, previous).await
     }
 
+    /// Sets environment variables of a node's plugin and starts it again with them, as
+    /// `kubectl set env daemonset/...` rolls the node's pod; waits until it registered.
+    pub async fn set_plugin_env(&mut self, node: &str, vars: &[(&str, &str)]) -> Result<(), SimError> {
+        let Some(spec) = self.plugin_specs.get_mut(node) else {
+            return Err(SimError::Deploy {
+                overlay: String::new(),
+                message: format!("no node {node}"),
+            });
+        };
+        for (k, v) in vars {
+            spec.env.retain(|(name, _)| name != k);
+            spec.env.push(((*k).to_owned(), (*v).to_owned()));
+        }
+        if let Some(process) = self.plugins.remove(node) {
+            process.terminate().await;
+        }
+        self.start_plugin(node).await
+    }
+
     /// Restarts a node's kubelet (containers keep running) and waits until the node's
     /// plugin registered with the new one.
     pub async fn restart_kubelet(&mut self, node: &str) -> Result<(), SimError> {

@@ -2,6 +2,8 @@
 //! which devices of a node's ResourceSlices satisfy a pod's unallocated claims.
 
 use super::*;
+use k8s_openapi::api::resource::v1::{DeviceTaint, DeviceToleration};
+
 use crate::cel::{compile, evaluate};
 
 /// A device, as allocation results name it.
@@ -239,33 +241,26 @@ fn unsupported_feature(device: &Device) -> Option<&'static str> {
 /// allocations off it (`NoSchedule`, `NoExecute`; `None` and unknown effects do not, as
 /// the API says consumers must treat unknown effects like `None`), as upstream's
 /// `allocator.go` checks with `resourceclaim.ToleratesTaint`.
-fn tolerates(
-    device: &Device,
-    tolerations: &[k8s_openapi::api::resource::v1::DeviceToleration],
-) -> bool {
+fn tolerates(device: &Device, tolerations: &[DeviceToleration]) -> bool {
     device.taints.iter().flatten().all(|t| {
-        if !matches!(t.effect.as_str(), "NoSchedule" | "NoExecute") {
-            return true;
-        }
-        tolerations.iter().any(|tol| {
-            let effect_ok = tol
-                .effect
-                .as_deref()
-                .is_none_or(|e| e.is_empty() || e == t.effect);
-            let key_ok = tol
-                .key
-                .as_deref()
-                .is_none_or(|k| k.is_empty() || k == t.key);
-            let value_ok = match tol.operator.as_deref().unwrap_or("Equal") {
-                "Exists" => true,
-                _ => {
-                    tol.value.as_deref().unwrap_or_default()
-                        == t.value.as_deref().unwrap_or_default()
-                }
-            };
-            // An empty key with operator Exists tolerates everything.
-            effect_ok && key_ok && value_ok
-        })
+        !matches!(t.effect.as_str(), "NoSchedule" | "NoExecute") || tolerated(t, tolerations)
+    })
+}
+
+/// Whether one of `tolerations` tolerates `taint` (key, operator `Exists`/`Equal`,
+/// value, effect; an empty key or effect matches any).
+pub(super) fn tolerated(taint: &DeviceTaint, tolerations: &[DeviceToleration]) -> bool {
+    tolerations.iter().any(|tol| {
+        let effect_ok = tol
+            .effect
+            .as_deref()
+            .is_none_or(|e| e.is_empty() || e == taint.effect);
+        let key_ok = tol.key.as_deref().is_none_or(|k| k.is_empty() || k == taint.key);
+        let value_ok = match tol.operator.as_deref().unwrap_or("Equal") {
+            "Exists" => true,
+            _ => tol.value.as_deref().unwrap_or_default() == taint.value.as_deref().unwrap_or_default(),
+        };
+        effect_ok && key_ok && value_ok
     })
 }
 

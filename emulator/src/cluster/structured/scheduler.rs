@@ -90,6 +90,27 @@ pub(super) async fn pass(
         load,
         programs: Programs::default(),
     };
+    // kube-controller-manager's device-taint-eviction-controller evicts the pods of claims
+    // allocated a device with an untolerated NoExecute taint; the emulator has none, and
+    // says so on the pod instead of keeping quiet.
+    for (claim, device) in untolerated_no_execute(&world.claims, &world.slices) {
+        for consumer in reserved_for(claim) {
+            let Some(pod) = pods.iter().find(|p| p.metadata.uid.as_deref() == Some(consumer.uid.as_str())) else {
+                continue;
+            };
+            let key = format!("no-execute {} {device}", consumer.uid);
+            if reported.contains_key(&key) {
+                continue;
+            }
+            let note = format!(
+                "device {device} has a NoExecute taint the claim does not tolerate; a real cluster evicts this pod (device-taint-eviction-controller), the emulator does not"
+            );
+            events
+                .warn(object_ref(pod), "DeviceTaintNotEvicted", "Evict", note)
+                .await;
+            reported.insert(key, String::new());
+        }
+    }
     for pod in &pods {
         if pod.node_name().is_some() || pod.metadata.deletion_timestamp.is_some() {
             continue;
@@ -132,6 +153,64 @@ pub(super) async fn pass(
     Ok(())
 }
 
+/// Claims allocated a device whose NoExecute taint their result does not tolerate, with
+/// the device as `driver/pool/device`.
+fn untolerated_no_execute<'a>(
+    claims: &'a [ResourceClaim],
+    slices: &[ResourceSlice],
+) -> Vec<(&'a ResourceClaim, String)> {
+    let mut found = Vec::new();
+    for claim in claims {
+        let results = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.allocation.as_ref())
+            .and_then(|a| a.devices.as_ref())
+            .and_then(|d| d.results.as_ref());
+        for r in results.into_iter().flatten() {
+            let device = slices
+                .iter()
+                .filter(|s| s.spec.driver == r.driver && s.spec.pool.name == r.pool)
+                .flat_map(|s| s.spec.devices.iter().flatten())
+                .find(|d| d.name == r.device);
+            let tolerations = r.tolerations.as_deref().unwrap_or_default();
+            let evicting = device
+                .into_iter()
+                .flat_map(|d| d.taints.iter().flatten())
+                .any(|t| t.effect == "NoExecute" && !super::allocator::tolerated(t, tolerations));
+            if evicting {
+                found.push((claim, format!("{}/{}/{}", r.driver, r.pool, r.device)));
+            }
+        }
+    }
+    found
+}
+
+/// The first resource a container of `pod` requests (or limits) that a DeviceClass backs:
+/// (resource name, class name).
+fn extended_resource_request(
+    pod: &DraPod,
+    classes: &BTreeMap<String, DeviceClass>,
+) -> Option<(String, String)> {
+    let backed_by = |resource: &str| {
+        classes.iter().find_map(|(name, class)| {
+            let explicit = class.spec.extended_resource_name.as_deref() == Some(resource);
+            let implicit = resource == format!("deviceclass.resource.kubernetes.io/{name}");
+            (explicit || implicit).then(|| name.clone())
+        })
+    };
+    pod.all_containers().find_map(|c| {
+        let extra = &c.resources.as_ref()?.extra;
+        ["limits", "requests"].iter().find_map(|field| {
+            extra
+                .get(*field)?
+                .as_object()?
+                .keys()
+                .find_map(|r| backed_by(r).map(|class| (r.clone(), class)))
+        })
+    })
+}
+
 /// Schedules one pod; returns the node it was bound to.
 pub(super) async fn schedule(
     api: &ResourceClient,
@@ -142,6 +221,16 @@ pub(super) async fn schedule(
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
     let pod_name = pod.metadata.name.clone().unwrap_or_default();
     let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
+
+    // Extended resources backed by DRA (a DeviceClass's extendedResourceName, or the
+    // implicit deviceclass.resource.kubernetes.io/<class>): upstream's scheduler makes a
+    // special claim for them in PreBind; the emulator does not, so it refuses the pod
+    // rather than place it without its devices.
+    if let Some((resource, class)) = extended_resource_request(pod, &world.classes) {
+        return Err(ScheduleError::Unschedulable(format!(
+            "the pod requests {resource}, an extended resource backed by DeviceClass {class} (DRAExtendedResource), which the emulated scheduler does not implement; run this on a real cluster (docs/real-kubernetes.md)"
+        )));
+    }
 
     // PreEnqueue (foreachPodResourceClaim), then PreFilter.
     let mut claims: Vec<ResourceClaim> = Vec::new();
