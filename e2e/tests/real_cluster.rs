@@ -26,7 +26,7 @@ use std::time::Instant;
 use real::backend::{Backend, Emulated};
 use real::cluster::RealCluster;
 use real::protocol::{self, Protocol};
-use real::{access, scenarios};
+use real::{access, features, scenarios};
 
 const REQUIRE_ENV: &str = "FAKE_DRA_REQUIRE_REAL_K8S";
 /// `0` turns the real-cluster test off (a SKIPPED line), e.g. for a `cargo test --workspace`
@@ -68,6 +68,17 @@ async fn all_scenarios<B: Backend>(b: &mut B, p: &mut Protocol) {
     scenarios::bad_opaque_parameters(b, p).await;
     scenarios::device_class_on_a_missing_attribute(b, p).await;
     scenarios::container_naming_one_request(b, p).await;
+    features::prioritized_list(b, p).await;
+    features::admin_access(b, p).await;
+    features::extended_resource(b, p).await;
+    features::gpu_profile(b, p).await;
+    features::device_taints(b, p).await;
+    features::device_health(b, p).await;
+    features::prepare_fault(b, p).await;
+    features::binding_conditions(b, p).await;
+    features::device_status(b, p).await;
+    features::fleet_mode(b, p).await;
+    features::getinfo_fault(b, p).await;
     scenarios::kill_9_of_the_plugin(b, p).await;
     scenarios::kubelet_restart(b, p).await;
     scenarios::nothing_left(b, p).await;

@@ -36,18 +36,32 @@ fn can_i_list(cluster: &RealCluster, who: &str) -> BTreeSet<(String, String, Str
             .captures(line)
             .unwrap_or_else(|| panic!("unexpected can-i row: {line:?}"));
         let (resource, urls, names, verbs) = (&caps[1], &caps[2], &caps[3], &caps[4]);
-        assert!(
-            names.trim().is_empty(),
-            "{who}: rule limited to resource names: {line}"
-        );
+        // `resourceclaims.resource.k8s.io/driver`: resource, group, subresource.
+        let (resource_group, sub) = match resource.split_once('/') {
+            Some((rg, sub)) => (rg, format!("/{sub}")),
+            None => (resource, String::new()),
+        };
         let (group, what) = if resource.is_empty() {
             (String::new(), format!("<{}>", urls.trim()))
         } else {
-            match resource.split_once('.') {
-                Some((r, g)) => (g.to_string(), r.to_string()),
-                None => (String::new(), resource.to_string()),
+            match resource_group.split_once('.') {
+                Some((r, g)) => (g.to_string(), format!("{r}{sub}")),
+                None => (String::new(), format!("{resource_group}{sub}")),
             }
         };
+        // Only the synthetic driver permission is limited to names: the driver's own.
+        if what == "resourceclaims/driver" {
+            assert_eq!(
+                names.trim(),
+                crate::common::DRIVER,
+                "{who}: resourceclaims/driver must be granted for the driver only: {line}"
+            );
+        } else {
+            assert!(
+                names.trim().is_empty(),
+                "{who}: rule limited to resource names: {line}"
+            );
+        }
         for verb in verbs.split_whitespace() {
             access.insert((group.clone(), what.clone(), verb.to_string()));
         }

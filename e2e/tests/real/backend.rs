@@ -34,6 +34,9 @@ pub trait Backend {
     async fn restart_kubelet(&mut self);
     /// Our CDI spec files in the node's CDI directory.
     fn cdi_specs(&self) -> Vec<String>;
+    /// Sets environment variables of the plugin's container and waits until the plugin
+    /// runs with them (`kubectl set env daemonset/...`; the emulator restarts it so).
+    async fn set_plugin_env(&mut self, vars: &[(&str, &str)]);
 }
 
 fn cdi_files(dir: &std::path::Path) -> Vec<String> {
@@ -128,6 +131,46 @@ impl Backend for RealCluster {
 
     fn cdi_specs(&self) -> Vec<String> {
         cdi_files(std::path::Path::new("/var/run/cdi"))
+    }
+
+    async fn set_plugin_env(&mut self, vars: &[(&str, &str)]) {
+        let (before, _, _) = plugin_container(self);
+        let mut args = vec![
+            "-n".to_string(),
+            DRIVER_NAMESPACE.to_string(),
+            "set".to_string(),
+            "env".to_string(),
+            "daemonset/fake-dra-kubelet-plugin".to_string(),
+        ];
+        args.extend(vars.iter().map(|(k, v)| format!("{k}={v}")));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.kubectl(&args)
+            .unwrap_or_else(|e| panic!("kubectl set env: {e}"));
+        self.kubectl(&[
+            "-n",
+            DRIVER_NAMESPACE,
+            "rollout",
+            "status",
+            "daemonset/fake-dra-kubelet-plugin",
+            "--timeout=180s",
+        ])
+        .unwrap_or_else(|e| panic!("kubectl rollout status: {e}"));
+        super::scenarios::wait_until("the new plugin pod ready", || async {
+            let (now, _, _) = plugin_container(self);
+            let ready = self
+                .kubectl(&[
+                    "-n",
+                    DRIVER_NAMESPACE,
+                    "get",
+                    "pod",
+                    &now,
+                    "-o",
+                    "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+                ])
+                .unwrap_or_default();
+            (now != before && ready == "True").then_some(())
+        })
+        .await;
     }
 }
 
@@ -244,5 +287,12 @@ impl Backend for Emulated {
 
     fn cdi_specs(&self) -> Vec<String> {
         cdi_files(&self.sim.node_dirs(&self.node).cdi_root)
+    }
+
+    async fn set_plugin_env(&mut self, vars: &[(&str, &str)]) {
+        self.sim
+            .set_plugin_env(&self.node, vars)
+            .await
+            .unwrap_or_else(|e| panic!("restarting the plugin with {vars:?}: {e}"));
     }
 }

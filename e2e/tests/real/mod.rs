@@ -5,5 +5,6 @@
 pub mod access;
 pub mod backend;
 pub mod cluster;
+pub mod features;
 pub mod protocol;
 pub mod scenarios;

@@ -24,6 +24,10 @@ pub const RECORDED_ON: (u32, u32) = (1, 37);
 pub const REAL_ONLY: &[&str] = &[
     "rbac-equals-the-api-access-table",
     "slices-of-another-node-are-denied",
+    // The emulator runs no Deployment of the driver's image (docs/emulator.md).
+    "fleet-mode",
+    // The emulated plugin restart waits for a registration the fault refuses.
+    "getinfo-fault",
 ];
 
 /// Where the emulator knowingly differs from the real cluster: (scenario, key, what the

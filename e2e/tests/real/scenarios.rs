@@ -41,12 +41,12 @@ where
 
 // --- reading the cluster ----------------------------------------------------------------
 
-fn example(name: &str) -> String {
+pub(super) fn example(name: &str) -> String {
     let path = examples_dir().join("structured").join(name);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-async fn apply<B: Backend>(b: &B, yaml: &str) {
+pub(super) async fn apply<B: Backend>(b: &B, yaml: &str) {
     if let Err(e) = b.apply(yaml).await {
         panic!("{}: applying failed: {e}\n{yaml}", b.name());
     }
@@ -59,14 +59,14 @@ pub async fn get_pod<B: Backend>(b: &B, namespace: &str, name: &str) -> Option<P
         .unwrap_or_else(|e| panic!("get pod {namespace}/{name}: {e}"))
 }
 
-fn phase(pod: &Pod) -> String {
+pub(super) fn phase(pod: &Pod) -> String {
     pod.status
         .as_ref()
         .and_then(|s| s.phase.clone())
         .unwrap_or_default()
 }
 
-fn restarts(pod: &Pod) -> i32 {
+pub(super) fn restarts(pod: &Pod) -> i32 {
     pod.status
         .as_ref()
         .and_then(|s| s.container_statuses.as_ref())
@@ -74,11 +74,11 @@ fn restarts(pod: &Pod) -> i32 {
         .unwrap_or_default()
 }
 
-fn node_of(pod: &Pod) -> Option<String> {
+pub(super) fn node_of(pod: &Pod) -> Option<String> {
     pod.spec.as_ref().and_then(|s| s.node_name.clone())
 }
 
-async fn wait_phase<B: Backend>(b: &B, namespace: &str, name: &str, want: &str) -> Pod {
+pub(super) async fn wait_phase<B: Backend>(b: &B, namespace: &str, name: &str, want: &str) -> Pod {
     wait_until(&format!("pod {namespace}/{name} {want}"), || async {
         get_pod(b, namespace, name)
             .await
@@ -110,7 +110,7 @@ pub async fn env_of<B: Backend>(
 
 /// Waits until the pod runs and its container printed its env; records the phase, the
 /// number of devices and our env names; checks the variables every container gets.
-async fn running<B: Backend>(
+pub(super) async fn running<B: Backend>(
     b: &B,
     p: &mut Protocol,
     namespace: &str,
@@ -138,7 +138,7 @@ async fn running<B: Backend>(
 }
 
 /// (reason, note) of the events about an object.
-async fn events_of<B: Backend>(b: &B, namespace: &str, object: &str) -> Vec<(String, String)> {
+pub(super) async fn events_of<B: Backend>(b: &B, namespace: &str, object: &str) -> Vec<(String, String)> {
     Api::<Event>::namespaced(b.client(), namespace)
         .list(&ListParams::default())
         .await
@@ -153,7 +153,7 @@ async fn events_of<B: Backend>(b: &B, namespace: &str, object: &str) -> Vec<(Str
 /// Waits for the event with `reason` about the pod whose message is the `settled` one
 /// (the one the pod stays with), asserts the pod is Pending, and records the message and
 /// any other message of that reason seen so far.
-async fn pending_with<B: Backend>(
+pub(super) async fn pending_with<B: Backend>(
     b: &B,
     p: &mut Protocol,
     (namespace, pod): (&str, &str),
@@ -197,7 +197,7 @@ async fn pending_with<B: Backend>(
     note
 }
 
-async fn claims<B: Backend>(b: &B, namespace: Option<&str>) -> Vec<ResourceClaim> {
+pub(super) async fn claims<B: Backend>(b: &B, namespace: Option<&str>) -> Vec<ResourceClaim> {
     let api: Api<ResourceClaim> = match namespace {
         Some(ns) => Api::namespaced(b.client(), ns),
         None => Api::all(b.client()),
@@ -209,7 +209,7 @@ async fn claims<B: Backend>(b: &B, namespace: Option<&str>) -> Vec<ResourceClaim
 }
 
 /// (pool, device) of our driver in a claim's allocation.
-fn held(claim: &ResourceClaim) -> Vec<(String, String)> {
+pub(super) fn held(claim: &ResourceClaim) -> Vec<(String, String)> {
     claim
         .status
         .as_ref()
@@ -226,7 +226,7 @@ fn held(claim: &ResourceClaim) -> Vec<(String, String)> {
         .unwrap_or_default()
 }
 
-async fn claim<B: Backend>(b: &B, namespace: &str, name: &str) -> ResourceClaim {
+pub(super) async fn claim<B: Backend>(b: &B, namespace: &str, name: &str) -> ResourceClaim {
     Api::<ResourceClaim>::namespaced(b.client(), namespace)
         .get(name)
         .await
@@ -234,7 +234,7 @@ async fn claim<B: Backend>(b: &B, namespace: &str, name: &str) -> ResourceClaim 
 }
 
 /// The claim a pod's `resourceClaims` entry resolved to.
-async fn claim_of<B: Backend>(b: &B, namespace: &str, pod: &str, pod_claim: &str) -> ResourceClaim {
+pub(super) async fn claim_of<B: Backend>(b: &B, namespace: &str, pod: &str, pod_claim: &str) -> ResourceClaim {
     let name = wait_until(
         &format!("{namespace}/{pod}'s claim {pod_claim}"),
         || async {
@@ -262,7 +262,7 @@ async fn claim_of<B: Backend>(b: &B, namespace: &str, pod: &str, pod_claim: &str
 }
 
 /// No device is allocated to two claims.
-async fn assert_no_device_twice<B: Backend>(b: &B) {
+pub(super) async fn assert_no_device_twice<B: Backend>(b: &B) {
     let mut owner: BTreeMap<(String, String), String> = BTreeMap::new();
     for c in claims(b, None).await {
         let name = format!(
@@ -281,7 +281,7 @@ async fn assert_no_device_twice<B: Backend>(b: &B) {
     }
 }
 
-async fn node_slices<B: Backend>(b: &B) -> Vec<ResourceSlice> {
+pub(super) async fn node_slices<B: Backend>(b: &B) -> Vec<ResourceSlice> {
     let node = b.node();
     Api::<ResourceSlice>::all(b.client())
         .list(&ListParams::default())
@@ -294,7 +294,7 @@ async fn node_slices<B: Backend>(b: &B) -> Vec<ResourceSlice> {
 }
 
 /// The parent ids (the `uuid` attribute) of allocated devices.
-async fn parent_ids<B: Backend>(b: &B, allocated: &[(String, String)]) -> Vec<String> {
+pub(super) async fn parent_ids<B: Backend>(b: &B, allocated: &[(String, String)]) -> Vec<String> {
     let slices = node_slices(b).await;
     allocated
         .iter()
@@ -310,14 +310,14 @@ async fn parent_ids<B: Backend>(b: &B, allocated: &[(String, String)]) -> Vec<St
         .collect()
 }
 
-fn cdi_spec_of(b: &impl Backend, claim: &ResourceClaim) -> bool {
+pub(super) fn cdi_spec_of(b: &impl Backend, claim: &ResourceClaim) -> bool {
     let uid = claim.metadata.uid.clone().unwrap_or_default();
     b.cdi_specs().iter().any(|f| f.contains(&uid))
 }
 
 /// Deletes the namespaces and waits until they are gone (their claims deleted) and the
 /// node has unprepared their claims, so the next scenario finds those devices free.
-async fn delete_namespaces<B: Backend>(b: &B, names: &[&str]) {
+pub(super) async fn delete_namespaces<B: Backend>(b: &B, names: &[&str]) {
     let mut uids = Vec::new();
     for name in names {
         uids.extend(
@@ -357,7 +357,7 @@ async fn delete_namespaces<B: Backend>(b: &B, names: &[&str]) {
 
 /// The pod with one container printing its env and the claims given, as (pod claim
 /// name, `resourceClaimName` or `resourceClaimTemplateName`).
-fn pod_yaml(namespace: &str, name: &str, claims: &[(&str, &str)]) -> String {
+pub(super) fn pod_yaml(namespace: &str, name: &str, claims: &[(&str, &str)]) -> String {
     let uses: Vec<String> = claims
         .iter()
         .map(|(n, _)| format!("{{name: {n}}}"))
@@ -387,13 +387,13 @@ spec:
     )
 }
 
-fn namespace_yaml(name: &str) -> String {
+pub(super) fn namespace_yaml(name: &str) -> String {
     format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {name}}}\n")
 }
 
 /// A claim of `count` devices of class `class`, with opaque parameters when given (YAML
 /// flow syntax).
-fn claim_yaml(
+pub(super) fn claim_yaml(
     kind: &str,
     namespace: &str,
     name: &str,
@@ -425,13 +425,13 @@ fn claim_yaml(
     )
 }
 
-fn params(spec: &str) -> String {
+pub(super) fn params(spec: &str) -> String {
     format!(
         "{{apiVersion: fake.resource.3-shake.com/v1alpha1, kind: FakeClaimParameters, spec: {spec}}}"
     )
 }
 
-fn docs(parts: &[String]) -> String {
+pub(super) fn docs(parts: &[String]) -> String {
     parts.join("\n---\n")
 }
 
