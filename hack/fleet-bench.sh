@@ -7,7 +7,7 @@
 # bare Nodes, API requests per node, peak memory) and scheduling (pods/s with one-device
 # claims at scheduler_perf's 5000pods_500nodes shape against the same pods without claims).
 # Needs root. Takes about 15 minutes on 2 cores with warm caches.
-# Usage: hack/fleet-bench.sh [--publish 1000,5000] [--devices 8] [--sched-nodes 500]
+# Usage: hack/fleet-bench.sh [--cargo-profile release|dev] [--publish 1000,5000] [--devices 8] [--sched-nodes 500]
 #                            [--sched-init 2500] [--sched-pods 2500]
 #   (--sched-pods 0 skips the scheduling part; --publish "" the publishing part)
 set -euo pipefail
@@ -16,9 +16,20 @@ source "$ROOT/hack/kube/lib.sh"
 case "${1:-}" in -h|--help) usage; exit 0 ;; esac
 [[ "$(id -u)" == 0 ]] || die "must run as root (hack/local-cluster.sh mounts and makes network interfaces)"
 cd "$ROOT"
-cargo build -q --release -p fake-dra-kubelet-plugin --bin fake-dra-kubelet-plugin --example fleet_bench
+# --cargo-profile dev measures the binaries `cargo test --workspace` left in target/debug
+# (no release build); the default builds release ones.
+profile=release
+if [[ "${1:-}" == --cargo-profile ]]; then
+  profile="${2:?--cargo-profile needs release or dev}"
+  shift 2
+fi
+case "$profile" in
+  release) cargo build -q --release -p fake-dra-kubelet-plugin --bin fake-dra-kubelet-plugin --example fleet_bench; out=release ;;
+  dev) cargo build -q -p fake-dra-kubelet-plugin --bin fake-dra-kubelet-plugin --example fleet_bench; out=debug ;;
+  *) die "--cargo-profile: release or dev, not $profile" ;;
+esac
 "$ROOT/hack/kube-build.sh" >/dev/null
-"$ROOT/hack/build-image-local.sh" --skip-cargo >/dev/null
+"$ROOT/hack/build-image-local.sh" --cargo-profile "$profile" --skip-cargo >/dev/null
 if "$ROOT/hack/local-cluster.sh" status 2>/dev/null | grep -q '^running'; then
   die "a local cluster is already running (hack/local-cluster.sh down first): the benchmark needs a fresh one"
 fi
@@ -26,7 +37,7 @@ trap '"$ROOT/hack/local-cluster.sh" down >/dev/null 2>&1 || true' EXIT
 "$ROOT/hack/local-cluster.sh" up >/dev/null
 kubeconfig="$("$ROOT/hack/local-cluster.sh" kubeconfig)"
 "$KUBE_BIN/kubectl" --kubeconfig "$kubeconfig" apply -f deploy/crds/devicefaults.yaml >/dev/null
-echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -r); $("$KUBE_BIN/kubectl" --kubeconfig "$kubeconfig" version 2>/dev/null | grep 'Server Version')"
+echo "binaries: $profile profile; machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -r); $("$KUBE_BIN/kubectl" --kubeconfig "$kubeconfig" version 2>/dev/null | grep 'Server Version')"
 target="${CARGO_TARGET_DIR:-$ROOT/target}"
-"$target/release/examples/fleet_bench" --kubeconfig "$kubeconfig" \
-  --plugin "$target/release/fake-dra-kubelet-plugin" "$@"
+"$target/$out/examples/fleet_bench" --kubeconfig "$kubeconfig" \
+  --plugin "$target/$out/fake-dra-kubelet-plugin" "$@"

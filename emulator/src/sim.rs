@@ -348,7 +348,11 @@ impl Sim {
 
     /// Sets environment variables of a node's plugin and starts it again with them, as
     /// `kubectl set env daemonset/...` rolls the node's pod; waits until it registered.
-    pub async fn set_plugin_env(&mut self, node: &str, vars: &[(&str, &str)]) -> Result<(), SimError> {
+    pub async fn set_plugin_env(
+        &mut self,
+        node: &str,
+        vars: &[(&str, &str)],
+    ) -> Result<(), SimError> {
         let Some(spec) = self.plugin_specs.get_mut(node) else {
             return Err(SimError::Deploy {
                 overlay: String::new(),

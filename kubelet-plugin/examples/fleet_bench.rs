@@ -73,7 +73,11 @@ fn args() -> Args {
             other => panic!("unknown flag {other}"),
         }
     }
-    assert!(a.plugin.is_file(), "--plugin {}: not a file", a.plugin.display());
+    assert!(
+        a.plugin.is_file(),
+        "--plugin {}: not a file",
+        a.plugin.display()
+    );
     a
 }
 
@@ -86,12 +90,21 @@ struct Fleet {
 
 impl Fleet {
     fn start(a: &Args, extra: &[&str]) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let mut child = Command::new(&a.plugin)
             .arg("fleet")
             .arg("--kubeconfig")
             .arg(&a.kubeconfig)
-            .args(["--http-address", &format!("127.0.0.1:{port}"), "--concurrency", "32"])
+            .args([
+                "--http-address",
+                &format!("127.0.0.1:{port}"),
+                "--concurrency",
+                "32",
+            ])
             .args(extra)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
@@ -106,7 +119,11 @@ impl Fleet {
                 sink.lock().unwrap().push(line);
             }
         });
-        Self { child, lines, metrics_port: port }
+        Self {
+            child,
+            lines,
+            metrics_port: port,
+        }
     }
 
     /// The number after `key=` in the first log line containing `needle`.
@@ -114,11 +131,16 @@ impl Fleet {
         let lines = self.lines.lock().unwrap();
         let line = lines.iter().find(|l| l.contains(needle))?;
         let rest = line.split(&format!("{key}=")).nth(1)?;
-        rest.split_whitespace().next()?.trim_matches('"').parse().ok()
+        rest.split_whitespace()
+            .next()?
+            .trim_matches('"')
+            .parse()
+            .ok()
     }
 
     fn peak_memory_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
         status
             .lines()
             .find_map(|l| l.strip_prefix("VmHWM:"))
@@ -128,7 +150,10 @@ impl Fleet {
 
     fn requests(&self) -> u64 {
         let out = Command::new("curl")
-            .args(["-s", &format!("http://127.0.0.1:{}/metrics", self.metrics_port)])
+            .args([
+                "-s",
+                &format!("http://127.0.0.1:{}/metrics", self.metrics_port),
+            ])
             .output()
             .unwrap();
         String::from_utf8_lossy(&out.stdout)
@@ -139,7 +164,9 @@ impl Fleet {
     }
 
     fn stop(mut self) {
-        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
         let _ = self.child.wait();
     }
 }
@@ -186,20 +213,41 @@ async fn publish(a: &Args, client: &kube::Client, n: usize) {
     let started = Instant::now();
     let fleet = Fleet::start(
         a,
-        &["--create-nodes", &n.to_string(), "--num-devices", &a.devices.to_string(), "--heartbeat-interval", "0"],
+        &[
+            "--create-nodes",
+            &n.to_string(),
+            "--num-devices",
+            &a.devices.to_string(),
+            "--heartbeat-interval",
+            "0",
+        ],
     );
-    wait_for("every fleet node's slice", Duration::from_secs(1800), async || count_pools(client).await >= n).await;
+    wait_for(
+        "every fleet node's slice",
+        Duration::from_secs(1800),
+        async || count_pools(client).await >= n,
+    )
+    .await;
     let all_slices = started.elapsed().as_secs_f64();
     // Let the fleet notice the sync is complete, then read its own account.
-    wait_for("the fleet's sync log line", Duration::from_secs(120), async || {
-        fleet.logged("fleet published", "seconds").is_some()
-    })
+    wait_for(
+        "the fleet's sync log line",
+        Duration::from_secs(120),
+        async || fleet.logged("fleet published", "seconds").is_some(),
+    )
     .await;
-    let nodes_created = fleet.logged("fleet nodes created", "seconds").unwrap_or(f64::NAN);
+    let nodes_created = fleet
+        .logged("fleet nodes created", "seconds")
+        .unwrap_or(f64::NAN);
     let requests = fleet.requests();
     let memory = fleet.peak_memory_kib();
     fleet.stop();
-    wait_for("the fleet's nodes gone", Duration::from_secs(1800), async || fleet_nodes(client).await == 0).await;
+    wait_for(
+        "the fleet's nodes gone",
+        Duration::from_secs(1800),
+        async || fleet_nodes(client).await == 0,
+    )
+    .await;
     println!(
         "| publish | {n} nodes × {} devices | all slices present after {all_slices:.1} s | floor: {n} bare Nodes created in {nodes_created:.1} s | ratio {:.2} | {:.2} API requests per node | peak RSS {:.1} MiB |",
         a.devices,
@@ -218,9 +266,13 @@ fn pod(namespace: &str, name: &str, with_claim: bool) -> Pod {
     });
     if with_claim {
         spec["containers"][0]["resources"] = json!({"claims": [{"name": "dev"}]});
-        spec["resourceClaims"] = json!([{"name": "dev", "resourceClaimTemplateName": "one-device"}]);
+        spec["resourceClaims"] =
+            json!([{"name": "dev", "resourceClaimTemplateName": "one-device"}]);
     }
-    serde_json::from_value(json!({"metadata": {"name": name, "namespace": namespace}, "spec": spec})).unwrap()
+    serde_json::from_value(
+        json!({"metadata": {"name": name, "namespace": namespace}, "spec": spec}),
+    )
+    .unwrap()
 }
 
 async fn create_pods(client: &kube::Client, namespace: &str, names: &[String], with_claim: bool) {
@@ -248,27 +300,43 @@ async fn bound(client: &kube::Client, namespace: &str) -> usize {
 
 async fn namespace(client: &kube::Client, name: &str) {
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
-    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &ns).await.unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
 }
 
 /// Pods bound to nodes without a kubelet never finish a graceful deletion: force them.
 async fn drop_namespace(client: &kube::Client, name: &str) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), name);
     let _ = pods
-        .delete_collection(&DeleteParams::default().grace_period(0), &ListParams::default())
+        .delete_collection(
+            &DeleteParams::default().grace_period(0),
+            &ListParams::default(),
+        )
         .await;
-    let _ = Api::<Namespace>::all(client.clone()).delete(name, &DeleteParams::default()).await;
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(name, &DeleteParams::default())
+        .await;
 }
 
 /// Schedules `count` pods in `ns` and returns pods bound per second.
-async fn measure(client: &kube::Client, ns: &str, prefix: &str, count: usize, with_claim: bool) -> f64 {
+async fn measure(
+    client: &kube::Client,
+    ns: &str,
+    prefix: &str,
+    count: usize,
+    with_claim: bool,
+) -> f64 {
     let names: Vec<String> = (0..count).map(|i| format!("{prefix}-{i}")).collect();
     let before = bound(client, ns).await;
     let started = Instant::now();
     create_pods(client, ns, &names, with_claim).await;
-    wait_for(&format!("{count} pods of {ns} bound"), Duration::from_secs(3600), async || {
-        bound(client, ns).await >= before + count
-    })
+    wait_for(
+        &format!("{count} pods of {ns} bound"),
+        Duration::from_secs(3600),
+        async || bound(client, ns).await >= before + count,
+    )
     .await;
     count as f64 / started.elapsed().as_secs_f64()
 }
@@ -276,13 +344,26 @@ async fn measure(client: &kube::Client, ns: &str, prefix: &str, count: usize, wi
 async fn scheduling(a: &Args, client: &kube::Client) {
     let fleet = Fleet::start(
         a,
-        &["--create-nodes", &a.sched_nodes.to_string(), "--num-devices", "10", "--node-taints", "fake.resource.3-shake.com/fleet=true:NoSchedule"],
+        &[
+            "--create-nodes",
+            &a.sched_nodes.to_string(),
+            "--num-devices",
+            "10",
+            "--node-taints",
+            "fake.resource.3-shake.com/fleet=true:NoSchedule",
+        ],
     );
-    wait_for("the nodes' slices", Duration::from_secs(1800), async || count_pools(client).await >= a.sched_nodes).await;
+    wait_for("the nodes' slices", Duration::from_secs(1800), async || {
+        count_pools(client).await >= a.sched_nodes
+    })
+    .await;
     let class = json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "fake.3-shake.com"},
         "spec": {"selectors": [{"cel": {"expression": format!("device.driver == \"{DRIVER}\"")}}]}});
     let _ = Api::<k8s_openapi::api::resource::v1::DeviceClass>::all(client.clone())
-        .create(&PostParams::default(), &serde_json::from_value(class).unwrap())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(class).unwrap(),
+        )
         .await;
 
     namespace(client, "bench-plain").await;
@@ -293,21 +374,48 @@ async fn scheduling(a: &Args, client: &kube::Client) {
     let template = json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
         "metadata": {"name": "one-device", "namespace": "bench-dra"},
         "spec": {"spec": {"devices": {"requests": [{"name": "dev", "exactly": {"deviceClassName": "fake.3-shake.com"}}]}}}});
-    Api::<k8s_openapi::api::resource::v1::ResourceClaimTemplate>::namespaced(client.clone(), "bench-dra")
-        .create(&PostParams::default(), &serde_json::from_value(template).unwrap())
-        .await
-        .unwrap();
+    Api::<k8s_openapi::api::resource::v1::ResourceClaimTemplate>::namespaced(
+        client.clone(),
+        "bench-dra",
+    )
+    .create(
+        &PostParams::default(),
+        &serde_json::from_value(template).unwrap(),
+    )
+    .await
+    .unwrap();
     let init = measure(client, "bench-dra", "init", a.sched_init, true).await;
     let dra = measure(client, "bench-dra", "measured", a.sched_pods, true).await;
     // Every claim allocated, no device twice.
-    let claims = Api::<ResourceClaim>::namespaced(client.clone(), "bench-dra").list(&ListParams::default()).await.unwrap().items;
+    let claims = Api::<ResourceClaim>::namespaced(client.clone(), "bench-dra")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
     let mut devices = BTreeSet::new();
     for c in &claims {
-        for r in c.status.as_ref().and_then(|s| s.allocation.as_ref()).and_then(|a| a.devices.as_ref()).and_then(|d| d.results.as_ref()).into_iter().flatten() {
-            assert!(devices.insert((r.pool.clone(), r.device.clone())), "{}/{} allocated twice", r.pool, r.device);
+        for r in c
+            .status
+            .as_ref()
+            .and_then(|s| s.allocation.as_ref())
+            .and_then(|a| a.devices.as_ref())
+            .and_then(|d| d.results.as_ref())
+            .into_iter()
+            .flatten()
+        {
+            assert!(
+                devices.insert((r.pool.clone(), r.device.clone())),
+                "{}/{} allocated twice",
+                r.pool,
+                r.device
+            );
         }
     }
-    assert_eq!(devices.len(), a.sched_init + a.sched_pods, "one device per pod");
+    assert_eq!(
+        devices.len(),
+        a.sched_init + a.sched_pods,
+        "one device per pod"
+    );
     println!(
         "| schedule | {} nodes × 10 devices, {} pods first, {} measured | {dra:.1} pods/s with a one-device claim each | floor: {plain:.1} pods/s without claims | ratio {:.2} | (the first {} with claims: {init:.1} pods/s) |",
         a.sched_nodes,
@@ -318,7 +426,12 @@ async fn scheduling(a: &Args, client: &kube::Client) {
     );
     drop_namespace(client, "bench-dra").await;
     fleet.stop();
-    wait_for("the fleet's nodes gone", Duration::from_secs(1800), async || fleet_nodes(client).await == 0).await;
+    wait_for(
+        "the fleet's nodes gone",
+        Duration::from_secs(1800),
+        async || fleet_nodes(client).await == 0,
+    )
+    .await;
 }
 
 #[tokio::main]
@@ -326,7 +439,9 @@ async fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let a = args();
     let kubeconfig = kube::config::Kubeconfig::read_from(&a.kubeconfig).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
     let client = kube::Client::try_from(config).unwrap();
     println!("| what | shape | measured | floor (same run) | ratio | per node | memory |");
     println!("| --- | --- | --- | --- | --- | --- | --- |");

@@ -48,7 +48,10 @@ async fn runs_or_is_refused<B: Backend>(
         Refused(String),
     }
     let seen = wait_until(&format!("{namespace}/{pod} running or refused"), || async {
-        if get_pod(b, namespace, pod).await.is_some_and(|po| phase(&po) == "Running") {
+        if get_pod(b, namespace, pod)
+            .await
+            .is_some_and(|po| phase(&po) == "Running")
+        {
             return Some(Seen::Running);
         }
         events_of(b, namespace, pod)
@@ -110,7 +113,11 @@ async fn delete_fault<B: Backend>(b: &B, name: &str) {
 }
 
 /// The devices of the node's slices with a taint (or binding conditions, `binding`).
-async fn wait_devices<B: Backend>(b: &B, what: &str, want: impl Fn(&[k8s_openapi::api::resource::v1::Device]) -> bool) {
+async fn wait_devices<B: Backend>(
+    b: &B,
+    what: &str,
+    want: impl Fn(&[k8s_openapi::api::resource::v1::Device]) -> bool,
+) {
     wait_until(what, || async {
         let devices: Vec<_> = node_slices(b)
             .await
@@ -149,7 +156,10 @@ pub async fn admin_access<B: Backend>(b: &mut B, p: &mut Protocol) {
         let (mut mine, mut theirs) = (devices(&env), devices(&owner));
         mine.sort();
         theirs.sort();
-        assert_eq!(mine, theirs, "the monitor sees exactly the devices pod0 holds");
+        assert_eq!(
+            mine, theirs,
+            "the monitor sees exactly the devices pod0 holds"
+        );
         p.record("monitor sees pod0's devices", true);
     }
     delete_namespaces(b, &["admin"]).await;
@@ -161,17 +171,26 @@ pub async fn extended_resource<B: Backend>(b: &mut B, p: &mut Protocol) {
     apply(b, &feature("extended-resource.yaml")).await;
     if let Outcome::Running(env) = runs_or_is_refused(b, p, ("extended", "pod0"), "pod0").await {
         assert_eq!(devices(&env).len(), 2, "{env:?}");
-        let po = get_pod(b, "extended", "pod0").await.unwrap_or_else(|| panic!("pod0 gone"));
+        let po = get_pod(b, "extended", "pod0")
+            .await
+            .unwrap_or_else(|| panic!("pod0 gone"));
         let status = serde_json::to_value(po.status).unwrap_or_default();
         let claim = status["extendedResourceClaimStatus"]["resourceClaimName"]
             .as_str()
             .unwrap_or_default()
             .to_string();
-        p.record("claim made by the scheduler", claim.contains("-extended-resources-"));
+        p.record(
+            "claim made by the scheduler",
+            claim.contains("-extended-resources-"),
+        );
         assert!(claim.starts_with("pod0-extended-resources-"), "{status}");
     }
     delete_namespaces(b, &["extended"]).await;
-    delete_cluster_object::<B, k8s_openapi::api::resource::v1::DeviceClass>(b, "fake-extended.3-shake.com").await;
+    delete_cluster_object::<B, k8s_openapi::api::resource::v1::DeviceClass>(
+        b,
+        "fake-extended.3-shake.com",
+    )
+    .await;
 }
 
 // --- the gpu profile ---------------------------------------------------------------------
@@ -181,18 +200,45 @@ pub async fn extended_resource<B: Backend>(b: &mut B, p: &mut Protocol) {
 /// taken. Then back to the fake devices.
 pub async fn gpu_profile<B: Backend>(b: &mut B, p: &mut Protocol) {
     p.scenario("gpu-profile");
-    b.set_plugin_env(&[("FAKE_DRA_PROFILE", "gpu"), ("FAKE_DRA_GPUS", "A100-80GB:1:partitioned,L4-24GB:1:shared")])
-        .await;
-    wait_devices(b, "the GPUs published", |d| d.iter().any(|x| x.name == "gpu-0-3g-40gb-0")).await;
+    b.set_plugin_env(&[
+        ("FAKE_DRA_PROFILE", "gpu"),
+        ("FAKE_DRA_GPUS", "A100-80GB:1:partitioned,L4-24GB:1:shared"),
+    ])
+    .await;
+    wait_devices(b, "the GPUs published", |d| {
+        d.iter().any(|x| x.name == "gpu-0-3g-40gb-0")
+    })
+    .await;
     let slices = node_slices(b).await;
     p.record("slices", slices.len());
-    p.record("counter sets", slices.iter().map(|s| s.spec.shared_counters.iter().flatten().count()).sum::<usize>());
-    p.record("devices", slices.iter().map(|s| s.spec.devices.iter().flatten().count()).sum::<usize>());
+    p.record(
+        "counter sets",
+        slices
+            .iter()
+            .map(|s| s.spec.shared_counters.iter().flatten().count())
+            .sum::<usize>(),
+    );
+    p.record(
+        "devices",
+        slices
+            .iter()
+            .map(|s| s.spec.devices.iter().flatten().count())
+            .sum::<usize>(),
+    );
 
     apply(b, &feature("gpu-partitions.yaml")).await;
-    if let Outcome::Running(env) = runs_or_is_refused(b, p, ("gpu-partitions", "part"), "part").await {
-        assert_eq!(env.get("FAKE_GPU_0_PARTITION").map(String::as_str), Some("3g.40gb"), "{env:?}");
-        p.record("part memory", env.get("FAKE_GPU_0_MEMORY").cloned().unwrap_or_default());
+    if let Outcome::Running(env) =
+        runs_or_is_refused(b, p, ("gpu-partitions", "part"), "part").await
+    {
+        assert_eq!(
+            env.get("FAKE_GPU_0_PARTITION").map(String::as_str),
+            Some("3g.40gb"),
+            "{env:?}"
+        );
+        p.record(
+            "part memory",
+            env.get("FAKE_GPU_0_MEMORY").cloned().unwrap_or_default(),
+        );
         p.record("part env", env_names(&env));
         pending_with(
             b,
@@ -208,7 +254,10 @@ pub async fn gpu_profile<B: Backend>(b: &mut B, p: &mut Protocol) {
             .await
             .unwrap_or_else(|e| panic!("delete part: {e}"));
         let whole = running(b, p, "gpu-partitions", "whole", "ctr0", "whole after part").await;
-        p.record("whole memory", whole.get("FAKE_GPU_0_MEMORY").cloned().unwrap_or_default());
+        p.record(
+            "whole memory",
+            whole.get("FAKE_GPU_0_MEMORY").cloned().unwrap_or_default(),
+        );
     }
     delete_namespaces(b, &["gpu-partitions"]).await;
 
@@ -216,18 +265,34 @@ pub async fn gpu_profile<B: Backend>(b: &mut B, p: &mut Protocol) {
     let mut shares = Vec::new();
     for pod in ["share0", "share1"] {
         if let Outcome::Running(env) = runs_or_is_refused(b, p, ("gpu-shares", pod), pod).await {
-            assert_eq!(env.get("FAKE_GPU_0_MEMORY").map(String::as_str), Some("10Gi"), "{env:?}");
+            assert_eq!(
+                env.get("FAKE_GPU_0_MEMORY").map(String::as_str),
+                Some("10Gi"),
+                "{env:?}"
+            );
             shares.push(env.get("FAKE_GPU_0_SHARE").cloned().unwrap_or_default());
         }
     }
     if shares.len() == 2 {
         assert_ne!(shares[0], shares[1], "two shares of one GPU");
         p.record("two distinct shares", true);
-        pending_with(b, p, ("gpu-shares", "share2"), "FailedScheduling", "cannot allocate all claims", "share2").await;
+        pending_with(
+            b,
+            p,
+            ("gpu-shares", "share2"),
+            "FailedScheduling",
+            "cannot allocate all claims",
+            "share2",
+        )
+        .await;
     }
     delete_namespaces(b, &["gpu-shares"]).await;
-    b.set_plugin_env(&[("FAKE_DRA_PROFILE", "fake"), ("FAKE_DRA_GPUS", "")]).await;
-    wait_devices(b, "the fake devices published again", |d| d.len() == 8 && d.iter().all(|x| x.name.starts_with("fake-"))).await;
+    b.set_plugin_env(&[("FAKE_DRA_PROFILE", "fake"), ("FAKE_DRA_GPUS", "")])
+        .await;
+    wait_devices(b, "the fake devices published again", |d| {
+        d.len() == 8 && d.iter().all(|x| x.name.starts_with("fake-"))
+    })
+    .await;
 }
 
 // --- DeviceFaults ------------------------------------------------------------------------
@@ -242,9 +307,20 @@ pub async fn device_taints<B: Backend>(b: &mut B, p: &mut Protocol) {
         "apiVersion: fake.resource.3-shake.com/v1alpha1\nkind: DeviceFault\nmetadata: {name: all-noschedule}\nspec:\n  taint: {key: fake.resource.3-shake.com/maintenance, effect: NoSchedule}\n",
     )
     .await;
-    wait_devices(b, "every device tainted", |d| !d.is_empty() && d.iter().all(|x| x.taints.is_some())).await;
+    wait_devices(b, "every device tainted", |d| {
+        !d.is_empty() && d.iter().all(|x| x.taints.is_some())
+    })
+    .await;
     apply(b, &super::scenarios::example("4-count-4.yaml")).await;
-    pending_with(b, p, ("test4", "pod0"), "FailedScheduling", "cannot allocate all claims", "pod0 while tainted").await;
+    pending_with(
+        b,
+        p,
+        ("test4", "pod0"),
+        "FailedScheduling",
+        "cannot allocate all claims",
+        "pod0 while tainted",
+    )
+    .await;
     delete_fault(b, "all-noschedule").await;
     let env = running(b, p, "test4", "pod0", "ctr0", "pod0 after the taint went").await;
     assert_eq!(devices(&env).len(), 4);
@@ -257,16 +333,22 @@ pub async fn device_taints<B: Backend>(b: &mut B, p: &mut Protocol) {
         ),
     )
     .await;
-    let what = wait_until("pod0 evicted, or the emulator saying it does not evict", || async {
-        if get_pod(b, "test4", "pod0").await.is_none_or(|po| po.metadata.deletion_timestamp.is_some()) {
-            return Some("evicted".to_string());
-        }
-        events_of(b, "test4", "pod0")
-            .await
-            .into_iter()
-            .find(|(r, _)| r == "DeviceTaintNotEvicted")
-            .map(|(r, _)| format!("not evicted ({r})"))
-    })
+    let what = wait_until(
+        "pod0 evicted, or the emulator saying it does not evict",
+        || async {
+            if get_pod(b, "test4", "pod0")
+                .await
+                .is_none_or(|po| po.metadata.deletion_timestamp.is_some())
+            {
+                return Some("evicted".to_string());
+            }
+            events_of(b, "test4", "pod0")
+                .await
+                .into_iter()
+                .find(|(r, _)| r == "DeviceTaintNotEvicted")
+                .map(|(r, _)| format!("not evicted ({r})"))
+        },
+    )
     .await;
     p.record("pod0 after a NoExecute taint on its device", &what);
     delete_namespaces(b, &["test4"]).await;
@@ -289,15 +371,24 @@ pub async fn device_health<B: Backend>(b: &mut B, p: &mut Protocol) {
     )
     .await;
     if b.real().is_some() {
-        let statuses = wait_until("pod0's allocatedResourcesStatus with an Unhealthy device", || async {
-            let po = get_pod(b, "test4", "pod0").await?;
-            let status = serde_json::to_value(po.status?).ok()?;
-            let entries = status["containerStatuses"][0]["allocatedResourcesStatus"].as_array()?.clone();
-            entries
-                .iter()
-                .any(|e| e["resources"].as_array().is_some_and(|r| r.iter().any(|x| x["health"] == "Unhealthy")))
-                .then_some(entries)
-        })
+        let statuses = wait_until(
+            "pod0's allocatedResourcesStatus with an Unhealthy device",
+            || async {
+                let po = get_pod(b, "test4", "pod0").await?;
+                let status = serde_json::to_value(po.status?).ok()?;
+                let entries = status["containerStatuses"][0]["allocatedResourcesStatus"]
+                    .as_array()?
+                    .clone();
+                entries
+                    .iter()
+                    .any(|e| {
+                        e["resources"]
+                            .as_array()
+                            .is_some_and(|r| r.iter().any(|x| x["health"] == "Unhealthy"))
+                    })
+                    .then_some(entries)
+            },
+        )
         .await;
         for e in &statuses {
             let name = e["name"].as_str().unwrap_or_default();
@@ -305,10 +396,26 @@ pub async fn device_health<B: Backend>(b: &mut B, p: &mut Protocol) {
                 .as_array()
                 .into_iter()
                 .flatten()
-                .map(|r| format!("{} {}", r["health"].as_str().unwrap_or_default(), r["message"].as_str().unwrap_or_default()))
+                .map(|r| {
+                    format!(
+                        "{} {}",
+                        r["health"].as_str().unwrap_or_default(),
+                        r["message"].as_str().unwrap_or_default()
+                    )
+                })
                 .collect();
             health.sort();
-            p.record(format!("{} health", if name.starts_with("claim:") { "claim" } else { name }), health.join(", "));
+            p.record(
+                format!(
+                    "{} health",
+                    if name.starts_with("claim:") {
+                        "claim"
+                    } else {
+                        name
+                    }
+                ),
+                health.join(", "),
+            );
         }
     } else {
         // The emulated kubelet opens no health stream (docs/emulator.md).
@@ -322,19 +429,49 @@ pub async fn device_health<B: Backend>(b: &mut B, p: &mut Protocol) {
 pub async fn prepare_fault<B: Backend>(b: &mut B, p: &mut Protocol) {
     p.scenario("prepare-fault");
     apply(b, &fault_example("prepare-fails.yaml")).await;
-    let claim = super::scenarios::claim_yaml("ResourceClaimTemplate", "flaky", "fake", "fake.3-shake.com", 1, None);
-    apply(b, &super::scenarios::docs(&[namespace_yaml("flaky"), claim, pod_yaml("flaky", "pod0", &[("fake", "resourceClaimTemplateName: fake")])])).await;
-    let note = wait_until("a FailedPrepareDynamicResources event naming the fault", || async {
-        events_of(b, "flaky", "pod0")
-            .await
-            .into_iter()
-            .find(|(r, n)| r == "FailedPrepareDynamicResources" && n.contains("injected by DeviceFault flaky-prepare"))
-            .map(|(_, n)| n)
-    })
+    let claim = super::scenarios::claim_yaml(
+        "ResourceClaimTemplate",
+        "flaky",
+        "fake",
+        "fake.3-shake.com",
+        1,
+        None,
+    );
+    apply(
+        b,
+        &super::scenarios::docs(&[
+            namespace_yaml("flaky"),
+            claim,
+            pod_yaml(
+                "flaky",
+                "pod0",
+                &[("fake", "resourceClaimTemplateName: fake")],
+            ),
+        ]),
+    )
+    .await;
+    let note = wait_until(
+        "a FailedPrepareDynamicResources event naming the fault",
+        || async {
+            events_of(b, "flaky", "pod0")
+                .await
+                .into_iter()
+                .find(|(r, n)| {
+                    r == "FailedPrepareDynamicResources"
+                        && n.contains("injected by DeviceFault flaky-prepare")
+                })
+                .map(|(_, n)| n)
+        },
+    )
     .await;
     p.record("pod0 event", "FailedPrepareDynamicResources");
-    p.record("pod0 message names the fault", note.contains("injected by DeviceFault flaky-prepare"));
-    let po = get_pod(b, "flaky", "pod0").await.unwrap_or_else(|| panic!("pod0 gone"));
+    p.record(
+        "pod0 message names the fault",
+        note.contains("injected by DeviceFault flaky-prepare"),
+    );
+    let po = get_pod(b, "flaky", "pod0")
+        .await
+        .unwrap_or_else(|| panic!("pod0 gone"));
     p.record("pod0 phase while failing", phase(&po));
     delete_fault(b, "flaky-prepare").await;
     running(b, p, "flaky", "pod0", "ctr0", "pod0 after the fault went").await;
@@ -346,26 +483,35 @@ pub async fn prepare_fault<B: Backend>(b: &mut B, p: &mut Protocol) {
 pub async fn binding_conditions<B: Backend>(b: &mut B, p: &mut Protocol) {
     p.scenario("binding-conditions");
     apply(b, &fault_example("binding-conditions.yaml")).await;
-    wait_devices(b, "the devices with binding conditions", |d| !d.is_empty() && d.iter().all(|x| x.binding_conditions.is_some())).await;
+    wait_devices(b, "the devices with binding conditions", |d| {
+        !d.is_empty() && d.iter().all(|x| x.binding_conditions.is_some())
+    })
+    .await;
     apply(b, &super::scenarios::example("4-count-4.yaml")).await;
     if let Outcome::Running(env) = runs_or_is_refused(b, p, ("test4", "pod0"), "pod0").await {
         assert_eq!(devices(&env).len(), 4);
         let c = claim_of(b, "test4", "pod0", "fake").await;
-        let attached = c
-            .status
-            .and_then(|s| s.devices)
-            .into_iter()
-            .flatten()
-            .filter(|d| {
-                d.conditions
-                    .iter()
-                    .flatten()
-                    .any(|c| c.type_ == "fake.resource.3-shake.com/attached" && c.status == "True")
-            })
-            .count();
+        let attached =
+            c.status
+                .and_then(|s| s.devices)
+                .into_iter()
+                .flatten()
+                .filter(|d| {
+                    d.conditions.iter().flatten().any(|c| {
+                        c.type_ == "fake.resource.3-shake.com/attached" && c.status == "True"
+                    })
+                })
+                .count();
         p.record("devices reported attached", attached);
-        let reasons: Vec<String> = events_of(b, "test4", "pod0").await.into_iter().map(|(r, _)| r).collect();
-        p.record("waited for the binding conditions", reasons.iter().any(|r| r == "BindingConditionsPending"));
+        let reasons: Vec<String> = events_of(b, "test4", "pod0")
+            .await
+            .into_iter()
+            .map(|(r, _)| r)
+            .collect();
+        p.record(
+            "waited for the binding conditions",
+            reasons.iter().any(|r| r == "BindingConditionsPending"),
+        );
     }
     delete_namespaces(b, &["test4"]).await;
     delete_fault(b, "slow-attach").await;
@@ -374,7 +520,10 @@ pub async fn binding_conditions<B: Backend>(b: &mut B, p: &mut Protocol) {
         "apiVersion: fake.resource.3-shake.com/v1alpha1\nkind: DeviceFault\nmetadata: {name: attach-fails}\nspec:\n  binding: {outcome: Fail}\n",
     )
     .await;
-    wait_devices(b, "the devices with binding conditions", |d| !d.is_empty() && d.iter().all(|x| x.binding_conditions.is_some())).await;
+    wait_devices(b, "the devices with binding conditions", |d| {
+        !d.is_empty() && d.iter().all(|x| x.binding_conditions.is_some())
+    })
+    .await;
     apply(b, &super::scenarios::example("4-count-4.yaml")).await;
     let note = wait_until("a FailedScheduling event", || async {
         events_of(b, "test4", "pod0")
@@ -384,12 +533,23 @@ pub async fn binding_conditions<B: Backend>(b: &mut B, p: &mut Protocol) {
             .map(|(_, n)| n)
     })
     .await;
-    p.record("attach fails: binding failure reported", note.contains("binding") || note.contains("not implement"));
-    let po = get_pod(b, "test4", "pod0").await.unwrap_or_else(|| panic!("pod0 gone"));
-    p.record("attach fails: pod0 bound", po.spec.and_then(|s| s.node_name).is_some());
+    p.record(
+        "attach fails: binding failure reported",
+        note.contains("binding") || note.contains("not implement"),
+    );
+    let po = get_pod(b, "test4", "pod0")
+        .await
+        .unwrap_or_else(|| panic!("pod0 gone"));
+    p.record(
+        "attach fails: pod0 bound",
+        po.spec.and_then(|s| s.node_name).is_some(),
+    );
     delete_namespaces(b, &["test4"]).await;
     delete_fault(b, "attach-fails").await;
-    wait_devices(b, "no binding conditions left", |d| d.iter().all(|x| x.binding_conditions.is_none())).await;
+    wait_devices(b, "no binding conditions left", |d| {
+        d.iter().all(|x| x.binding_conditions.is_none())
+    })
+    .await;
 }
 
 /// Conditions and data in the claim's status.devices, written by the plugin.
@@ -402,9 +562,16 @@ pub async fn device_status<B: Backend>(b: &mut B, p: &mut Protocol) {
     .await;
     apply(b, &super::scenarios::example("4-count-4.yaml")).await;
     running(b, p, "test4", "pod0", "ctr0", "pod0").await;
-    let name = claim_of(b, "test4", "pod0", "fake").await.metadata.name.unwrap_or_default();
+    let name = claim_of(b, "test4", "pod0", "fake")
+        .await
+        .metadata
+        .name
+        .unwrap_or_default();
     let entries = wait_until("status.devices of pod0's claim", || async {
-        let c = Api::<ResourceClaim>::namespaced(b.client(), "test4").get(&name).await.ok()?;
+        let c = Api::<ResourceClaim>::namespaced(b.client(), "test4")
+            .get(&name)
+            .await
+            .ok()?;
         let d = c.status?.devices?;
         (d.len() == 4).then_some(d)
     })
@@ -413,9 +580,22 @@ pub async fn device_status<B: Backend>(b: &mut B, p: &mut Protocol) {
     p.record("their drivers", entries.iter().all(|e| e.driver == DRIVER));
     p.record(
         "their conditions",
-        entries[0].conditions.iter().flatten().map(|c| format!("{}={} ({})", c.type_, c.status, c.reason)).collect::<Vec<_>>().join(" "),
+        entries[0]
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| format!("{}={} ({})", c.type_, c.status, c.reason))
+            .collect::<Vec<_>>()
+            .join(" "),
     );
-    p.record("their data", entries[0].data.as_ref().map(|d| d.0.to_string()).unwrap_or_default());
+    p.record(
+        "their data",
+        entries[0]
+            .data
+            .as_ref()
+            .map(|d| d.0.to_string())
+            .unwrap_or_default(),
+    );
     delete_namespaces(b, &["test4"]).await;
     delete_fault(b, "status").await;
 }
@@ -442,7 +622,10 @@ pub async fn getinfo_fault<B: Backend>(b: &mut B, p: &mut Protocol) {
             .map(|(_, n)| n)
     })
     .await;
-    p.record("pod0 event while unregistered", "FailedPrepareDynamicResources");
+    p.record(
+        "pod0 event while unregistered",
+        "FailedPrepareDynamicResources",
+    );
     p.record("pod0 message", note.replace(&b.node(), "<node>"));
     delete_fault(b, "no-registration").await;
     let env = running(b, p, "test4", "pod0", "ctr0", "pod0 after the fault went").await;
@@ -459,12 +642,22 @@ pub async fn fleet_mode<B: Backend>(b: &mut B, p: &mut Protocol) {
     }
     p.scenario("fleet-mode");
     let dir = examples_dir().join("../fleet");
-    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_else(|e| panic!("deploy/fleet/{f}: {e}"));
+    let read = |f: &str| {
+        std::fs::read_to_string(dir.join(f)).unwrap_or_else(|e| panic!("deploy/fleet/{f}: {e}"))
+    };
     let deployment = read("fleet.yaml").replace("value: \"10\"", "value: \"3\"");
-    apply(b, &super::scenarios::docs(&[read("rbac-fleet.yaml"), deployment])).await;
+    apply(
+        b,
+        &super::scenarios::docs(&[read("rbac-fleet.yaml"), deployment]),
+    )
+    .await;
     let nodes: Api<Node> = Api::all(b.client());
     wait_until("three fleet nodes with their slices", || async {
-        let fleet = nodes.list(&ListParams::default().labels("fake.resource.3-shake.com/fleet=true")).await.ok()?.items;
+        let fleet = nodes
+            .list(&ListParams::default().labels("fake.resource.3-shake.com/fleet=true"))
+            .await
+            .ok()?
+            .items;
         let slices = Api::<k8s_openapi::api::resource::v1::ResourceSlice>::all(b.client())
             .list(&ListParams::default())
             .await
@@ -482,17 +675,36 @@ pub async fn fleet_mode<B: Backend>(b: &mut B, p: &mut Protocol) {
         "  terminationGracePeriodSeconds: 1\n",
         "  terminationGracePeriodSeconds: 1\n  nodeSelector: {fake.resource.3-shake.com/fleet: \"true\"}\n  tolerations: [{key: fake.resource.3-shake.com/fleet, operator: Exists}]\n",
     );
-    let claim = super::scenarios::claim_yaml("ResourceClaimTemplate", "fleet-test", "fake", "fake.3-shake.com", 2, None);
-    apply(b, &super::scenarios::docs(&[namespace_yaml("fleet-test"), claim, pod])).await;
+    let claim = super::scenarios::claim_yaml(
+        "ResourceClaimTemplate",
+        "fleet-test",
+        "fake",
+        "fake.3-shake.com",
+        2,
+        None,
+    );
+    apply(
+        b,
+        &super::scenarios::docs(&[namespace_yaml("fleet-test"), claim, pod]),
+    )
+    .await;
     let node = wait_until("pod0 bound to a fleet node", || async {
         get_pod(b, "fleet-test", "pod0").await?.spec?.node_name
     })
     .await;
-    p.record("pod0 bound to a fleet node", node.starts_with("fake-dra-fleet-"));
+    p.record(
+        "pod0 bound to a fleet node",
+        node.starts_with("fake-dra-fleet-"),
+    );
     let c = claim_of(b, "fleet-test", "pod0", "fake").await;
     let pools: Vec<String> = held(&c).into_iter().map(|(pool, _)| pool).collect();
-    p.record("devices from that node's pool", pools.len() == 2 && pools.iter().all(|pl| *pl == node));
-    let po = get_pod(b, "fleet-test", "pod0").await.unwrap_or_else(|| panic!("pod0 gone"));
+    p.record(
+        "devices from that node's pool",
+        pools.len() == 2 && pools.iter().all(|pl| *pl == node),
+    );
+    let po = get_pod(b, "fleet-test", "pod0")
+        .await
+        .unwrap_or_else(|| panic!("pod0 gone"));
     p.record("pod0 phase (no kubelet there)", phase(&po));
     // Stopping fleet mode deletes its nodes; the pod bound there goes with them.
     Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(b.client(), "fake-dra")

@@ -138,7 +138,11 @@ pub(super) async fn running<B: Backend>(
 }
 
 /// (reason, note) of the events about an object.
-pub(super) async fn events_of<B: Backend>(b: &B, namespace: &str, object: &str) -> Vec<(String, String)> {
+pub(super) async fn events_of<B: Backend>(
+    b: &B,
+    namespace: &str,
+    object: &str,
+) -> Vec<(String, String)> {
     Api::<Event>::namespaced(b.client(), namespace)
         .list(&ListParams::default())
         .await
@@ -234,7 +238,12 @@ pub(super) async fn claim<B: Backend>(b: &B, namespace: &str, name: &str) -> Res
 }
 
 /// The claim a pod's `resourceClaims` entry resolved to.
-pub(super) async fn claim_of<B: Backend>(b: &B, namespace: &str, pod: &str, pod_claim: &str) -> ResourceClaim {
+pub(super) async fn claim_of<B: Backend>(
+    b: &B,
+    namespace: &str,
+    pod: &str,
+    pod_claim: &str,
+) -> ResourceClaim {
     let name = wait_until(
         &format!("{namespace}/{pod}'s claim {pod_claim}"),
         || async {

@@ -255,10 +255,16 @@ pub(super) fn tolerated(taint: &DeviceTaint, tolerations: &[DeviceToleration]) -
             .effect
             .as_deref()
             .is_none_or(|e| e.is_empty() || e == taint.effect);
-        let key_ok = tol.key.as_deref().is_none_or(|k| k.is_empty() || k == taint.key);
+        let key_ok = tol
+            .key
+            .as_deref()
+            .is_none_or(|k| k.is_empty() || k == taint.key);
         let value_ok = match tol.operator.as_deref().unwrap_or("Equal") {
             "Exists" => true,
-            _ => tol.value.as_deref().unwrap_or_default() == taint.value.as_deref().unwrap_or_default(),
+            _ => {
+                tol.value.as_deref().unwrap_or_default()
+                    == taint.value.as_deref().unwrap_or_default()
+            }
         };
         effect_ok && key_ok && value_ok
     })

@@ -95,7 +95,10 @@ pub(super) async fn pass(
     // says so on the pod instead of keeping quiet.
     for (claim, device) in untolerated_no_execute(&world.claims, &world.slices) {
         for consumer in reserved_for(claim) {
-            let Some(pod) = pods.iter().find(|p| p.metadata.uid.as_deref() == Some(consumer.uid.as_str())) else {
+            let Some(pod) = pods
+                .iter()
+                .find(|p| p.metadata.uid.as_deref() == Some(consumer.uid.as_str()))
+            else {
                 continue;
             };
             let key = format!("no-execute {} {device}", consumer.uid);
