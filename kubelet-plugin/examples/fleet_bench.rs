@@ -88,6 +88,14 @@ struct Fleet {
     metrics_port: u16,
 }
 
+/// A benchmark that panics must not leave its fleet publishing into the next cluster.
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Fleet {
     fn start(a: &Args, extra: &[&str]) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0")

@@ -20,8 +20,11 @@ pub fn init(format: LogFormat) {
 pub fn init_with(format: LogFormat, default_filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+    // Colours only on a terminal: a container's stderr is a pipe, and escape codes in
+    // `kubectl logs` (or in a test reading `key=value`) are noise.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),

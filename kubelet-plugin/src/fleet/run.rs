@@ -744,13 +744,30 @@ async fn watch_slices(client: Client, api: ResourceApi, driver: String, shared: 
         ($ty:ty, $from:path) => {{
             let mut events =
                 std::pin::pin!(watcher(Api::<$ty>::all(client.clone()), config).default_backoff());
+            // The first list seeds nothing here (the publisher listed the slices itself);
+            // a later one, after the watch was lost, is compared with the records.
+            let mut first_list = true;
+            let mut relisted: Option<Vec<PublishedSlice>> = None;
             while let Some(event) = events.next().await {
-                let (slice, deleted) = match event {
-                    Ok(watcher::Event::Apply(s)) => ($from(&s), false),
-                    Ok(watcher::Event::Delete(s)) => ($from(&s), true),
-                    _ => continue,
-                };
-                external_change(&shared, &slice, deleted);
+                match event {
+                    Ok(watcher::Event::Apply(s)) => external_change(&shared, &$from(&s), false),
+                    Ok(watcher::Event::Delete(s)) => external_change(&shared, &$from(&s), true),
+                    Ok(watcher::Event::Init) => {
+                        relisted = (!first_list).then(Vec::new);
+                    }
+                    Ok(watcher::Event::InitApply(s)) => {
+                        if let Some(seen) = relisted.as_mut() {
+                            seen.push($from(&s));
+                        }
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        if let Some(seen) = relisted.take() {
+                            resync_after_relist(&shared, &seen);
+                        }
+                        first_list = false;
+                    }
+                    Err(_) => {}
+                }
             }
         }};
     }
@@ -783,6 +800,42 @@ fn external_change(shared: &Shared, slice: &PublishedSlice, deleted: bool) {
         }
     };
     if !ours {
+        shared.mark(&node);
+    }
+}
+
+/// After the slice watch was lost and listed again, a change made while it was away
+/// (a slice deleted by hand or by the garbage collector) comes as no event: marks every
+/// node whose listed slices are not the ones last written, so it is listed and written.
+fn resync_after_relist(shared: &Shared, listed: &[PublishedSlice]) {
+    let mut seen: BTreeMap<&str, BTreeSet<(&str, Option<&str>)>> = BTreeMap::new();
+    for slice in listed {
+        if let Some(node) = slice.node_name.as_deref() {
+            seen.entry(node)
+                .or_default()
+                .insert((slice.name.as_str(), slice.resource_version.as_deref()));
+        }
+    }
+    let stale: Vec<String> = {
+        let mut nodes = lock(&shared.nodes);
+        nodes
+            .iter_mut()
+            .filter_map(|(name, state)| {
+                let recorded: BTreeSet<(&str, Option<&str>)> = state
+                    .record
+                    .iter()
+                    .map(|r| (r.name.as_str(), r.resource_version.as_deref()))
+                    .collect();
+                let listed = seen.remove(name.as_str()).unwrap_or_default();
+                (recorded != listed).then(|| {
+                    state.needs_list = true;
+                    state.in_sync = false;
+                    name.clone()
+                })
+            })
+            .collect()
+    };
+    for node in stale {
         shared.mark(&node);
     }
 }
@@ -848,6 +901,63 @@ async fn report_faults(
         writer.write(&current, &reports).await;
         if changes.changed().await.is_err() {
             return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::slices::SliceContent;
+
+    fn slice(node: &str, name: &str, rv: &str) -> PublishedSlice {
+        PublishedSlice {
+            name: name.into(),
+            resource_version: Some(rv.into()),
+            driver: "fake.resource.3-shake.com".into(),
+            node_name: Some(node.into()),
+            pool: node.into(),
+            generation: 1,
+            slice_count: 1,
+            content: SliceContent {
+                devices: Vec::new(),
+                counter_sets: Vec::new(),
+            },
+        }
+    }
+
+    #[test]
+    fn a_relist_marks_the_nodes_whose_slices_changed_unseen() {
+        let shared = Shared {
+            nodes: Mutex::new(BTreeMap::new()),
+            dirty: Mutex::new(BTreeSet::new()),
+            wake: Notify::new(),
+        };
+        for (node, record) in [
+            ("kept", vec![slice("kept", "kept-a", "1")]),
+            ("deleted", vec![slice("deleted", "deleted-a", "2")]),
+            ("rewritten", vec![slice("rewritten", "rewritten-a", "3")]),
+            ("added", vec![]),
+        ] {
+            let state = NodeState {
+                record,
+                in_sync: true,
+                ..NodeState::default()
+            };
+            lock(&shared.nodes).insert(node.into(), state);
+        }
+        let listed = [
+            slice("kept", "kept-a", "1"),
+            slice("rewritten", "rewritten-a", "9"),
+            slice("added", "added-x", "4"),
+        ];
+        resync_after_relist(&shared, &listed);
+        let dirty: Vec<String> = lock(&shared.dirty).iter().cloned().collect();
+        assert_eq!(dirty, ["added", "deleted", "rewritten"]);
+        let nodes = lock(&shared.nodes);
+        assert!(nodes["kept"].in_sync && !nodes["kept"].needs_list);
+        for node in ["added", "deleted", "rewritten"] {
+            assert!(!nodes[node].in_sync && nodes[node].needs_list, "{node}");
         }
     }
 }
