@@ -108,18 +108,7 @@ impl Backend for RealCluster {
         eprintln!("    (killed the plugin of pod {pod}, pid {pid}, with SIGKILL)");
         super::scenarios::wait_until("the kubelet restarted the plugin's container", || async {
             let (now, _, count) = plugin_container(self);
-            let ready = self
-                .kubectl(&[
-                    "-n",
-                    DRIVER_NAMESPACE,
-                    "get",
-                    "pod",
-                    &now,
-                    "-o",
-                    "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-                ])
-                .unwrap_or_default();
-            (now == pod && count > restarts && ready == "True").then_some(())
+            (now == pod && count > restarts && plugin_pod_ready(self, &now)).then_some(())
         })
         .await;
     }
@@ -157,18 +146,7 @@ impl Backend for RealCluster {
         .unwrap_or_else(|e| panic!("kubectl rollout status: {e}"));
         super::scenarios::wait_until("the new plugin pod ready", || async {
             let (now, _, _) = plugin_container(self);
-            let ready = self
-                .kubectl(&[
-                    "-n",
-                    DRIVER_NAMESPACE,
-                    "get",
-                    "pod",
-                    &now,
-                    "-o",
-                    "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-                ])
-                .unwrap_or_default();
-            (now != before && ready == "True").then_some(())
+            (now != before && plugin_pod_ready(self, &now)).then_some(())
         })
         .await;
     }
@@ -295,4 +273,19 @@ impl Backend for Emulated {
             .await
             .unwrap_or_else(|e| panic!("restarting the plugin with {vars:?}: {e}"));
     }
+}
+
+/// Whether the plugin pod's Ready condition is True.
+fn plugin_pod_ready(cluster: &RealCluster, pod: &str) -> bool {
+    cluster
+        .kubectl(&[
+            "-n",
+            DRIVER_NAMESPACE,
+            "get",
+            "pod",
+            pod,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ])
+        .is_ok_and(|ready| ready == "True")
 }

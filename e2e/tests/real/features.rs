@@ -74,7 +74,7 @@ async fn runs_or_is_refused<B: Backend>(
     }
 }
 
-async fn results_of(claim: &ResourceClaim) -> Vec<String> {
+fn results_of(claim: &ResourceClaim) -> Vec<String> {
     claim
         .status
         .as_ref()
@@ -139,7 +139,7 @@ pub async fn prioritized_list<B: Backend>(b: &mut B, p: &mut Protocol) {
     if let Outcome::Running(env) = runs_or_is_refused(b, p, ("prioritized", "pod0"), "pod0").await {
         assert_eq!(devices(&env).len(), 4, "{env:?}");
         let c = claim_of(b, "prioritized", "pod0", "fake").await;
-        let requests = results_of(&c).await;
+        let requests = results_of(&c);
         p.record("allocated for", requests.join(" "));
         assert!(requests.iter().all(|r| r == "fake/four"), "{requests:?}");
     }
