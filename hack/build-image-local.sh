@@ -46,8 +46,10 @@ need cargo "Rust (https://rustup.rs)"
 need ldd "libc-bin"
 need strip "binutils (apt-get install binutils)"
 [[ -x "$BUSYBOX" ]] || die "$BUSYBOX not found; apt-get install busybox-static"
-file -L "$BUSYBOX" 2>/dev/null | grep -q 'statically linked' || ldd "$BUSYBOX" 2>&1 | grep -q 'not a dynamic' \
-  || die "$BUSYBOX is not statically linked; apt-get install busybox-static"
+# ldd of a static binary says "not a dynamic executable" (and exits 1).
+linkage="$(ldd "$BUSYBOX" 2>&1 || true)"
+[[ "$linkage" == *"not a dynamic executable"* ]] \
+  || die "$BUSYBOX is not statically linked (ldd: $linkage); apt-get install busybox-static"
 
 # The full name containerd gives an image: fake-dra:dev -> docker.io/library/fake-dra:dev.
 full_name() {

@@ -12,7 +12,9 @@
 #     deploy/crds; no object skipped; structured on 1.32/1.33 after the v1beta1 rewrite
 #     hack/deploy.sh applies there (helm: deviceClassApiVersion=v1beta1);
 #  4. deploy/crds and the chart's copy equal what crdgen generates (hack/check-crds.sh);
-#  5. shellcheck passes on hack/*.sh and each script's --help exits 0.
+#  5. shellcheck passes on hack/*.sh and each script's --help exits 0; no script pipes into
+#     `grep -q` (under pipefail the writer dies of SIGPIPE and the check fails although the
+#     match was there: hack/lib.sh wait_for).
 # Usage: hack/ci-deploy-checks.sh   Installs shellcheck (apt) and kubernetes-validate (pip) if
 # missing; needs Go to build helm (once; cached under target/helm).
 set -euo pipefail
@@ -221,6 +223,9 @@ hack/check-crds.sh
 
 echo "== shellcheck"
 shellcheck -x -P SCRIPTDIR hack/*.sh
+# grep -q in a pipeline: file and line of each, or nothing.
+piped_grep_q="$(grep -nE '^[^#]*\|[[:space:]]*grep[[:space:]]+(-[a-zA-Z]*q|--quiet)' hack/*.sh hack/*/*.sh .ci/run || true)"
+[[ -z "$piped_grep_q" ]] || die "a pipeline ends in grep -q (write the output to a variable first):"$'\n'"$piped_grep_q"
 for s in hack/*.sh; do
   "$s" --help >/dev/null || die "$s --help failed"
   echo "ok   $s --help"

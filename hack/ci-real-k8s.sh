@@ -65,8 +65,10 @@ if $suite; then
   # images.
   t1=$SECONDS
   target="${CARGO_TARGET_DIR:-$ROOT/target}"
-  exe="$(find "$target/debug/deps" -maxdepth 1 -type f -executable -name 'real_cluster-*' -printf '%T@ %p\n' \
-    | sort -rn | head -n 1 | cut -d' ' -f2-)"
+  # The newest, if an older build left another one.
+  exes="$(find "$target/debug/deps" -maxdepth 1 -type f -executable -name 'real_cluster-*' -printf '%T@ %p\n' | sort -rn)"
+  exe="${exes%%$'\n'*}"
+  exe="${exe#* }"
   if [[ -n "$exe" ]]; then
     (cd "$ROOT/e2e" && FAKE_DRA_REQUIRE_REAL_K8S=1 "$exe" scenarios_on_the_real_cluster)
   else

@@ -30,5 +30,8 @@ echo "applying the $mode seed demo (namespace test5)"
 kubectl apply -f - <<<"$manifest"
 kubectl -n test5 wait --for=condition=Ready pod/pod0 --timeout=120s \
   || { kubectl -n test5 describe pod pod0 >&2; die "pod test5/pod0 did not become Ready"; }
-kubectl -n test5 logs pod0 | grep -E '(FAKE_|DRA_RESOURCE_DRIVER_NAME)' | sed 's/^/test5 pod0 ctr0 /'
+log="$(kubectl -n test5 logs pod0)" || die "kubectl logs test5/pod0 failed: $log"
+env_lines="$(grep -E '(FAKE_|DRA_RESOURCE_DRIVER_NAME)' <<<"$log" || true)"
+[[ -n "$env_lines" ]] || die "pod test5/pod0 printed no FAKE_* or DRA_RESOURCE_DRIVER_NAME line; its log:"$'\n'"${log:-<empty>}"
+while IFS= read -r l; do echo "test5 pod0 ctr0 $l"; done <<<"$env_lines"
 if ! $keep; then kubectl delete -f - --wait=false >/dev/null <<<"$manifest"; fi

@@ -24,7 +24,7 @@ for d in "$ROOT"/deploy/*/; do
   d="${d%/}"; d="${d##*/}"
   [[ "$d" == base || ! -f "$ROOT/deploy/$d/kustomization.yaml" ]] || known+=("$d")
 done
-printf '%s\n' "${known[@]}" | grep -qx -- "$overlay" \
+[[ " ${known[*]} " == *" $overlay "* ]] \
   || die "unknown overlay '$overlay'; known: ${known[*]}"
 need kubectl "kubectl (https://kubernetes.io/docs/tasks/tools/)"
 # Rendered first (not `kubectl apply -k`): the image and, on 1.32/1.33, the API version change.

@@ -94,7 +94,7 @@ if ready test7 pod0; then
   expect_count test7 pod0 8
   [[ "$(envvar test7 pod0 FAKE_DEVICE_MODEL)" == ULTRA_100 ]] || fail "test7: FAKE_DEVICE_MODEL is not ULTRA_100"
 else
-  inventory | grep -q ULTRA_100 && fail "test7: a node has ULTRA_100 but the pod is not Ready"
+  [[ "$(inventory)" != *ULTRA_100* ]] || fail "test7: a node has ULTRA_100 but the pod is not Ready"
   echo "test7: no node has model ULTRA_100; the pod is Pending as expected"
 fi
 cleanup 7-selector-model.yaml
@@ -115,8 +115,9 @@ if [[ "$mode" == classic ]]; then
 else
   # Deletion frees: more rounds of count 4 (split 2) than the cluster has devices for, each
   # after the previous one's namespace is gone; they all run only if deleting frees.
-  total="$(kubectl get resourceslices --field-selector=spec.driver=fake.resource.3-shake.com \
-    -o jsonpath='{range .items[*]}{range .spec.devices[*]}{.name}{"\n"}{end}{end}' | grep -c . || true)"
+  names="$(kubectl get resourceslices --field-selector=spec.driver=fake.resource.3-shake.com \
+    -o jsonpath='{range .items[*]}{range .spec.devices[*]}{.name}{"\n"}{end}{end}')" || die "cannot list the ResourceSlices"
+  total="$(grep -c . <<<"$names" || true)"
   rounds=$(( total / 4 + 1 ))
   echo "== deletion frees the devices ($total devices published, $rounds rounds of 4)"
   kubectl wait --for=delete namespace/test5 --timeout=120s >/dev/null 2>&1 || true
@@ -131,7 +132,7 @@ else
   echo "== a deleted ResourceSlice comes back"
   node="$(kubectl get nodes -o jsonpath='{.items[0].metadata.name}')"
   sel="--field-selector=spec.nodeName=$node,spec.driver=fake.resource.3-shake.com"
-  slices() { kubectl get resourceslices "$sel" -o name 2>/dev/null | grep -c . || true; }
+  slices() { local s; s="$(kubectl get resourceslices "$sel" -o name)" || { echo 0; return; }; grep -c . <<<"$s" || true; }
   [[ "$(slices)" -ge 1 ]] || fail "no ResourceSlice of fake.resource.3-shake.com for node $node"
   kubectl delete resourceslices "$sel" --wait=true >/dev/null
   back=false

@@ -30,7 +30,8 @@ case "$profile" in
 esac
 "$ROOT/hack/kube-build.sh" >/dev/null
 "$ROOT/hack/build-image-local.sh" --cargo-profile "$profile" --skip-cargo >/dev/null
-if "$ROOT/hack/local-cluster.sh" status 2>/dev/null | grep -q '^running'; then
+status="$("$ROOT/hack/local-cluster.sh" status 2>&1)" || die "hack/local-cluster.sh status failed: $status"
+if [[ $'\n'"$status" == *$'\n'running* ]]; then
   die "a local cluster is already running (hack/local-cluster.sh down first): the benchmark needs a fresh one"
 fi
 trap '"$ROOT/hack/local-cluster.sh" down >/dev/null 2>&1 || true' EXIT

@@ -11,7 +11,8 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 need kind "kind (https://kind.sigs.k8s.io/docs/user/quick-start/#installation)"
-if kind get clusters 2>/dev/null | grep -qx "$CLUSTER_NAME"; then
+clusters="$(kind get clusters 2>&1)" || die "kind get clusters failed: $clusters"
+if contains_line "$clusters" "$CLUSTER_NAME"; then
   kind delete cluster --name "$CLUSTER_NAME"
 else
   echo "kind cluster $CLUSTER_NAME does not exist; nothing to do"

@@ -58,7 +58,8 @@ need kind "kind (https://kind.sigs.k8s.io/docs/user/quick-start/#installation)"
 need kubectl "kubectl (https://kubernetes.io/docs/tasks/tools/)"
 engine >/dev/null
 
-if kind get clusters 2>/dev/null | grep -qx "$CLUSTER_NAME"; then
+clusters="$(kind get clusters 2>&1)" || die "kind get clusters failed: $clusters"
+if contains_line "$clusters" "$CLUSTER_NAME"; then
   echo "kind cluster $CLUSTER_NAME exists; nothing to do"
   exit 0
 fi

@@ -20,6 +20,41 @@ engine() {
   die "neither docker nor podman found; install Docker (https://docs.docker.com/engine/install/) or podman"
 }
 
+# wait_for <what> <seconds> <command...>: runs the command (a program or a function) until it
+# succeeds, once a second, until the deadline; then says what its last try exited with and
+# printed, and returns 1. Checks that need a pipe are functions that capture the output
+# first: never `cmd | grep -q` under pipefail (grep exits at its first match, cmd dies of
+# SIGPIPE on its next write, and the pipeline fails although the match was there).
+wait_for() {
+  local what="$1" secs="$2"; shift 2
+  local deadline=$((SECONDS + secs)) out rc=0
+  while :; do
+    out="$("$@" 2>&1)" && return 0 || rc=$?
+    ((SECONDS < deadline)) || break
+    sleep 1
+  done
+  echo "timed out after ${secs} s waiting for $what; the last try ($*) exited $rc and printed:" >&2
+  show_output "$out" >&2
+  return 1
+}
+
+# show_output <text>: the text's last 30 lines, indented, or <nothing> (for error reports).
+show_output() {
+  if [[ -z "$1" ]]; then echo "    <nothing>"; return; fi
+  local lines
+  mapfile -t lines <<<"$1"
+  local n=${#lines[@]} from=0
+  ((n <= 30)) || { from=$((n - 30)); echo "    ... ($from lines before)"; }
+  printf '    %s\n' "${lines[@]:from}"
+}
+
+# contains_line <text> <line>: the text has that exact line (no pipe, no grep -q).
+contains_line() {
+  local l
+  while IFS= read -r l; do [[ "$l" != "$2" ]] || return 0; done <<<"$1"
+  return 1
+}
+
 # Prints the usage block (the comment lines after the shebang) of the calling script.
 usage() { sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; }
 
@@ -56,10 +91,13 @@ structured_api_version() {
 # ResourceClasses, 1.27-1.30), structured (v1 or v1beta1, 1.32+), or dies.
 cluster_mode() {
   if [[ -n "$(structured_api_version)" ]]; then echo structured; return; fi
-  if kubectl api-resources --api-group=resource.k8s.io -o name 2>/dev/null | grep -q '^resourceclasses'; then
+  local resources
+  resources="$(kubectl api-resources --api-group=resource.k8s.io -o name 2>&1)" \
+    || die "kubectl api-resources --api-group=resource.k8s.io failed: $resources"
+  if contains_line "$resources" resourceclasses.resource.k8s.io; then
     echo classic; return
   fi
-  die "the cluster serves no DRA API (resource.k8s.io v1alpha2, v1beta1 or v1); see hack/kind-up.sh --help"
+  die "the cluster serves no DRA API (resource.k8s.io v1alpha2, v1beta1 or v1; it lists: ${resources:-nothing}); see hack/kind-up.sh --help"
 }
 
 # Prints a structured manifest file as the current cluster takes it (v1 as is, v1beta1

@@ -79,18 +79,6 @@ start() {
   echo "started $name (pid $!, log $LOGS/$name.log)"
 }
 
-# wait_for <what> <seconds> <command...>: retries the command every second.
-wait_for() {
-  local what="$1" secs="$2"; shift 2
-  local i
-  for ((i = 0; i < secs; i++)); do
-    if "$@" >/dev/null 2>&1; then return 0; fi
-    sleep 1
-  done
-  echo "timed out after ${secs} s waiting for $what" >&2
-  return 1
-}
-
 # stop <name>: SIGTERM, then SIGKILL after 15 s, by the pid recorded at start.
 stop() {
   local name="$1" p i
@@ -119,7 +107,7 @@ check_prereqs() {
   for b in bridge host-local loopback; do
     [[ -x "$CNI_BIN_DIR/$b" ]] || die "CNI plugin $CNI_BIN_DIR/$b not found; apt-get install containernetworking-plugins (or set CNI_BIN_DIR)"
   done
-  grep -q '^cgroup ' /proc/mounts || grep -q '^cgroup2 ' /proc/mounts || die "no cgroup file system mounted"
+  grep -q -e '^cgroup ' -e '^cgroup2 ' /proc/mounts || die "no cgroup file system mounted (/proc/mounts has no cgroup or cgroup2 line)"
 }
 
 # --- certificates -------------------------------------------------------------------
@@ -310,7 +298,58 @@ start_kubelet() {
     --node-ip "$NODE_IP" --root-dir "$KUBELET_ROOT" --v=2
 }
 
-port_free() { ! (exec 3<>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null; }
+tcp_open() { (exec 3<>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null; }
+port_free() { ! tcp_open "$1"; }
+
+# The checks below print what they saw when they fail (wait_for shows it); none pipes into
+# grep -q (see hack/lib.sh wait_for).
+
+node_ip_on_lo() {
+  local a
+  a="$(ip -4 -o addr show dev lo)" || die "ip addr show dev lo failed: $a"
+  [[ "$a" == *" $NODE_IP/32 "* ]]
+}
+
+# cri_has_image <ref>: the CRI image service (what the kubelet asks) has the image.
+cri_has_image() {
+  "$KUBE_BIN/crictl" --runtime-endpoint "unix://$CONTAINERD_SOCK" --image-endpoint "unix://$CONTAINERD_SOCK" inspecti "$1" >/dev/null
+}
+
+# ctr_images: the names of containerd's images in namespace k8s.io, on one line.
+ctr_images() {
+  local out
+  out="$("$KUBE_BIN/ctr" --address "$CONTAINERD_SOCK" -n k8s.io images ls -q 2>&1)" || { echo "ctr images ls failed: $out"; return; }
+  echo "${out//$'\n'/ }"
+}
+
+kube_service_rule() {
+  local rules
+  rules="$(iptables -t nat -S KUBE-SERVICES 2>&1)" || { echo "$rules"; return 1; }
+  [[ "$rules" == *"$KUBERNETES_SERVICE_IP/32"* ]] || { echo "$rules"; return 1; }
+}
+
+# node_ready: the node's Ready condition is True (prints its conditions otherwise).
+node_ready() {
+  local c
+  c="$(kctl get node "$NODE_NAME" -o jsonpath='{range .status.conditions[*]}{.type}={.status} ({.reason}: {.message}){"\n"}{end}' 2>&1)" \
+    || { echo "$c"; return 1; }
+  local l
+  while IFS= read -r l; do [[ "$l" != "Ready=True "* ]] || return 0; done <<<"$c"
+  echo "$c"
+  return 1
+}
+
+# no_workload_pods: no pod outside fake-dra and kube-system (prints those there are).
+no_workload_pods() {
+  local out err
+  err="$(mktemp)"
+  # stderr apart: with no pods at all kubectl says "No resources found" there.
+  out="$(kctl get pods -A --no-headers -o custom-columns=NAMESPACE:.metadata.namespace,NAME:.metadata.name,PHASE:.status.phase 2>"$err")" \
+    || { cat "$err"; rm -f "$err"; return 1; }
+  rm -f "$err"
+  out="$(awk '$1 != "fake-dra" && $1 != "kube-system"' <<<"$out")"
+  [[ -z "$out" ]] || { echo "$out"; return 1; }
+}
 
 up() {
   check_prereqs
@@ -332,7 +371,7 @@ up() {
 
   # The node IP: a /32 on lo, so nothing is reachable from outside this machine; pods
   # reach it through their default route (the bridge), the host directly.
-  ip -4 addr show dev lo | grep -q " $NODE_IP/32 " || ip addr add "$NODE_IP/32" dev lo
+  node_ip_on_lo || ip addr add "$NODE_IP/32" dev lo
   # The bridge exists before containerd starts (the CNI plugin would make it at the first
   # pod), so down knows it is ours.
   ip link show "$BRIDGE" >/dev/null 2>&1 || ip link add "$BRIDGE" type bridge
@@ -356,7 +395,7 @@ up() {
     --listen-client-urls "http://$ETCD_CLIENT" --advertise-client-urls "http://$ETCD_CLIENT" \
     --listen-peer-urls "http://$ETCD_PEER" --initial-advertise-peer-urls "http://$ETCD_PEER" \
     --initial-cluster "default=http://$ETCD_PEER" --listen-metrics-urls "" --log-level warn
-  wait_for etcd 30 bash -c "exec 3<>/dev/tcp/${ETCD_CLIENT%:*}/${ETCD_CLIENT##*:}" || die "etcd did not start; see $LOGS/etcd.log"
+  wait_for etcd 30 tcp_open "$ETCD_CLIENT" || die "etcd did not start; see $LOGS/etcd.log"
 
   start kube-apiserver "$KUBE_BIN/kube-apiserver" \
     --etcd-servers "http://$ETCD_CLIENT" \
@@ -402,16 +441,20 @@ up() {
   shopt -s nullglob
   for a in "$IMAGES_DIR"/*.tar; do load "$a"; done
   shopt -u nullglob
-  "$KUBE_BIN/ctr" --address "$CONTAINERD_SOCK" -n k8s.io images check "name==$SANDBOX_IMAGE" 2>/dev/null | grep -q . \
-    || die "the sandbox image $SANDBOX_IMAGE is not in containerd; run hack/build-image-local.sh (it writes $IMAGES_DIR/pause.tar)"
+  [[ -f "$IMAGES_DIR/pause.tar" ]] \
+    || die "no sandbox image archive $IMAGES_DIR/pause.tar; run hack/build-image-local.sh (it writes it)"
+  # The kubelet asks the CRI image service, which learns of an imported image from
+  # containerd's ImageCreate event a moment after the import returns: wait for it there.
+  wait_for "the CRI image service to list the sandbox image $SANDBOX_IMAGE" 30 cri_has_image "$SANDBOX_IMAGE" \
+    || die "the sandbox image $SANDBOX_IMAGE is not in the CRI image service after loading $IMAGES_DIR/pause.tar; containerd's images: $(ctr_images); see $LOGS/containerd.log"
 
   start_kubelet
   start kube-proxy "$KUBE_BIN/kube-proxy" --config "$CLUSTER_DIR/kube-proxy.yaml" --v=1
 
   wait_for node 120 kctl get node "$NODE_NAME" || die "node $NODE_NAME did not register; see $LOGS/kubelet.log"
-  kctl wait --for=condition=Ready "node/$NODE_NAME" --timeout=120s >/dev/null || die "node $NODE_NAME is not Ready; see $LOGS/kubelet.log"
+  wait_for "node $NODE_NAME to be Ready" 120 node_ready || die "node $NODE_NAME is not Ready; see $LOGS/kubelet.log"
   # The kubernetes Service must reach the API server from a pod: kube-proxy's rules.
-  wait_for kube-proxy 60 bash -c "iptables -t nat -S KUBE-SERVICES 2>/dev/null | grep -q '$KUBERNETES_SERVICE_IP/32'" \
+  wait_for "kube-proxy's rule for the kubernetes Service" 60 kube_service_rule \
     || die "kube-proxy wrote no rule for the kubernetes Service ($KUBERNETES_SERVICE_IP); see $LOGS/kube-proxy.log"
   # The default ServiceAccount must exist before pods can be created.
   wait_for serviceaccount 60 kctl -n default get serviceaccount default || die "no default ServiceAccount; see $LOGS/kube-controller-manager.log"
@@ -467,8 +510,7 @@ down() {
     for ns in $(kctl get namespaces -o name 2>/dev/null | sed 's|^namespace/||'); do
       [[ "$ns" == fake-dra || "$ns" == kube-system ]] || kctl -n "$ns" delete pods --all --wait=false >/dev/null 2>&1 || true
     done
-    wait_for "workload pods gone" 60 bash -c "! '$KUBE_BIN/kubectl' --kubeconfig '$ADMIN_KUBECONFIG' get pods -A --no-headers 2>/dev/null | grep -v -e '^fake-dra ' -e '^kube-system ' | grep -q ." \
-      || echo "some pods were still there after 60 s"
+    wait_for "workload pods gone" 60 no_workload_pods || echo "some pods were still there after 60 s (above)"
   fi
   # The claims of this cluster: their CDI specs go if the plugin could not remove them.
   local uids=""
@@ -519,7 +561,7 @@ down() {
     for n in $(ip -o link show master "$BRIDGE" 2>/dev/null | awk -F': ' '{print $2}' | cut -d@ -f1); do ip link del "$n" 2>/dev/null || true; done
     ip link del "$BRIDGE" && echo "removed bridge $BRIDGE"
   fi
-  if ip -4 addr show dev lo | grep -q " $NODE_IP/32 "; then ip addr del "$NODE_IP/32" dev lo && echo "removed $NODE_IP from lo"; fi
+  if node_ip_on_lo; then ip addr del "$NODE_IP/32" dev lo && echo "removed $NODE_IP from lo"; fi
   # The pod cgroups the kubelet made (cgroupfs driver), deepest first.
   find /sys/fs/cgroup/*/kubepods -depth -type d -exec rmdir {} \; 2>/dev/null || true
   # The kubelet's links to the container logs (the logs themselves stay in pod-logs/).

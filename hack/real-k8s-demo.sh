@@ -87,28 +87,32 @@ t1=$SECONDS
 "$ROOT/hack/deploy.sh" "$mode"
 # What the plugin publishes: structured, the node's ResourceSlice; classic, its
 # NodeAllocationState (Ready).
+# Each prints what it saw when it is not there yet (wait_for shows the last try).
 published() {
+  local out
   if [[ "$mode" == structured ]]; then
-    [[ -n "$(kubectl get resourceslices --field-selector "spec.nodeName=$NODE_NAME,spec.driver=fake.resource.3-shake.com" -o name 2>/dev/null)" ]]
+    out="$(kubectl get resourceslices --field-selector "spec.nodeName=$NODE_NAME,spec.driver=fake.resource.3-shake.com" -o name 2>&1)" || true
+    [[ "$out" == resourceslice* ]] || { echo "slices of node $NODE_NAME: ${out:-none}"; return 1; }
   else
-    [[ "$(kubectl -n fake-dra get nodeallocationstate "$NODE_NAME" -o jsonpath='{.status.phase}' 2>/dev/null)" == Ready ]]
+    out="$(kubectl -n fake-dra get nodeallocationstate "$NODE_NAME" -o jsonpath='{.status.phase}' 2>&1)" || true
+    [[ "$out" == Ready ]] || { echo "NodeAllocationState $NODE_NAME phase: ${out:-none}"; return 1; }
   fi
 }
-for ((i = 0; i < 60; i++)); do published && break; sleep 1; done
 if [[ "$mode" == structured ]]; then
-  published || die "the plugin published no ResourceSlice for node $NODE_NAME"
+  wait_for "the node's ResourceSlice" 60 published || die "the plugin published no ResourceSlice for node $NODE_NAME"
   kubectl get resourceslices -o wide
 else
-  published || die "the plugin's NodeAllocationState $NODE_NAME is not Ready"
+  wait_for "the node's NodeAllocationState to be Ready" 60 published || die "the plugin's NodeAllocationState $NODE_NAME is not Ready"
   kubectl -n fake-dra get nodeallocationstates
 fi
 echo "== driver deployed, inventory published: $((SECONDS - t1)) s"
 
 t1=$SECONDS
 "$ROOT/hack/demo.sh" --mode "$mode" --keep | tee "$(dirname "$KUBECONFIG")/logs/demo.out"
-devices="$(kubectl -n test5 logs pod0 | grep -oE "FAKE_DEVICE_[0-7]='[^']+'" | sort -u)"
+log="$(kubectl -n test5 logs pod0)" || die "kubectl logs test5/pod0 failed: $log"
+devices="$(grep -oE "FAKE_DEVICE_[0-7]='[^']+'" <<<"$log" | sort -u || true)"
 n="$(cut -d"'" -f2 <<<"$devices" | sort -u | grep -c . || true)"
-[[ "$n" == 8 ]] || die "pod0 saw $n distinct devices, not 8"
+[[ "$n" == 8 ]] || die "pod0 saw $n distinct devices, not 8; its log:"$'\n'"$log"
 echo "== seed demo: pod0 ran with 8 distinct devices ($((SECONDS - t1)) s)"
 # Delete the pod while the plugin runs, so the kubelet unprepares the claim.
 kubectl delete namespace test5 --wait=true --timeout=120s
