@@ -317,8 +317,11 @@ cri_has_image() {
 
 # ctr_images: the names of containerd's images in namespace k8s.io, on one line.
 ctr_images() {
-  local out
-  out="$("$KUBE_BIN/ctr" --address "$CONTAINERD_SOCK" -n k8s.io images ls -q 2>&1)" || { echo "ctr images ls failed: $out"; return; }
+  local out err
+  err="$(mktemp)"
+  out="$("$KUBE_BIN/ctr" --address "$CONTAINERD_SOCK" -n k8s.io images ls -q 2>"$err")" \
+    || out="(ctr images ls failed: $(cat "$err"))"
+  rm -f "$err"
   echo "${out//$'\n'/ }"
 }
 
