@@ -9,8 +9,9 @@
 #   - the control plane's images, pre-imported into the node's containerd: kube-apiserver,
 #     kube-controller-manager, kube-scheduler, kube-proxy, etcd, coredns and pause, each
 #     made from our builds under the name `kubeadm config images list` gives
-#   - in place of kindnetd: hack/kind-node/fake-dra-kind-network, a service that writes
-#     the node's CNI config from its podCIDR and routes the other nodes' podCIDRs
+#   - in place of kindnetd: hack/kind-node/fake-dra-kind-network, a DaemonSet (its image
+#     made from the rootfs' bash, ip and kubectl) that writes each node's CNI config from
+#     its podCIDR and routes the other nodes' podCIDRs
 # and tags it (default localhost/fake-dra/kind-node:<Kubernetes version>), where
 # hack/kind-up.sh finds it. The image carries a label with the hash of its inputs: with the
 # same inputs a second run does nothing. Needs root, Linux, Go, debootstrap (installed with
@@ -107,21 +108,16 @@ install -m 0755 "$kind_files"/usr/local/bin/* "$r/usr/local/bin/"
 mkdir -p "$r/kind/bin" "$r/etc/containerd" "$r/etc/systemd/system/kubelet.service.d" "$r/etc/kubernetes/manifests" "$r/kind/manifests"
 install -m 0644 "$kind_files"/kind/*.txt "$r/kind/"
 install -m 0755 "$kind_files"/kind/bin/* "$r/kind/bin/"
-for f in etc/crictl.yaml etc/containerd/config.toml etc/default/kubelet etc/sysctl.d/*.conf etc/systemd/system/*.* etc/systemd/system/kubelet.service.d/*; do
-  for src in "$kind_files"/$f; do
-    mkdir -p "$r/$(dirname "${src#"$kind_files"/}")"
-    install -m 0644 "$src" "$r/${src#"$kind_files"/}"
-  done
-done
+while IFS= read -r f; do
+  install -D -m 0644 "$kind_files/$f" "$r/$f"
+done < <(cd "$kind_files" && find etc -type f)
 find "$r/lib/systemd/system/sysinit.target.wants/" -name systemd-tmpfiles-setup.service -delete
 rm -f "$r"/lib/systemd/system/multi-user.target.wants/* "$r"/etc/systemd/system/*.wants/* \
   "$r"/lib/systemd/system/local-fs.target.wants/* "$r"/lib/systemd/system/sockets.target.wants/*udev* \
   "$r"/lib/systemd/system/sockets.target.wants/*initctl* "$r"/lib/systemd/system/basic.target.wants/*
 echo "ReadKMsg=no" >>"$r/etc/systemd/journald.conf"
 ln -sf /usr/lib/systemd/systemd "$r/sbin/init"
-install -m 0755 "$ROOT/hack/kind-node/fake-dra-kind-network" "$r/usr/local/bin/"
-install -m 0644 "$ROOT/hack/kind-node/fake-dra-kind-network.service" "$r/etc/systemd/system/"
-chroot "$r" systemctl enable kubelet.service containerd.service undo-mount-hacks.service fake-dra-kind-network.service >/dev/null 2>&1 \
+chroot "$r" systemctl enable kubelet.service containerd.service undo-mount-hacks.service >/dev/null 2>&1 \
   || die "systemctl enable in the node's rootfs failed"
 chroot "$r" systemctl mask systemd-binfmt.service >/dev/null 2>&1
 # Our builds; Debian's runc (/usr/sbin) and CNI plugins (/usr/lib/cni, where kind's /opt/cni/bin points).
@@ -131,18 +127,47 @@ mkdir -p "$r/opt/cni"; ln -sfn /usr/lib/cni "$r/opt/cni/bin"
 "$KUBE_BIN/ctr" oci spec | jq '.hooks.createContainer[.hooks.createContainer | length] |= . + {"path": "/kind/bin/mount-product-files.sh"}' \
   | jq 'del(.process.rlimits)' >"$r/etc/containerd/cri-base.json"
 echo -n "$KUBE_VERSION" >"$r/kind/version"
-# kind applies these at create: no kindnetd (fake-dra-kind-network does its work on every
-# node), a default StorageClass without a provisioner pod.
-cat >"$r/kind/manifests/default-cni.yaml" <<'YAML'
-# fake-dra's kind node image: the pod network is fake-dra-kind-network.service on every
-# node (CNI config from the node's podCIDR, routes to the other nodes), not a DaemonSet.
+# kind applies these at create: the pod network (fake-dra-kind-network, in place of
+# kindnetd), a default StorageClass without a provisioner pod.
+network_image=fake-dra.local/kind-network:1
+cat >"$r/kind/manifests/default-cni.yaml" <<YAML
 apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: fake-dra-kind-network
-  namespace: kube-system
-data:
-  network: ptp + host-local per node (fake-dra-kind-network.service); routes between nodes
+kind: ServiceAccount
+metadata: {name: fake-dra-kind-network, namespace: kube-system}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: fake-dra-kind-network}
+rules:
+  - {apiGroups: [""], resources: [nodes], verbs: [get, list, watch]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: fake-dra-kind-network}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: fake-dra-kind-network}
+subjects:
+  - {kind: ServiceAccount, name: fake-dra-kind-network, namespace: kube-system}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: fake-dra-kind-network, namespace: kube-system}
+spec:
+  selector: {matchLabels: {app: fake-dra-kind-network}}
+  template:
+    metadata: {labels: {app: fake-dra-kind-network}}
+    spec:
+      serviceAccountName: fake-dra-kind-network
+      hostNetwork: true
+      tolerations: [{operator: Exists}]
+      containers:
+        - name: network
+          image: $network_image
+          imagePullPolicy: Never
+          command: [/usr/local/bin/fake-dra-kind-network]
+          env: [{name: NODE_NAME, valueFrom: {fieldRef: {fieldPath: spec.nodeName}}}]
+          securityContext: {privileged: true}
+          volumeMounts: [{name: cni, mountPath: /etc/cni/net.d}]
+      volumes: [{name: cni, hostPath: {path: /etc/cni/net.d, type: DirectoryOrCreate}}]
 YAML
 cat >"$r/kind/manifests/default-storage.yaml" <<'YAML'
 apiVersion: storage.k8s.io/v1
@@ -200,6 +225,11 @@ mkdir -p "$imgs/coredns.d/etc/ssl/certs"; cp "$KIND_TOOLS/coredns" "$imgs/coredn
 cp "$r/etc/ssl/certs/ca-certificates.crt" "$imgs/coredns.d/etc/ssl/certs/"
 "$KUBE_BIN/ociarchive" -rootfs "$imgs/coredns.d" -name "$(name_of coredns)" -o "$imgs/coredns.tar" \
   -entrypoint /coredns -user 65532:65532
+install -m 0755 "$ROOT/hack/kind-node/fake-dra-kind-network" "$r/usr/local/bin/"
+image_rootfs "$imgs/kind-network.d" /usr/local/bin/fake-dra-kind-network /bin/bash /bin/ip /bin/cat /bin/mv /bin/mkdir /bin/sleep /usr/bin/kubectl
+rm -f "$r/usr/local/bin/fake-dra-kind-network"
+"$KUBE_BIN/ociarchive" -rootfs "$imgs/kind-network.d" -name "$network_image" -o "$imgs/kind-network.tar" \
+  -env PATH=/usr/local/bin:/usr/bin:/bin
 mkdir -p "$imgs/pause.d"; cp "$KUBE_BIN/pause" "$imgs/pause.d/pause"
 "$KUBE_BIN/ociarchive" -rootfs "$imgs/pause.d" -name "$sandbox" -o "$imgs/pause.tar" -entrypoint /pause -user 65535:65535
 step "component images"
@@ -219,30 +249,41 @@ TOML
 "$KUBE_BIN/containerd" --config "$cd_run/config.toml" >"$cd_run/containerd.log" 2>&1 &
 cd_pid=$!
 trap 'kill "$cd_pid" 2>/dev/null || true' EXIT
-ctr_() { "$KUBE_BIN/ctr" --address "$cd_run/containerd.sock" --namespace k8s.io "$@"; }
+ctr_() { "$KUBE_BIN/ctr" --address "$cd_run/containerd.sock" --namespace k8s.io "$@" 2> >(grep -v 'support for cgroup v1 is deprecated' >&2); }
 wait_for "containerd for the image import" 30 ctr_ version >/dev/null \
   || { show_output "$(cat "$cd_run/containerd.log")" >&2; die "containerd did not start"; }
 for a in "$imgs"/*.tar; do
-  ctr_ images import --snapshotter overlayfs --digests "$a" >/dev/null || die "ctr images import $a failed"
+  # The layers go once unpacked (as kind's containerd config does for pulls): the image
+  # is half the size, and kind copies the node's /var into a volume per node.
+  ctr_ images import --local --snapshotter overlayfs --discard-unpacked-layers "$a" >/dev/null 2>&1 \
+    || die "ctr images import $a failed: $(ctr_ images import --local --snapshotter overlayfs --discard-unpacked-layers "$a" 2>&1 | tail -n 3)"
 done
 # The names kubeadm lists for pause (kind's containerd config names its own).
 while IFS= read -r n; do
-  [[ "$n" == */pause:* && "$n" != "$sandbox" ]] && { ctr_ images tag "$sandbox" "$n" >/dev/null || die "ctr images tag $n failed"; }
+  [[ "$n" == */pause:* && "$n" != "$sandbox" ]] || continue
+  ctr_ images tag "$sandbox" "$n" >/dev/null || die "ctr images tag $sandbox $n failed"
 done <<<"$images_list"
-listed="$(ctr_ images ls -q)"
+# A deletion makes containerd collect garbage: the discarded layers leave the content store.
+ctr_ images tag "$sandbox" fake-dra.local/gc-trigger:1 >/dev/null 2>&1 && ctr_ images rm --sync fake-dra.local/gc-trigger:1 >/dev/null 2>&1
+listed="$(ctr_ images ls -q 2>/dev/null)"
 while IFS= read -r n; do
   contains_line "$listed" "$n" || die "the node's containerd lacks $n after the import; it lists:"$'\n'"$listed"
 done <<<"$images_list"
+echo "the node's containerd store: $(du -sh "$r/var/lib/containerd" | cut -f1) (content $(du -sh "$r/var/lib/containerd/io.containerd.content.v1.content" | cut -f1))"
 kill "$cd_pid"; wait "$cd_pid" 2>/dev/null || true
 trap - EXIT
 rm -rf "$r/var/lib/containerd/io.containerd.runtime.v2.task" "$r/var/lib/containerd/tmpmounts"
 step "image import"
 
-# 7. The image: the rootfs as one layer, with kind's entrypoint and stop signal.
+# 7. The image: the rootfs as one layer, with kind's entrypoint and stop signal. The image it
+# replaces goes (unless a container still uses it).
+old_id="$("$e" image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)"
 tar -C "$r" --numeric-owner --xattrs -c . \
   | "$e" import --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' --change 'ENV container=docker' \
       --change 'STOPSIGNAL SIGRTMIN+3' --change "LABEL $label=$inputs" - "$image" >/dev/null \
   || die "$e import of the node image failed"
 rm -rf "$work"
+new_id="$("$e" image inspect --format '{{.Id}}' "$image")"
+[[ -z "$old_id" || "$old_id" == "$new_id" ]] || "$e" rmi "$old_id" >/dev/null 2>&1 || true
 step "$e import"
 echo "node image $image built ($((SECONDS - t_all)) s): Kubernetes $KUBE_VERSION, containerd $CONTAINERD_VERSION, images: $(tr '\n' ' ' <<<"$images_list")"

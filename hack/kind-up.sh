@@ -19,6 +19,8 @@
 #   The mode follows from the image's version when only --image is given.
 #   Tested: our images (v1.37.2, v1.30.14); published kindest/node:v1.34.0, v1.33.4, v1.32.8
 #   (kind v0.30.0), v1.30.8, v1.29.12.
+# A cluster that kind creates but that does not work (nodes not Ready, no DRA API) is
+# deleted again (KIND_KEEP_FAILED=1 keeps it).
 # Env: CLUSTER_NAME (default kind), KIND_NODE_IMAGE, DRA_MODE (as --mode), CONTAINER_ENGINE.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -106,6 +108,11 @@ fi
 # Kubelets 1.31+ refuse cgroup v1 unless told (1.35+ by default).
 cgroup_v1=false
 [[ -f /sys/fs/cgroup/cgroup.controllers ]] || cgroup_v1=true
+# Without CAP_SYS_RESOURCE (some sandboxes, this CI's machine) nothing in the node can lower
+# an oom_score_adj, and runc fails every pod sandbox ("can't get final child's PID from
+# pipe"); containerd then keeps each container's at least at its own, as for rootless kind.
+restrict_oom=false
+can_raise_limits || restrict_oom=true
 config="$(mktemp)"
 trap 'rm -f "$config"' EXIT
 {
@@ -125,11 +132,12 @@ kubeadmConfigPatches:
     failCgroupV1: false
 YAML
   fi
+  echo "containerdConfigPatches:"
+  echo "  - |-"
+  echo "    [plugins.\"io.containerd.grpc.v1.cri\"]"
+  echo "      enable_cdi = true"
+  if $restrict_oom; then echo "      restrict_oom_score_adj = true"; fi
   cat <<'YAML'
-containerdConfigPatches:
-  - |-
-    [plugins."io.containerd.grpc.v1.cri"]
-      enable_cdi = true
 nodes:
   - role: control-plane
   - role: worker
@@ -143,6 +151,16 @@ if ! "$KIND" create cluster --name "$CLUSTER_NAME" --image "$NODE_IMAGE" --confi
   die "kind create cluster failed (above); no cluster was left. A node image without DRA support (not 1.27-1.30 or 1.32+) fails here"
 fi
 ctx="kind-$CLUSTER_NAME"
+# failed <message>: after create, a cluster that does not work is shown and deleted (set
+# KIND_KEEP_FAILED=1 to keep it for a look).
+failed() {
+  show_output "$(kubectl --context "$ctx" get nodes -o wide 2>&1; kubectl --context "$ctx" get pods -A -o wide 2>&1)" >&2
+  if [[ "${KIND_KEEP_FAILED:-}" == 1 ]]; then
+    die "$1; the cluster is kept (KIND_KEEP_FAILED=1): hack/kind-down.sh deletes it"
+  fi
+  "$KIND" delete cluster --name "$CLUSTER_NAME" >/dev/null 2>&1 || true
+  die "$1; the cluster was deleted (KIND_KEEP_FAILED=1 keeps it)"
+}
 nodes_ready() {
   local out
   out="$(kubectl --context "$ctx" get nodes --no-headers 2>&1)" || { echo "$out"; return 1; }
@@ -150,15 +168,15 @@ nodes_ready() {
   [[ -n "$out" && "$out" != *NotReady* ]]
 }
 wait_for "every node of $CLUSTER_NAME Ready" 180 nodes_ready \
-  || die "the nodes of kind cluster $CLUSTER_NAME are not Ready (above); hack/kind-down.sh deletes the cluster"
+  || failed "the nodes of kind cluster $CLUSTER_NAME are not Ready (above)"
 resources="$(kubectl --context "$ctx" api-resources --api-group=resource.k8s.io -o name 2>&1)" \
-  || die "kubectl api-resources on $ctx failed: $resources"
+  || failed "kubectl api-resources on $ctx failed: $resources"
 if [[ "$MODE" == classic ]]; then
   contains_line "$resources" resourceclasses.resource.k8s.io \
-    || die "the cluster does not serve resource.k8s.io/v1alpha2 resourceclasses: node image $NODE_IMAGE lacks classic DRA (it serves: ${resources:-nothing})"
+    || failed "the cluster does not serve resource.k8s.io/v1alpha2 resourceclasses: node image $NODE_IMAGE lacks classic DRA (it serves: ${resources:-nothing})"
 else
   { contains_line "$resources" resourceslices.resource.k8s.io && contains_line "$resources" deviceclasses.resource.k8s.io; } \
-    || die "the cluster serves no resourceslices/deviceclasses: node image $NODE_IMAGE lacks structured DRA (it serves: ${resources:-nothing})"
+    || failed "the cluster serves no resourceslices/deviceclasses: node image $NODE_IMAGE lacks structured DRA (it serves: ${resources:-nothing})"
 fi
 kubectl --context "$ctx" get nodes -o wide
 echo "kind cluster $CLUSTER_NAME is up (context $ctx, $MODE DRA); next: hack/build-image.sh, hack/kind-load.sh, hack/deploy.sh $MODE"

@@ -59,16 +59,23 @@ kind_setup() {
     fi
     [[ -x "$KIND" ]] || die "kind not found; install kind (https://kind.sigs.k8s.io/docs/user/quick-start/#installation), or Go 1.26 to build it here"
   fi
-  if [[ "$ENGINE" == podman && -z "${CONTAINERS_CONF:-}" ]] && ! (ulimit -Hn 1048576) 2>/dev/null; then
+  if [[ "$ENGINE" == podman && -z "${CONTAINERS_CONF:-}" ]] && ! can_raise_limits; then
     local conf="$ROOT/target/kind/containers.conf"
     mkdir -p "${conf%/*}"
     local nofile nproc
     nofile="$(ulimit -Hn)"; nproc="$(ulimit -Hu)"
-    [[ "$nproc" != unlimited ]] || nproc=-1
+    # podman asks for nofile 1048576 by default; runc cannot even set the hard limits this
+    # process has (nproc) without the capability, so both stay below them.
+    if [[ "$nproc" == unlimited ]] || ((nproc > 32768)); then nproc=32768; fi
+    ((nofile < 20000)) || nofile=20000
     printf '[containers]\ndefault_ulimits = ["nofile=%s:%s", "nproc=%s:%s"]\n' "$nofile" "$nofile" "$nproc" "$nproc" >"$conf"
     export CONTAINERS_CONF="$conf"
   fi
 }
+
+# can_raise_limits: whether this process may raise a hard rlimit (CAP_SYS_RESOURCE), which
+# also decides whether anything may lower an oom_score_adj.
+can_raise_limits() { (ulimit -Hn "$(($(ulimit -Hn) + 1))") 2>/dev/null; }
 
 # kind_clusters: the kind clusters, one a line (dies with kind's message when it cannot list).
 kind_clusters() {
