@@ -27,7 +27,9 @@ engine() {
     if out="$(timeout 30 "$e" info 2>&1)"; then echo "$e"; return; fi
     tried+=("$e: installed, but '$e info' failed: $(tail -n 1 <<<"$out")")
   done
-  die "no container engine answers ($(IFS=';'; echo "${tried[*]}")); start the Docker daemon, or install podman (apt-get install podman runc), or install Docker (https://docs.docker.com/engine/install/)"
+  local joined
+  joined="$(printf '%s; ' "${tried[@]}")"
+  die "no container engine answers (${joined%; }); start the Docker daemon, or install podman (apt-get install podman runc), or install Docker (https://docs.docker.com/engine/install/)"
 }
 
 # The full name containerd gives an image: fake-dra:dev -> docker.io/library/fake-dra:dev.
