@@ -27,14 +27,15 @@ for i in "${images[@]}"; do
     die "image $i (what the examples run) is not in $ENGINE; hack/build-image.sh --from-binaries builds it, or $ENGINE pull $i"
   fi
 done
-archive="$(mktemp --suffix=.tar)"
-trap 'rm -f "$archive"' EXIT
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
 for i in "${images[@]}"; do
   # The name a pod's image resolves to (fake-dra:dev is docker.io/library/fake-dra:dev);
   # podman names its own builds localhost/..., which no pod asks for.
   full="$(full_name "$i")"
   if [[ "$ENGINE" == podman ]]; then
     "$ENGINE" tag "$i" "$full"
+    archive="$tmp/${full//[\/:]/_}.tar"
     "$ENGINE" save -o "$archive" "$full" >/dev/null
     "$KIND" load image-archive "$archive" --name "$CLUSTER_NAME"
   else
