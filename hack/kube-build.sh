@@ -14,7 +14,7 @@
 #   kind        kind (sigs.k8s.io/kind, for the hack/kind-*.sh scripts)
 # kubeadm, coredns and kind are not in the default groups (the kind scripts build them).
 # runc and the CNI plugins are Debian's (apt-get install runc containernetworking-plugins).
-# A group whose go.mod, go.sum, flags and Go version are unchanged since its last build is
+# A group whose go.mod, go.sum, own .go files, flags and Go version are unchanged since its last build is
 # skipped (stamp files in the bin directory), so a second run does nothing. Prints timings.
 # Usage: hack/kube-build.sh [--force] [GROUP...]   (default: all groups)
 #   --force  rebuild even if the stamps match
@@ -46,7 +46,10 @@ build_group() {
   shift
   local stamp key b missing=false t0 t1 t2
   stamp="$KUBE_BIN/.stamp-$name"
-  key="$(cat "$dir/go.mod" "$dir/go.sum" 2>/dev/null | sha256sum | cut -d' ' -f1) $(go version) ${envs[*]} $*"
+  local srcs gofiles
+  mapfile -t gofiles < <(find "$dir" -name '*.go' | sort)
+  srcs=("$dir/go.mod" "$dir/go.sum" "${gofiles[@]}")
+  key="$(cat "${srcs[@]}" 2>/dev/null | sha256sum | cut -d' ' -f1) $(go version) ${envs[*]} $*"
   for b in $bins; do [[ -x "$KUBE_BIN/$b" ]] || missing=true; done
   if ! $force && ! $missing && [[ -f "$stamp" && "$(cat "$stamp")" == "$key" ]]; then
     echo "== $name: up to date ($bins)"
@@ -97,7 +100,7 @@ for g in "${groups[@]}"; do
         github.com/containerd/containerd/v2/cmd/ctr ;;
     coredns)
       build_group coredns "$KUBE_MODULES/coredns" coredns CGO_ENABLED=0 -- \
-        -ldflags "-s -w" github.com/coredns/coredns ;;
+        -ldflags "-s -w" . ;;
     kind)
       build_group kind "$KUBE_MODULES/kind" kind -- -ldflags "-s -w" sigs.k8s.io/kind ;;
     cri-tools)
