@@ -13,17 +13,20 @@
 #   hack/e2e-kind.sh --no-setup     the seed scenarios with assertions
 #   hack/kind-down.sh               (also when a step fails)
 # Prints the time of each stage. Needs root. Run it after `cargo test --workspace`.
-# Usage: hack/ci-kind.sh [--cargo-profile dev|release] [--keep]
-#   --keep  leave the cluster up (and the lock released); hack/kind-down.sh deletes it
+# Usage: hack/ci-kind.sh [--cargo-profile dev|release] [--keep] [--no-lock]
+#   --keep     leave the cluster up (and the lock released); hack/kind-down.sh deletes it
+#   --no-lock  the caller holds /tmp/fake-dra-cluster.lock already
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 profile=dev
 keep=false
+lock=true
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
     --cargo-profile) profile="${2:?--cargo-profile needs a value}"; shift 2 ;;
     --keep) keep=true; shift ;;
+    --no-lock) lock=false; shift ;;
     *) die "unknown argument: $1 (try --help)" ;;
   esac
 done
@@ -55,8 +58,10 @@ skip=()
 stage "kind: build-image"
 
 # The rest holds the cluster lock: hack/local-cluster.sh's cluster must not run beside kind.
-exec 9>/tmp/fake-dra-cluster.lock
-flock 9
+if $lock; then
+  exec 9>/tmp/fake-dra-cluster.lock
+  flock 9
+fi
 cleanup() { $keep || "$H/kind-down.sh" || true; }
 trap cleanup EXIT
 "$H/kind-up.sh"
