@@ -22,7 +22,8 @@ images=("$IMAGE" busybox:1.36)
 for i in "${images[@]}"; do
   if ! "$ENGINE" image inspect "$i" >/dev/null 2>&1; then
     if [[ "$i" == "$IMAGE" ]]; then
-      die "image $i is not in $ENGINE; build it first: hack/build-image.sh${IMAGE:+ --image $IMAGE}"
+      opt=""; [[ "$IMAGE" == fake-dra:dev ]] || opt=" --image $IMAGE"
+      die "image $i is not in $ENGINE; build it first: hack/build-image.sh$opt"
     fi
     die "image $i (what the examples run) is not in $ENGINE; hack/build-image.sh --from-binaries builds it, or $ENGINE pull $i"
   fi
