@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CI step "kind": the README's kind path, end to end, with no image pulled. Installs what it
-# needs (podman, runc, debootstrap), builds the node image offline (hack/kind-node-image.sh:
+# needs (podman, runc, debootstrap, jq), builds the node image offline (hack/kind-node-image.sh:
 # kubeadm, coredns and kind from the Go module proxy, a Debian rootfs; cached), then, under
 # the cluster lock (/tmp/fake-dra-cluster.lock, as every cluster here):
 #   hack/kind-up.sh                 control plane + kind-worker, kind-worker2 (Kubernetes 1.37)
@@ -37,7 +37,7 @@ stage() { echo "== $1: $((SECONDS - t_stage)) s"; t_stage=$SECONDS; }
 t_stage=$SECONDS
 
 missing=()
-for pkg in podman runc debootstrap iptables; do
+for pkg in podman runc debootstrap iptables jq; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 if [[ ${#missing[@]} -gt 0 ]]; then
