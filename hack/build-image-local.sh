@@ -51,14 +51,6 @@ linkage="$(ldd "$BUSYBOX" 2>&1 || true)"
 [[ "$linkage" == *"not a dynamic executable"* ]] \
   || die "$BUSYBOX is not statically linked (ldd: $linkage); apt-get install busybox-static"
 
-# The full name containerd gives an image: fake-dra:dev -> docker.io/library/fake-dra:dev.
-full_name() {
-  local n="$1" first="${1%%/*}"
-  if [[ "$n" != */* ]]; then n="docker.io/library/$n"
-  elif [[ "$first" != *.* && "$first" != *:* && "$first" != localhost ]]; then n="docker.io/$n"; fi
-  echo "$n"
-}
-
 "$ROOT/hack/kube-build.sh" tools >/dev/null
 ociarchive="$KUBE_BIN/ociarchive"
 mkdir -p "$IMAGES_DIR"

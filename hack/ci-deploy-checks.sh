@@ -222,7 +222,7 @@ echo "== CRDs (deploy/crds and the chart's copy) equal crdgen's output"
 hack/check-crds.sh
 
 echo "== shellcheck"
-shellcheck -x -P SCRIPTDIR hack/*.sh
+shellcheck -x -P SCRIPTDIR hack/*.sh hack/kind-node/fake-dra-kind-network
 # grep -q in a pipeline: file and line of each, or nothing.
 piped_grep_q="$(grep -nE '^[^#]*\|[[:space:]]*grep[[:space:]]+(-[a-zA-Z]*q|--quiet)' hack/*.sh hack/*/*.sh .ci/run || true)"
 [[ -z "$piped_grep_q" ]] || die "a pipeline ends in grep -q (write the output to a variable first):"$'\n'"$piped_grep_q"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Deletes the kind cluster (nothing to do if it does not exist).
+# Deletes the kind cluster (nothing to do if it does not exist): its nodes, their volumes,
+# the kubeconfig context; kind's network stays for the next cluster.
 # Usage: hack/kind-down.sh [--name NAME]   Env: CLUSTER_NAME (default kind)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -10,10 +11,10 @@ while [[ $# -gt 0 ]]; do
     *) die "unknown argument: $1 (try --help)" ;;
   esac
 done
-need kind "kind (https://kind.sigs.k8s.io/docs/user/quick-start/#installation)"
-clusters="$(kind get clusters 2>&1)" || die "kind get clusters failed: $clusters"
+kind_setup
+clusters="$(kind_clusters)"
 if contains_line "$clusters" "$CLUSTER_NAME"; then
-  kind delete cluster --name "$CLUSTER_NAME"
+  "$KIND" delete cluster --name "$CLUSTER_NAME"
 else
   echo "kind cluster $CLUSTER_NAME does not exist; nothing to do"
 fi

@@ -8,8 +8,13 @@
 #   containerd  containerd containerd-shim-runc-v2 ctr (github.com/containerd/containerd/v2)
 #   cri-tools   crictl (sigs.k8s.io/cri-tools)
 #   tools       pause, ociarchive (our own, hack/kube/tools)
+#   kubeadm     kubeadm (k8s.io/kubernetes, the same module: for the kind node image of
+#               hack/kind-node-image.sh; not in the default groups)
+#   coredns     coredns (github.com/coredns/coredns, static: the kind node image's DNS)
+#   kind        kind (sigs.k8s.io/kind, for the hack/kind-*.sh scripts)
+# kubeadm, coredns and kind are not in the default groups (the kind scripts build them).
 # runc and the CNI plugins are Debian's (apt-get install runc containernetworking-plugins).
-# A group whose go.mod, go.sum, flags and Go version are unchanged since its last build is
+# A group whose go.mod, go.sum, own .go files, flags and Go version are unchanged since its last build is
 # skipped (stamp files in the bin directory), so a second run does nothing. Prints timings.
 # Usage: hack/kube-build.sh [--force] [GROUP...]   (default: all groups)
 #   --force  rebuild even if the stamps match
@@ -24,7 +29,7 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
     --force) force=true; shift ;;
-    kubernetes|etcd|containerd|cri-tools|tools) groups+=("$1"); shift ;;
+    kubernetes|kubeadm|etcd|containerd|cri-tools|tools|coredns|kind) groups+=("$1"); shift ;;
     *) die "unknown argument: $1 (try --help)" ;;
   esac
 done
@@ -41,7 +46,10 @@ build_group() {
   shift
   local stamp key b missing=false t0 t1 t2
   stamp="$KUBE_BIN/.stamp-$name"
-  key="$(cat "$dir/go.mod" "$dir/go.sum" 2>/dev/null | sha256sum | cut -d' ' -f1) $(go version) ${envs[*]} $*"
+  local srcs gofiles
+  mapfile -t gofiles < <(find "$dir" -name '*.go' | sort)
+  srcs=("$dir/go.mod" "$dir/go.sum" "${gofiles[@]}")
+  key="$(cat "${srcs[@]}" 2>/dev/null | sha256sum | cut -d' ' -f1) $(go version) ${envs[*]} $*"
   for b in $bins; do [[ -x "$KUBE_BIN/$b" ]] || missing=true; done
   if ! $force && ! $missing && [[ -f "$stamp" && "$(cat "$stamp")" == "$key" ]]; then
     echo "== $name: up to date ($bins)"
@@ -64,12 +72,17 @@ for g in "${groups[@]}"; do
       # Static: pause runs alone in an otherwise empty image.
       build_group tools "$KUBE_MODULES/tools" "pause ociarchive" CGO_ENABLED=0 -- \
         -ldflags "-s -w" ./pause ./ociarchive ;;
-    kubernetes)
+    kubernetes|kubeadm)
       v="$KUBE_VERSION"; minor="$(kube_minor)"
       ldflags="-s -w"
       for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
         ldflags+=" -X $p.gitVersion=$v -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
       done
+      if [[ "$g" == kubeadm ]]; then
+        build_group kubeadm "$KUBE_MODULES/$KUBE_MODULE" kubeadm -- \
+          -ldflags "$ldflags" k8s.io/kubernetes/cmd/kubeadm
+        continue
+      fi
       build_group kubernetes "$KUBE_MODULES/$KUBE_MODULE" \
         "kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl" -- \
         -ldflags "$ldflags" \
@@ -85,6 +98,11 @@ for g in "${groups[@]}"; do
         github.com/containerd/containerd/v2/cmd/containerd \
         github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
         github.com/containerd/containerd/v2/cmd/ctr ;;
+    coredns)
+      build_group coredns "$KUBE_MODULES/coredns" coredns CGO_ENABLED=0 -- \
+        -ldflags "-s -w" . ;;
+    kind)
+      build_group kind "$KUBE_MODULES/kind" kind -- -ldflags "-s -w" sigs.k8s.io/kind ;;
     cri-tools)
       build_group cri-tools "$KUBE_MODULES/cri-tools" "crictl" -- \
         -ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS_VERSION" \

@@ -12,12 +12,89 @@ need() {
   command -v "$1" >/dev/null 2>&1 || die "$1 not found; install $2"
 }
 
-# The container engine: $CONTAINER_ENGINE, else docker, else podman.
+# The container engine that answers: $CONTAINER_ENGINE, else docker, else podman. A CLI
+# alone is not an engine (a docker CLI without a daemon is common): each is asked `info`.
 engine() {
-  if [[ -n "${CONTAINER_ENGINE:-}" ]]; then need "$CONTAINER_ENGINE" "$CONTAINER_ENGINE"; echo "$CONTAINER_ENGINE"; return; fi
-  if command -v docker >/dev/null 2>&1; then echo docker; return; fi
-  if command -v podman >/dev/null 2>&1; then echo podman; return; fi
-  die "neither docker nor podman found; install Docker (https://docs.docker.com/engine/install/) or podman"
+  local e out tried=()
+  if [[ -n "${CONTAINER_ENGINE:-}" ]]; then
+    need "$CONTAINER_ENGINE" "$CONTAINER_ENGINE"
+    out="$(timeout 30 "$CONTAINER_ENGINE" info 2>&1)" \
+      || die "CONTAINER_ENGINE=$CONTAINER_ENGINE does not answer ($CONTAINER_ENGINE info: $(tail -n 1 <<<"$out")); start it, or unset CONTAINER_ENGINE to pick docker or podman"
+    echo "$CONTAINER_ENGINE"; return
+  fi
+  for e in docker podman; do
+    command -v "$e" >/dev/null 2>&1 || { tried+=("$e: not installed"); continue; }
+    if out="$(timeout 30 "$e" info 2>&1)"; then echo "$e"; return; fi
+    tried+=("$e: installed, but '$e info' failed: $(tail -n 1 <<<"$out")")
+  done
+  local joined
+  joined="$(printf '%s; ' "${tried[@]}")"
+  die "no container engine answers (${joined%; }); start the Docker daemon, or install podman (apt-get install podman runc), or install Docker (https://docs.docker.com/engine/install/)"
+}
+
+# The full name containerd gives an image: fake-dra:dev -> docker.io/library/fake-dra:dev.
+full_name() {
+  local n="$1" first="${1%%/*}"
+  if [[ "$n" != */* ]]; then n="docker.io/library/$n"
+  elif [[ "$first" != *.* && "$first" != *:* && "$first" != localhost ]]; then n="docker.io/$n"; fi
+  echo "$n"
+}
+
+# The kind node image hack/kind-node-image.sh builds for Kubernetes version $1 (v1.37.2).
+kind_node_image() { echo "localhost/fake-dra/kind-node:$1"; }
+
+# kind_setup: for the kind scripts. Sets KIND (kind on PATH, else ours, built from
+# hack/kube/kind/go.mod into target/kube/kind/bin, cached) and ENGINE; tells kind which
+# provider to use (it would take a docker CLI without a daemon); and where podman cannot set
+# its default rlimits (no CAP_SYS_RESOURCE: "error setting rlimit type 7"), points podman
+# at a containers.conf with limits it can set.
+kind_setup() {
+  ENGINE="$(engine)"
+  export KIND_EXPERIMENTAL_PROVIDER="$ENGINE"
+  if command -v kind >/dev/null 2>&1; then
+    KIND="$(command -v kind)"
+  else
+    KIND="$ROOT/target/kube/kind/bin/kind"
+    if command -v go >/dev/null 2>&1; then
+      KUBE_OUT="$ROOT/target/kube/kind" "$ROOT/hack/kube-build.sh" kind >/dev/null \
+        || die "building kind failed (KUBE_OUT=target/kube/kind hack/kube-build.sh kind)"
+    fi
+    [[ -x "$KIND" ]] || die "kind not found; install kind (https://kind.sigs.k8s.io/docs/user/quick-start/#installation), or Go 1.26 to build it here"
+  fi
+  if [[ "$ENGINE" == podman && -z "${CONTAINERS_CONF:-}" ]] && ! can_raise_limits; then
+    local conf="$ROOT/target/kind/containers.conf"
+    mkdir -p "${conf%/*}"
+    local nofile nproc
+    nofile="$(ulimit -Hn)"; nproc="$(ulimit -Hu)"
+    # podman asks for nofile 1048576 by default; runc cannot even set the hard limits this
+    # process has (nproc) without the capability, so both stay below them.
+    if [[ "$nproc" == unlimited ]] || ((nproc > 32768)); then nproc=32768; fi
+    ((nofile < 20000)) || nofile=20000
+    printf '[containers]\ndefault_ulimits = ["nofile=%s:%s", "nproc=%s:%s"]\n' "$nofile" "$nofile" "$nproc" "$nproc" >"$conf"
+    export CONTAINERS_CONF="$conf"
+  fi
+}
+
+# can_raise_limits: whether this process may raise a hard rlimit (CAP_SYS_RESOURCE), which
+# also decides whether anything may lower an oom_score_adj.
+can_raise_limits() { (ulimit -Hn "$(($(ulimit -Hn) + 1))") 2>/dev/null; }
+
+# kind_clusters: the kind clusters, one a line (dies with kind's message when it cannot list).
+kind_clusters() {
+  local out
+  out="$("$KIND" get clusters 2>&1)" || die "kind get clusters failed: $out"
+  [[ "$out" == "No kind clusters found." ]] || echo "$out"
+}
+
+# local_cluster_up: whether hack/local-cluster.sh's cluster runs (one of its processes).
+local_cluster_up() {
+  local f p
+  for f in "${LOCAL_CLUSTER_DIR:-/var/lib/fake-dra-cluster}"/run/*.pid; do
+    [[ -f "$f" ]] || continue
+    p="$(cat "$f")"
+    [[ -n "$p" ]] && kill -0 "$p" 2>/dev/null && return 0
+  done
+  return 1
 }
 
 # wait_for <what> <seconds> <command...>: runs the command (a program or a function) until it
@@ -100,6 +177,24 @@ cluster_mode() {
   die "the cluster serves no DRA API (resource.k8s.io v1alpha2, v1beta1 or v1; it lists: ${resources:-nothing}); see hack/kind-up.sh --help"
 }
 
+# kind_node_containers: the running kind node containers (docker's and podman's), one a line.
+kind_node_containers() {
+  local e
+  for e in docker podman; do
+    command -v "$e" >/dev/null 2>&1 || continue
+    timeout 30 "$e" ps --filter label=io.x-k8s.kind.cluster --format '{{.Names}}' 2>/dev/null || true
+  done
+}
+
+# cluster_mode_of <context>: cluster_mode of that kubectl context.
+cluster_mode_of() {
+  local ctx="$1"
+  (
+    kubectl() { command kubectl --context "$ctx" "$@"; }
+    cluster_mode
+  )
+}
+
 # Prints a structured manifest file as the current cluster takes it (v1 as is, v1beta1
 # rewritten by to_v1beta1).
 structured_manifest() {
@@ -111,6 +206,6 @@ structured_manifest() {
 }
 
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
-  echo "hack/lib.sh: helpers sourced by the other hack/ scripts (die, need, engine, usage, to_v1beta1, cluster_mode, ...); nothing to run"
+  echo "hack/lib.sh: helpers sourced by the other hack/ scripts (die, need, engine, kind_setup, usage, to_v1beta1, cluster_mode, ...); nothing to run"
   exit 0
 fi

@@ -357,7 +357,10 @@ no_workload_pods() {
 up() {
   check_prereqs
   if running kube-apiserver && running kubelet; then echo "the cluster runs already"; status; return; fi
-  local p
+  local p kind_nodes
+  # kind's nodes add host firewall rules (its bridge network) and run kubelets of their own.
+  kind_nodes="$(kind_node_containers)"
+  [[ -z "$kind_nodes" ]] || die "kind nodes run (${kind_nodes//$'\n'/ }); this cluster must not run beside them: delete that cluster first (hack/kind-down.sh)"
   for p in "$ETCD_CLIENT" "$ETCD_PEER" 127.0.0.1:6443 127.0.0.1:10250 127.0.0.1:10257 127.0.0.1:10259; do
     port_free "$p" || die "port ${p##*:} is in use (another cluster? hack/local-cluster.sh down)"
   done
