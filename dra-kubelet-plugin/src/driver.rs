@@ -15,7 +15,6 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
-use fake_dra_api::nas;
 use tracing::{info, warn};
 
 use crate::cdi::{self, CdiKind};
@@ -28,7 +27,7 @@ use crate::fsutil::{
 use crate::plan::{Plan, plan};
 use crate::profile::{DeviceProfile, ProfileError};
 
-/// A place to die on purpose, for crash tests (`FAKE_DRA_TEST_CRASH_POINT`).
+/// A place to die on purpose, for crash tests (feature `test-crash-points`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CrashPoint {
     /// Prepare: specs written, checkpoint not.
@@ -127,8 +126,62 @@ pub struct DriverConfig {
     pub cdi_root: PathBuf,
     /// Where the checkpoint goes (the plugin dir).
     pub plugin_dir: PathBuf,
+    /// The checkpoint's `apiVersion`.
+    pub checkpoint_api_version: String,
+    /// The checkpoint's `kind`.
+    pub checkpoint_kind: String,
     /// Test-only: abort at this point.
+    #[cfg(feature = "test-crash-points")]
     pub crash_point: Option<CrashPoint>,
+}
+
+#[cfg(feature = "classic")]
+/// A prepared claim as the node's publishers list it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreparedClaim {
+    /// The claim's uid.
+    pub uid: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// The node devices it holds ([`crate::DeviceProfile::held_devices`]).
+    pub devices: Vec<String>,
+}
+
+#[cfg(feature = "classic")]
+/// The node's prepared claims, now and as they change.
+#[derive(Clone)]
+pub struct PreparedClaims {
+    list: std::sync::Arc<dyn Fn() -> Vec<PreparedClaim> + Send + Sync>,
+    changes: tokio::sync::watch::Receiver<u64>,
+}
+
+#[cfg(feature = "classic")]
+impl std::fmt::Debug for PreparedClaims {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedClaims").finish_non_exhaustive()
+    }
+}
+
+#[cfg(feature = "classic")]
+impl PreparedClaims {
+    /// The claims prepared now.
+    pub fn current(&self) -> Vec<PreparedClaim> {
+        (self.list)()
+    }
+
+    /// Waits for the next change after the last one seen; `false` once the plugin is gone.
+    pub async fn changed(&mut self) -> bool {
+        let changed = self.changes.changed().await.is_ok();
+        self.changes.mark_unchanged();
+        changed
+    }
+
+    /// Forgets the changes so far: [`PreparedClaims::changed`] waits for a new one.
+    pub fn mark_seen(&mut self) {
+        self.changes.mark_unchanged();
+    }
 }
 
 /// The node's prepared claims and their files, for one device profile.
@@ -152,9 +205,13 @@ impl<D: DeviceProfile> Driver<D> {
         let checkpoint_path = config.plugin_dir.join(checkpoint::FILE_NAME);
         remove_temp_files(&config.plugin_dir, checkpoint::FILE_NAME)?;
         let node = &config.node_name;
+        let doc = checkpoint::DocType {
+            api_version: &config.checkpoint_api_version,
+            kind: &config.checkpoint_kind,
+        };
         let claims = match fs::read(&checkpoint_path) {
             Ok(bytes) => {
-                Checkpoint::parse(&bytes, node, |p| profile.check(p))
+                Checkpoint::parse(&bytes, doc, node, |p| profile.check(p))
                     .map_err(|source| StartError::Checkpoint {
                         path: checkpoint_path.clone(),
                         source,
@@ -172,7 +229,7 @@ impl<D: DeviceProfile> Driver<D> {
                 }
                 // From now on a missing checkpoint means a wrong directory, never a crash
                 // during the first prepare.
-                let empty = Checkpoint::<D::Prepared>::new(node, BTreeMap::new());
+                let empty = Checkpoint::<D::Prepared>::new(doc, node, BTreeMap::new());
                 write_atomic(&checkpoint_path, &empty.to_bytes(), CHECKPOINT_MODE, true)
                     .map_err(io_err("writing checkpoint", &checkpoint_path))?;
                 BTreeMap::new()
@@ -205,11 +262,38 @@ impl<D: DeviceProfile> Driver<D> {
         .map(|spec| spec.to_bytes())
     }
 
+    /// Every device node of a new claim's spec must exist on the host: the runtime would
+    /// fail the container otherwise, long after the kubelet was told the claim is ready.
+    fn check_device_nodes(&self, uid: &ClaimUid, prepared: &D::Prepared) -> Result<(), String> {
+        for device in self.profile.cdi_devices(uid, prepared) {
+            for (i, node) in device.container_edits.device_nodes.iter().enumerate() {
+                if let Err(e) = fs::metadata(node.source()) {
+                    let field = if node.host_path.is_some() {
+                        "hostPath"
+                    } else {
+                        "path"
+                    };
+                    return Err(format!(
+                        "CDI device {:?}: containerEdits.deviceNodes[{i}].{field} {:?} cannot be used on this node: {e}",
+                        device.name,
+                        node.source()
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn reconcile(&self) -> Result<(), StartError> {
         let root = &self.config.cdi_root;
         let kind = &self.config.kind;
         let claims = self.lock();
-        let common = cdi::common_spec(kind, self.profile.common_edits());
+        let common = cdi::common_spec(kind, self.profile.common_edits()).map_err(|reason| {
+            StartError::Profile {
+                claim: COMMON_DEVICE.to_owned(),
+                reason,
+            }
+        })?;
         self.ensure_spec(COMMON_DEVICE, &common.to_bytes())?;
         for (uid, entry) in claims.iter() {
             let bytes =
@@ -266,10 +350,12 @@ impl<D: DeviceProfile> Driver<D> {
     }
 
     fn crash(&self, point: CrashPoint) {
+        #[cfg(feature = "test-crash-points")]
         if self.config.crash_point == Some(point) {
             warn!(?point, "test crash point reached; aborting");
             std::process::abort();
         }
+        let _ = point;
     }
 
     /// Makes the batch's spec writes and removals durable. A failure is logged, not fatal,
@@ -282,7 +368,11 @@ impl<D: DeviceProfile> Driver<D> {
     }
 
     fn write_checkpoint(&self, claims: &BTreeMap<ClaimUid, Entry<D::Prepared>>) -> io::Result<()> {
-        let cp = Checkpoint::new(&self.config.node_name, claims.clone());
+        let doc = checkpoint::DocType {
+            api_version: &self.config.checkpoint_api_version,
+            kind: &self.config.checkpoint_kind,
+        };
+        let cp = Checkpoint::new(doc, &self.config.node_name, claims.clone());
         write_atomic(&self.checkpoint_path, &cp.to_bytes(), CHECKPOINT_MODE, true)
     }
 
@@ -291,9 +381,14 @@ impl<D: DeviceProfile> Driver<D> {
         &self.config.kind
     }
 
-    /// Ticks on every change of the prepared claims, for the status publisher.
-    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.changed.subscribe()
+    #[cfg(feature = "classic")]
+    /// The prepared claims and their changes, for a node publisher.
+    pub fn prepared(self: &std::sync::Arc<Self>) -> PreparedClaims {
+        let driver = self.clone();
+        PreparedClaims {
+            list: std::sync::Arc::new(move || driver.prepared_claims()),
+            changes: self.changed.subscribe(),
+        }
     }
 
     /// The slice devices a prepared claim was allocated; none if it is not prepared.
@@ -304,11 +399,12 @@ impl<D: DeviceProfile> Driver<D> {
             .unwrap_or_default()
     }
 
-    /// The prepared claims as the NodeAllocationState status lists them.
-    pub fn prepared_claims(&self) -> Vec<nas::PreparedClaim> {
+    #[cfg(feature = "classic")]
+    /// The prepared claims as a node publisher lists them.
+    pub fn prepared_claims(&self) -> Vec<PreparedClaim> {
         self.lock()
             .iter()
-            .map(|(uid, e)| nas::PreparedClaim {
+            .map(|(uid, e)| PreparedClaim {
                 uid: uid.to_string(),
                 namespace: e.namespace.clone(),
                 name: e.name.clone(),
@@ -346,7 +442,10 @@ impl<D: DeviceProfile> Driver<D> {
                 }
                 Ok(Plan::Prepare(entry)) => {
                     let path = self.spec_path(uid.as_str());
-                    match self.spec_bytes(uid, &entry.prepared) {
+                    match self.spec_bytes(uid, &entry.prepared).and_then(|bytes| {
+                        self.check_device_nodes(uid, &entry.prepared)
+                            .map(|()| bytes)
+                    }) {
                         Err(reason) => Err(profile_naming_error(claim, reason)),
                         Ok(bytes) => match write_atomic(&path, &bytes, SPEC_MODE, false) {
                             Ok(()) => {
