@@ -34,11 +34,23 @@ pub mod claim;
 pub mod classic;
 pub mod config;
 pub mod hook;
-pub mod mode;
 pub mod profile;
-pub mod publish_slices;
 pub mod quantity;
+
+// What publishes the ResourceSlices of pools of other nodes too (fake-dra's fleet mode,
+// a node simulator): public with the `fleet` feature only.
+#[cfg(feature = "fleet")]
+pub mod mode;
+#[cfg(not(feature = "fleet"))]
+mod mode;
+#[cfg(feature = "fleet")]
+pub mod publish_slices;
+#[cfg(not(feature = "fleet"))]
+mod publish_slices;
+#[cfg(feature = "fleet")]
 pub mod slices;
+#[cfg(not(feature = "fleet"))]
+mod slices;
 
 mod allocation;
 mod checkpoint;

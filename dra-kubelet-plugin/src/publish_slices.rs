@@ -102,6 +102,7 @@ impl PoolWriter {
     }
 
     /// The API version it writes.
+    #[cfg(feature = "fleet")]
     pub fn api(&self) -> ResourceApi {
         self.api
     }
