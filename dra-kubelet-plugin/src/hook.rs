@@ -24,7 +24,7 @@ pub struct HookContext {
     pub driver_name: String,
     /// This node (and its pool).
     pub node_name: String,
-    /// The field manager for server-side applies ([`crate::PluginBuilder::field_manager`]).
+    /// The field manager for server-side applies ([`crate::Plugin::field_manager`]).
     pub field_manager: String,
     /// The names of the node's devices in its pool.
     pub devices: Vec<String>,

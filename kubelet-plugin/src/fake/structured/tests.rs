@@ -110,7 +110,6 @@ fn result(request: &str, pool: &str, device: &str) -> AllocatedResult {
         driver: DRIVER.into(),
         pool: pool.into(),
         device: device.into(),
-        ..Default::default()
     }
 }
 
