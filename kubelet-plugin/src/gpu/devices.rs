@@ -12,8 +12,8 @@ use dra_kubelet_plugin::quantity::Quantity;
 use uuid::Uuid;
 
 use super::catalog::{Catalog, GpuModel, positive};
+use super::groups::{GpuGroup, Sharing};
 use super::{DRIVER_VERSION, GpuError};
-use crate::inventory::{GpuGroup, Sharing};
 use dra_kubelet_plugin::profile::{
     Attribute, Capacity, CounterConsumption, CounterSet, RequestPolicy, SliceDevice, ValidRange,
 };

@@ -4,13 +4,15 @@
 //!
 //! - [`catalog`]: the models (built-in and an inventory file's), checked;
 //! - [`devices`]: a node's GPUs and the ResourceSlice devices and counter sets they give;
-//! - [`env`]: the `FAKE_GPU_<k>` variables containers see.
+//! - [`env`]: the `FAKE_GPU_<k>` variables containers see;
+//! - [`groups`]: a node's GPUs as flags and inventory files give them.
 //!
 //! docs/profiles.md describes it for operators.
 
 pub mod catalog;
 pub mod devices;
 pub mod env;
+pub mod groups;
 
 use std::collections::BTreeMap;
 
@@ -20,13 +22,13 @@ pub use catalog::{Catalog, GpuModel, Partition};
 use devices::{Kind, NodeLayout};
 use env::SeenDevice;
 
-use crate::inventory::{GpuGroup, Sharing};
 use dra_kubelet_plugin::cdi::{ContainerEdits, Device};
 use dra_kubelet_plugin::claim::{ClaimRef, ClaimUid};
 use dra_kubelet_plugin::profile::{
     CounterSet, DeviceProfile, DriverAllocation, ProfileError, SliceDevice,
 };
 use dra_kubelet_plugin::slices::PackError;
+use groups::{GpuGroup, Sharing};
 
 /// The CDI class of GPUs: `k8s.<driver>/gpu=<device>`.
 pub const CDI_CLASS: &str = "gpu";
