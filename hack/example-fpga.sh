@@ -66,6 +66,9 @@ finish() {
   if $keep; then
     echo "cluster left running: export KUBECONFIG=$KUBECONFIG PATH=$KUBE_BIN:\$PATH; hack/local-cluster.sh down removes it"
   else
+    # The driver goes first (its DaemonSet would bring its pod back while the cluster
+    # waits for workload pods to go).
+    kubectl delete -f "$example/deploy/fpga-driver.yaml" --wait=true --timeout=60s >/dev/null 2>&1 || true
     "$ROOT/hack/local-cluster.sh" down
   fi
   rm -f "$IMAGES_DIR/fpga-driver.tar"
