@@ -3,7 +3,8 @@
 # the components from the Go module proxy (cached: hack/kube-build.sh), builds our images
 # from the dev-profile binaries that `cargo test --workspace` already left in target/debug
 # (built here if they are missing), runs hack/real-k8s-demo.sh (a fresh one-node cluster,
-# the structured overlay, the seed demo, teardown), then the real-cluster e2e suite
+# the structured overlay, the seed demo, teardown), hack/example-fpga.sh demo (the example
+# driver on its own fresh cluster: a pod sees /dev/fpga0), then the real-cluster e2e suite
 # (e2e/tests/real_cluster.rs, FAKE_DRA_REQUIRE_REAL_K8S=1: its own cluster, 16 scenarios,
 # compared with the recorded protocol, teardown). Prints the time of each stage. Needs root.
 # Run it after `cargo test --workspace`: it packs the binaries that left in target/debug
@@ -56,6 +57,12 @@ echo "== images: $((SECONDS - t1)) s"
 t1=$SECONDS
 "$ROOT/hack/real-k8s-demo.sh" --skip-build
 echo "== real-k8s demo: $((SECONDS - t1)) s"
+
+# The out-of-tree example driver (examples/fpga-driver) on its own fresh cluster: a pod
+# sees /dev/fpga0 and its env.
+t1=$SECONDS
+"$ROOT/hack/example-fpga.sh" demo
+echo "== fpga example driver demo: $((SECONDS - t1)) s"
 
 if $suite; then
   # The test executable `cargo test --workspace` just built, run as cargo runs it (from

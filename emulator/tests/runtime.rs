@@ -425,8 +425,21 @@ async fn empty_command_is_an_error() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn process_runner_refuses_device_nodes() {
+async fn process_runner_refuses_device_nodes_it_cannot_place() {
+    // A node already at its path on the host is what the host process sees.
     let cdi = cdi_dir("node-a", r#","deviceNodes":[{"path":"/dev/null"}]"#);
+    let started = ContainerRuntime::Process
+        .start(
+            spec("nodes", &["true"], devices(), cdi.path()),
+            LogSink::default(),
+        )
+        .await;
+    assert!(started.is_ok(), "{:?}", started.err());
+    // One made from another host path cannot appear at its container path.
+    let cdi = cdi_dir(
+        "node-a",
+        r#","deviceNodes":[{"path":"/dev/fpga0","hostPath":"/dev/null"}]"#,
+    );
     let err = ContainerRuntime::Process
         .start(
             spec("nodes", &["true"], devices(), cdi.path()),
@@ -434,9 +447,11 @@ async fn process_runner_refuses_device_nodes() {
         )
         .await
         .unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        format!("process runtime applies only env edits; device {KIND}={DEVICE} has deviceNodes")
+    assert!(
+        err.to_string().starts_with(&format!(
+            "process runtime: device {KIND}={DEVICE}: deviceNodes[0] would appear at /dev/fpga0, made from the host's /dev/null"
+        )),
+        "{err}"
     );
 }
 

@@ -1,19 +1,21 @@
-//! `fake-dra-kubelet-plugin`: parses flags and runs [`fake_dra_kubelet_plugin::run`].
+//! `fake-dra-kubelet-plugin`: parses flags and runs the [`dra_kubelet_plugin`] library
+//! with fake-dra's profiles, its `DeviceFault` hook and (classic DRA) its
+//! NodeAllocationState.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-
 use std::sync::Arc;
+use std::time::Duration;
 
-use fake_dra_kubelet_plugin::Config;
-use fake_dra_kubelet_plugin::driver::CrashPoint;
+use dra_kubelet_plugin::profile::DeviceProfile;
+use dra_kubelet_plugin::{CrashPoint, ModeFlag, Plugin};
+use fake_dra_kubelet_plugin::classic::nas;
 use fake_dra_kubelet_plugin::fake::devices;
+use fake_dra_kubelet_plugin::faults::hook::DeviceFaults;
 use fake_dra_kubelet_plugin::fleet;
 use fake_dra_kubelet_plugin::inventory::{self, Defaults, GpuFlag, InventoryFile, ProfileKind};
-use fake_dra_kubelet_plugin::mode::ModeFlag;
 use fake_dra_kubelet_plugin::node_profile::NodeProfile;
-use fake_dra_ops::conn::Limits;
 use fake_dra_ops::flags::{self, Renamed};
 use fake_dra_ops::logging::{self, LogFormat};
 use fake_dra_ops::signals;
@@ -281,32 +283,48 @@ async fn main() -> ExitCode {
             &"the gpu profile is structured DRA only; use --mode structured or auto (Kubernetes 1.32+)",
         );
     }
-    let config = Config {
-        node_name,
-        driver_name: args.driver_name,
-        namespace: args.namespace,
-        cdi_root: args.cdi_root,
-        plugin_dir,
-        registry_dir: args.registry_dir,
-        kubeconfig: args.kubeconfig,
-        http_address: args.http_address,
-        crash_point: args.test_crash_point,
-        mode: args.mode,
-        connection_limits: Limits::from_flags(args.max_connections, args.connection_idle_timeout),
+    let client = match fake_dra_ops::client::client(args.kubeconfig.as_deref()).await {
+        Ok(client) => client,
+        Err(e) => return fail(&e),
     };
+    let devices: Vec<String> = profile
+        .slice_devices()
+        .into_iter()
+        .map(|d| d.name)
+        .collect();
+    let plugin = Plugin::new(&args.driver_name, &node_name, client.clone())
+        .cdi_root(args.cdi_root)
+        .plugin_dir(plugin_dir)
+        .registry_dir(args.registry_dir)
+        .http_address(args.http_address)
+        .mode(args.mode)
+        .max_connections(args.max_connections)
+        .connection_idle_timeout(Duration::from_secs(args.connection_idle_timeout))
+        .checkpoint_type(
+            fake_dra_kubelet_plugin::CHECKPOINT_API_VERSION,
+            fake_dra_kubelet_plugin::CHECKPOINT_KIND,
+        )
+        .metrics_prefix(fake_dra_kubelet_plugin::METRICS_PREFIX)
+        .field_manager(format!("fake-dra/{node_name}"))
+        .crash_point(args.test_crash_point)
+        .fault_hook(DeviceFaults::new(&args.driver_name, &node_name, devices));
     let result = match profile {
         NodeProfile::Fake(p) => {
             let inv = p.inventory();
             tracing::info!(profile = "fake", node = %inv.node_name, model = %inv.model, devices = inv.devices.len(), "inventory");
-            fake_dra_kubelet_plugin::run(config, p, signals::shutdown()).await
+            let nas = nas::Publisher::new(client, &args.namespace, &node_name, inv.to_nas_spec());
+            plugin
+                .classic_publisher(nas)
+                .run(p, signals::shutdown())
+                .await
         }
         NodeProfile::Gpu(p) => {
             tracing::info!(
                 profile = "gpu",
-                devices = fake_dra_kubelet_plugin::profile::DeviceProfile::slice_devices(&p).len(),
+                devices = p.slice_devices().len(),
                 "inventory"
             );
-            fake_dra_kubelet_plugin::run(config, p, signals::shutdown()).await
+            plugin.run(p, signals::shutdown()).await
         }
     };
     match result {

@@ -6,7 +6,7 @@ use crate::fake::FakeProfile;
 use crate::fake::devices::{Inventory, InventoryError as FakeInventoryError};
 use crate::gpu::{GpuError, GpuProfile};
 use crate::inventory::{self, Defaults, InventoryError, InventoryFile, NodeDevices};
-use crate::profile::{CounterSet, DeviceProfile, SliceDevice};
+use dra_kubelet_plugin::profile::{CounterSet, DeviceProfile, SliceDevice};
 
 /// A node's profile.
 #[derive(Debug, Clone)]

@@ -161,7 +161,7 @@ async fn a_fleet_of_created_nodes_publishes_what_node_plugins_would() {
         .unwrap()
         .slice_devices();
         assert_eq!(
-            fake_dra_kubelet_plugin::slices::from_v1(s).content.devices,
+            dra_kubelet_plugin::slices::from_v1(s).content.devices,
             expected
         );
     }

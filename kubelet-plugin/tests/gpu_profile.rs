@@ -10,11 +10,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{CLAIM_NS, inject, start_api_version, validate_schema};
+use dra_kubelet_plugin::ModeFlag;
 use fake_dra_emulator::apiserver::ApiServer;
 use fake_dra_kubelet_plugin::gpu::{Catalog, GpuProfile};
 use fake_dra_kubelet_plugin::inventory::parse_gpus;
-use fake_dra_kubelet_plugin::{Config, mode::ModeFlag, run};
-use fake_dra_ops::conn::Limits;
 use fake_dra_proto::dra_v1;
 use k8s_openapi::api::resource::v1;
 use kube::Api;
@@ -34,7 +33,7 @@ struct Plugin {
     cdi_root: PathBuf,
     socket: PathBuf,
     stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<Result<(), fake_dra_kubelet_plugin::Error>>,
+    task: tokio::task::JoinHandle<Result<(), dra_kubelet_plugin::Error>>,
 }
 
 impl Plugin {
@@ -42,26 +41,22 @@ impl Plugin {
         let root = tempfile::tempdir().unwrap();
         let plugin_dir = root.path().join("plugins").join(DRIVER);
         let cdi_root = root.path().join("cdi");
-        let config = Config {
-            node_name: NODE.into(),
-            driver_name: DRIVER.into(),
-            namespace: common::NAMESPACE.into(),
-            cdi_root: cdi_root.clone(),
-            plugin_dir: plugin_dir.clone(),
-            registry_dir: root.path().join("plugins_registry"),
-            kubeconfig: Some(api.kubeconfig().to_path_buf()),
-            http_address: None,
-            crash_point: None,
-            mode: ModeFlag::Structured,
-            connection_limits: Limits::from_flags(0, 300),
-        };
+        let plugin = dra_kubelet_plugin::Plugin::new(DRIVER, NODE, api.client().unwrap())
+            .cdi_root(&cdi_root)
+            .plugin_dir(&plugin_dir)
+            .registry_dir(root.path().join("plugins_registry"))
+            .mode(ModeFlag::Structured)
+            .checkpoint_type(
+                fake_dra_kubelet_plugin::CHECKPOINT_API_VERSION,
+                fake_dra_kubelet_plugin::CHECKPOINT_KIND,
+            );
         let groups = parse_gpus(gpus).unwrap();
         let profile = GpuProfile::new(NODE, DRIVER, &groups, &Catalog::builtin()).unwrap();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(run(config, profile, async move {
+        let task = tokio::spawn(plugin.run(profile, async move {
             let _ = stopped.await;
         }));
-        let socket = plugin_dir.join(fake_dra_kubelet_plugin::DRA_SOCKET);
+        let socket = plugin_dir.join(dra_kubelet_plugin::DRA_SOCKET);
         let deadline = Instant::now() + LIMIT;
         while !socket.exists() {
             assert!(
@@ -363,7 +358,7 @@ async fn gpus_partitions_and_shares_on_kubernetes_1_34() {
                 .path()
                 .join("plugins")
                 .join(DRIVER)
-                .join(fake_dra_kubelet_plugin::checkpoint::FILE_NAME),
+                .join(dra_kubelet_plugin::CHECKPOINT_FILE),
         )
         .unwrap(),
     )

@@ -11,7 +11,11 @@ use std::time::Duration;
 
 use common::*;
 use fake_dra_emulator::apiserver::ApiServer;
-use fake_dra_kubelet_plugin::fsutil::{CHECKPOINT_MODE, DIR_MODE, SOCKET_MODE, SPEC_MODE};
+/// The modes the plugin sets, whatever the umask (docs/kubelet-plugin.md, Files).
+const SPEC_MODE: u32 = 0o644;
+const CHECKPOINT_MODE: u32 = 0o600;
+const DIR_MODE: u32 = 0o750;
+const SOCKET_MODE: u32 = 0o660;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const NODE: &str = "node-1";

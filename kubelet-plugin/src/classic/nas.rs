@@ -13,7 +13,10 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 use tracing::{debug, warn};
 
-use crate::publish_slices::node_owner;
+use dra_kubelet_plugin::PreparedClaims;
+use dra_kubelet_plugin::classic::ClassicPublisher;
+use dra_kubelet_plugin::publish_slices::node_owner;
+use futures::future::BoxFuture;
 
 /// How long the status publisher waits after a change before writing, to batch changes.
 const STATUS_COALESCE: Duration = Duration::from_millis(250);
@@ -154,18 +157,18 @@ impl Publisher {
     }
 
     /// Publishes spec and Ready status, retrying with backoff until it works; then keeps
-    /// the prepared-claims list current whenever `changed` ticks. Never returns on its own.
-    pub async fn run<D: crate::profile::DeviceProfile>(
+    /// the prepared-claims list current whenever the claims change. Never returns on its
+    /// own.
+    async fn publish(
         self,
-        driver: std::sync::Arc<crate::driver::Driver<D>>,
+        mut claims: PreparedClaims,
         ready: std::sync::Arc<std::sync::atomic::AtomicBool>,
     ) {
-        let mut changed = driver.subscribe();
         let mut backoff = Duration::from_millis(200);
         loop {
             let result = async {
                 self.ensure_spec().await?;
-                self.set_status(NodePhase::Ready, None, driver.prepared_claims())
+                self.set_status(NodePhase::Ready, None, listed(&claims.current()))
                     .await
             }
             .await;
@@ -180,18 +183,58 @@ impl Publisher {
         }
         ready.store(true, std::sync::atomic::Ordering::SeqCst);
         tracing::info!(node = %self.node_name, "NodeAllocationState published, Ready");
-        changed.mark_unchanged();
-        while changed.changed().await.is_ok() {
+        claims.mark_seen();
+        while claims.changed().await {
             // The list is informational: coalesce bursts of prepares into one write, so a
             // busy node does not spend its time (and the apiserver's) on status updates.
             tokio::time::sleep(STATUS_COALESCE).await;
-            changed.mark_unchanged();
+            claims.mark_seen();
             if let Err(e) = self
-                .set_status(NodePhase::Ready, None, driver.prepared_claims())
+                .set_status(NodePhase::Ready, None, listed(&claims.current()))
                 .await
             {
                 warn!(error = %e, "updating NodeAllocationState status failed; next change retries");
             }
         }
+    }
+}
+
+/// The prepared claims as the status lists them.
+fn listed(claims: &[dra_kubelet_plugin::PreparedClaim]) -> Vec<PreparedClaim> {
+    claims
+        .iter()
+        .map(|c| PreparedClaim {
+            uid: c.uid.clone(),
+            namespace: c.namespace.clone(),
+            name: c.name.clone(),
+            devices: c.devices.clone(),
+        })
+        .collect()
+}
+
+/// The library runs the publisher in classic mode and marks the node NotReady at
+/// shutdown.
+impl ClassicPublisher for Publisher {
+    fn run(
+        &self,
+        claims: PreparedClaims,
+        ready: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> BoxFuture<'static, ()> {
+        Box::pin(self.clone().publish(claims, ready))
+    }
+
+    fn shutdown(&self, claims: Vec<dra_kubelet_plugin::PreparedClaim>) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let not_ready = self.set_status(
+                NodePhase::NotReady,
+                Some("kubelet plugin shut down".into()),
+                listed(&claims),
+            );
+            match tokio::time::timeout(Duration::from_secs(10), not_ready).await {
+                Ok(Ok(())) => tracing::info!("NodeAllocationState NotReady"),
+                Ok(Err(e)) => warn!(error = %e, "marking NodeAllocationState NotReady"),
+                Err(_) => warn!("marking NodeAllocationState NotReady timed out"),
+            }
+        })
     }
 }

@@ -21,8 +21,8 @@
 //!   variables repeat with equal values; runtimes keep one per name.)
 
 use super::devices::ChildDevice;
-use crate::cdi::{ContainerEdits, Device};
-use crate::claim::ClaimUid;
+use dra_kubelet_plugin::cdi::{ContainerEdits, Device};
+use dra_kubelet_plugin::claim::ClaimUid;
 
 /// The env variable with the node name.
 pub const ENV_NODE_NAME: &str = "FAKE_NODE_NAME";
@@ -31,12 +31,9 @@ pub const ENV_DRIVER_NAME: &str = "DRA_RESOURCE_DRIVER_NAME";
 
 /// The node-wide edits.
 pub fn common(node_name: &str, driver_name: &str) -> ContainerEdits {
-    ContainerEdits {
-        env: vec![
-            format!("{ENV_NODE_NAME}={node_name}"),
-            format!("{ENV_DRIVER_NAME}={driver_name}"),
-        ],
-    }
+    ContainerEdits::new()
+        .env(ENV_NODE_NAME, node_name)
+        .env(ENV_DRIVER_NAME, driver_name)
 }
 
 /// The `<UID>` part of a claim's per-claim variables.
@@ -85,22 +82,18 @@ fn claim_env(
 pub fn claim_devices(uid: &ClaimUid, model: &str, devices: &[ChildDevice]) -> Vec<Device> {
     let key = claim_env_key(uid.as_str());
     let indexed: Vec<(usize, &ChildDevice)> = devices.iter().enumerate().collect();
-    let mut cdi_devices = vec![Device {
-        name: uid.to_string(),
-        container_edits: ContainerEdits {
-            env: claim_env(&key, model, &indexed, devices.len()),
-        },
-    }];
+    let mut cdi_devices = vec![Device::new(
+        uid.to_string(),
+        ContainerEdits::new().env_entries(claim_env(&key, model, &indexed, devices.len())),
+    )];
     for (k, children) in indexed
         .chunk_by(|a, b| a.1.parent == b.1.parent)
         .enumerate()
     {
-        cdi_devices.push(Device {
-            name: parent_device_name(uid, k),
-            container_edits: ContainerEdits {
-                env: claim_env(&key, model, children, devices.len()),
-            },
-        });
+        cdi_devices.push(Device::new(
+            parent_device_name(uid, k),
+            ContainerEdits::new().env_entries(claim_env(&key, model, children, devices.len())),
+        ));
     }
     cdi_devices
 }
@@ -177,7 +170,7 @@ mod tests {
         fn any_uid_accepted_is_path_and_env_safe(uid in "\\PC{0,200}") {
             if ClaimUid::parse(&uid).is_ok() {
                 prop_assert!(!uid.contains('/') && !uid.contains("..") && !uid.contains('\0'));
-                prop_assert!(uid.len() <= crate::claim::MAX_CLAIM_UID_LEN);
+                prop_assert!(uid.len() <= dra_kubelet_plugin::claim::MAX_CLAIM_UID_LEN);
                 let key = claim_env_key(&uid);
                 prop_assert!(key.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'));
             }

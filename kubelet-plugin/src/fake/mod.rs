@@ -14,13 +14,14 @@ pub mod structured;
 use std::collections::BTreeMap;
 
 use fake_dra_api::handle::AllocationHandle;
-use fake_dra_api::nas::NodeAllocationStateSpec;
 use serde::{Deserialize, Serialize};
 
-use crate::cdi::{ContainerEdits, Device};
-use crate::claim::{ClaimRef, ClaimUid};
-use crate::profile::{Attribute, DeviceProfile, DriverAllocation, ProfileError, SliceDevice};
 use devices::{ChildDevice, Inventory, children};
+use dra_kubelet_plugin::cdi::{ContainerEdits, Device};
+use dra_kubelet_plugin::claim::{ClaimRef, ClaimUid};
+use dra_kubelet_plugin::profile::{
+    Attribute, DeviceProfile, DriverAllocation, ProfileError, SliceDevice,
+};
 
 /// The CDI class of fake devices: `k8s.<driver>/fake=<device>`.
 pub const CDI_CLASS: &str = "fake";
@@ -75,6 +76,7 @@ impl FakeProfile {
 
 impl DeviceProfile for FakeProfile {
     type Prepared = FakePrepared;
+    type Config = structured::FakeConfig;
 
     fn cdi_class(&self) -> &str {
         CDI_CLASS
@@ -108,10 +110,6 @@ impl DeviceProfile for FakeProfile {
             .collect()
     }
 
-    fn node_allocation_state(&self) -> Option<NodeAllocationStateSpec> {
-        Some(self.inventory.to_nas_spec())
-    }
-
     fn prepare_handle(
         &self,
         _claim: &ClaimRef,
@@ -123,7 +121,7 @@ impl DeviceProfile for FakeProfile {
     fn prepare_allocation(
         &self,
         _claim: &ClaimRef,
-        allocation: &DriverAllocation,
+        allocation: &DriverAllocation<structured::FakeConfig>,
     ) -> Result<FakePrepared, ProfileError> {
         structured::prepare(&self.inventory, allocation)
     }

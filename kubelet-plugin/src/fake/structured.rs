@@ -7,15 +7,13 @@
 
 use std::collections::BTreeMap;
 
-use fake_dra_api::params::{
-    FakeClaimParameters, FakeClaimParametersSpec, MAX_COUNT, MAX_SPLIT, ModelSelector,
-};
-use kube::Resource;
+use dra_kubelet_plugin::profile::{DriverAllocation, ProfileError};
+use dra_kubelet_plugin::{FieldError, OpaqueConfig};
+use fake_dra_api::params::{FakeClaimParametersSpec, MAX_COUNT, MAX_SPLIT, ModelSelector};
 use serde::Deserialize;
 
 use super::FakePrepared;
 use super::devices::Inventory;
-use crate::profile::{DriverAllocation, ProfileError};
 
 /// What every device name of ours starts with; the rest is the parent's index.
 pub const DEVICE_NAME_PREFIX: &str = "fake-";
@@ -45,9 +43,17 @@ pub struct OpaqueParameters {
     pub model: Option<String>,
 }
 
+/// Opaque `FakeClaimParameters`: the CRD's object without metadata (other top-level
+/// fields are ignored, as the CRD's `metadata` would be).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct FakeConfig {
+    #[serde(default)]
+    spec: Option<RawSpec>,
+}
+
 /// The `spec` of opaque `FakeClaimParameters`. Wider integer types than the CRD's, so an
 /// out-of-range value is reported with its value, not as a type error.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawSpec {
     count: Option<i64>,
@@ -55,84 +61,53 @@ struct RawSpec {
     selector: Option<ModelSelector>,
 }
 
-/// Parses and validates `opaque.parameters`: a `FakeClaimParameters` object of our
-/// apiVersion. `field` is the path of `parameters`, for the errors.
-pub fn parse_parameters(
-    parameters: &serde_json::Value,
-    field: &str,
-) -> Result<OpaqueParameters, (String, String)> {
-    let api_version = FakeClaimParameters::api_version(&());
-    let kind = FakeClaimParameters::kind(&());
-    let err = |sub: &str, reason: String| (format!("{field}{sub}"), reason);
-    let Some(object) = parameters.as_object() else {
-        return Err(err(
-            "",
-            format!(
-                "must be a {kind} object ({{\"apiVersion\": \"{api_version}\", \"kind\": \"{kind}\", \"spec\": {{...}}}}), got {}",
-                json_type(parameters)
-            ),
-        ));
-    };
-    match object.get("apiVersion").and_then(|v| v.as_str()) {
-        Some(v) if v == api_version => {}
-        other => {
-            return Err(err(
-                ".apiVersion",
-                format!("must be {api_version:?}, got {}", shown(other)),
-            ));
-        }
-    }
-    match object.get("kind").and_then(|v| v.as_str()) {
-        Some(k) if k == kind => {}
-        other => {
-            return Err(err(
-                ".kind",
-                format!("must be {kind:?}, got {}", shown(other)),
-            ));
-        }
-    }
-    let spec = match object.get("spec") {
-        None | Some(serde_json::Value::Null) => return Ok(OpaqueParameters::default()),
-        Some(spec) => spec,
-    };
-    let raw: RawSpec = serde_json::from_value(spec.clone())
-        .map_err(|e| err(".spec", format!("is not a valid {kind} spec: {e}")))?;
-    let in_range = |name: &str, got: Option<i64>, max: i32| match got {
-        Some(v) if !(1..=i64::from(max)).contains(&v) => Err(err(
-            &format!(".spec.{name}"),
-            format!("must be between 1 and {max}, got {v}"),
-        )),
-        _ => Ok(()),
-    };
-    in_range("count", raw.count, MAX_COUNT)?;
-    in_range("split", raw.split, MAX_SPLIT)?;
-    // The CRD's own checks (model syntax, and the ranges again), on the CRD's types.
-    let checked = FakeClaimParametersSpec {
-        count: raw.count.and_then(|c| i32::try_from(c).ok()).unwrap_or(1),
-        split: raw.split.and_then(|s| i32::try_from(s).ok()).unwrap_or(1),
-        selector: raw.selector.clone(),
-    };
-    checked.validate().map_err(|e| err("", e.to_string()))?;
-    Ok(OpaqueParameters {
-        count: raw.count,
-        split: raw.split.and_then(|s| u32::try_from(s).ok()),
-        model: raw.selector.and_then(|s| s.model),
-    })
-}
+/// `fake.resource.3-shake.com/v1alpha1`, `FakeClaimParameters` (a test holds them to the
+/// CRD's).
+pub const CONFIG_API_VERSION: &str = "fake.resource.3-shake.com/v1alpha1";
+/// The kind of the opaque config.
+pub const CONFIG_KIND: &str = "FakeClaimParameters";
 
-fn json_type(v: &serde_json::Value) -> &'static str {
-    match v {
-        serde_json::Value::Null => "null",
-        serde_json::Value::Bool(_) => "a boolean",
-        serde_json::Value::Number(_) => "a number",
-        serde_json::Value::String(_) => "a string",
-        serde_json::Value::Array(_) => "an array",
-        serde_json::Value::Object(_) => "an object",
+impl OpaqueConfig for FakeConfig {
+    const TYPE: Option<(&'static str, &'static str)> = Some((CONFIG_API_VERSION, CONFIG_KIND));
+
+    /// The CRD's limits, on what was given.
+    fn validate(&self) -> Result<(), FieldError> {
+        let Some(raw) = &self.spec else {
+            return Ok(());
+        };
+        let in_range = |name: &str, got: Option<i64>, max: i32| match got {
+            Some(v) if !(1..=i64::from(max)).contains(&v) => Err(FieldError::new(
+                format!("spec.{name}"),
+                format!("must be between 1 and {max}, got {v}"),
+            )),
+            _ => Ok(()),
+        };
+        in_range("count", raw.count, MAX_COUNT)?;
+        in_range("split", raw.split, MAX_SPLIT)?;
+        // The CRD's own checks (model syntax, and the ranges again), on the CRD's types.
+        let checked = FakeClaimParametersSpec {
+            count: raw.count.and_then(|c| i32::try_from(c).ok()).unwrap_or(1),
+            split: raw.split.and_then(|s| i32::try_from(s).ok()).unwrap_or(1),
+            selector: raw.selector.clone(),
+        };
+        checked
+            .validate()
+            .map_err(|e| FieldError::new("", e.to_string()))
     }
 }
 
-fn shown(v: Option<&str>) -> String {
-    v.map_or_else(|| "nothing".to_owned(), |s| format!("{s:?}"))
+impl FakeConfig {
+    /// The fields as given.
+    pub fn parameters(&self) -> OpaqueParameters {
+        let Some(raw) = &self.spec else {
+            return OpaqueParameters::default();
+        };
+        OpaqueParameters {
+            count: raw.count,
+            split: raw.split.and_then(|s| u32::try_from(s).ok()),
+            model: raw.selector.clone().and_then(|s| s.model),
+        }
+    }
 }
 
 /// What preparing a claim with `allocation` means on `inventory`: our devices mapped back
@@ -141,7 +116,7 @@ fn shown(v: Option<&str>) -> String {
 /// those requests).
 pub fn prepare(
     inventory: &Inventory,
-    allocation: &DriverAllocation,
+    allocation: &DriverAllocation<FakeConfig>,
 ) -> Result<FakePrepared, ProfileError> {
     let node = &inventory.node_name;
     let mut parents: Vec<String> = Vec::with_capacity(allocation.devices.len());
@@ -164,27 +139,13 @@ pub fn prepare(
         *per_request.entry(d.request.as_str()).or_default() += 1;
     }
 
-    let mut parsed = Vec::with_capacity(allocation.configs.len());
-    for c in &allocation.configs {
-        let field = format!(
-            "status.allocation.devices.config[{}].opaque.parameters",
-            c.index
-        );
-        let params = parse_parameters(&c.parameters, &field).map_err(|(field, reason)| {
-            ProfileError::new("bad_parameters", format!("{field}: {reason}"))
-        })?;
-        parsed.push((c, params));
-    }
-
     let mut splits: BTreeMap<&str, u32> = BTreeMap::new();
     for (&request, &allocated) in &per_request {
         let mut effective = OpaqueParameters::default();
-        for (config, p) in &parsed {
-            if config.applies_to(request) {
-                effective.count = p.count.or(effective.count);
-                effective.split = p.split.or(effective.split);
-                effective.model = p.model.clone().or(effective.model);
-            }
+        for p in allocation.configs_for(request).map(FakeConfig::parameters) {
+            effective.count = p.count.or(effective.count);
+            effective.split = p.split.or(effective.split);
+            effective.model = p.model.or(effective.model);
         }
         if let Some(count) = effective.count
             && usize::try_from(count).ok() != Some(allocated)

@@ -1,6 +1,7 @@
 //! `DeviceFault`s as one node applies them, without I/O: which faults select the node,
 //! what each device and claim gets, conflicts between faults, and the node's report for
-//! each fault's status. The watch and the writes are [`watch`].
+//! each fault's status. The watch and the writes are [`watch`]; [`hook`] makes them the
+//! library's fault hook.
 //!
 //! Faults apply in name order: where two set the same thing for a device or a claim (a
 //! health status, a prepare action, binding, device status), the first by name wins and
@@ -8,6 +9,7 @@
 
 pub mod claim_status;
 pub mod device_status;
+pub mod hook;
 pub mod watch;
 
 use std::collections::BTreeSet;
@@ -17,7 +19,7 @@ use fake_dra_api::fault::{
     NodeFaultStatus, TaintEffectSpec,
 };
 
-use crate::profile::{BindingConditions, DeviceTaint, SliceDevice, TaintEffect};
+use dra_kubelet_plugin::profile::{BindingConditions, DeviceTaint, SliceDevice, TaintEffect};
 
 /// Keeps this node's entries in the faults' status current: after every change of the
 /// faults, what [`NodeFaults::reports`] says. Never returns on its own.

@@ -39,7 +39,12 @@ fn from_object(f: &DeviceFault) -> Fault {
 /// Starts watching; the receiver always holds the current faults.
 pub fn start(client: Client) -> (Faults, tokio::task::JoinHandle<()>) {
     let (tx, rx) = watch::channel(Arc::new(Vec::new()));
-    let task = tokio::spawn(async move {
+    (rx, feed(client, tx))
+}
+
+/// Watches the faults into `tx`, until aborted.
+pub fn feed(client: Client, tx: watch::Sender<Arc<Vec<Fault>>>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
         let api: Api<DeviceFault> = Api::all(client);
         let mut current: BTreeMap<String, Fault> = BTreeMap::new();
         let mut warned = false;
@@ -89,8 +94,7 @@ pub fn start(client: Client) -> (Faults, tokio::task::JoinHandle<()>) {
                 }
             }
         }
-    });
-    (rx, task)
+    })
 }
 
 /// Writes one reporter's entries into the faults' status, only when they change.

@@ -1,7 +1,7 @@
 //! Fleet mode (API only): one process publishes the ResourceSlices of many simulated
 //! nodes — Node objects it creates, or nodes others made (kwok) that it finds by label —
 //! exactly as the node plugin would publish them on each (one pool per node, the same
-//! [`crate::slices`] and [`crate::publish_slices::PoolWriter`], an owner reference to the
+//! [`dra_kubelet_plugin::slices`] and [`dra_kubelet_plugin::publish_slices::PoolWriter`], an owner reference to the
 //! Node), with the `DeviceFault`s applied. No kubelet calls it: nothing is prepared. For
 //! scheduler, autoscaler and queueing tests at thousands of nodes (docs/fleet.md).
 //!

@@ -30,11 +30,11 @@ use super::{
 };
 use crate::faults::watch::{self as fault_watch, StatusWriter};
 use crate::faults::{Fault, NodeFaults, claim_status};
-use crate::mode::ResourceApi;
 use crate::node_profile::NodeProfile;
-use crate::profile::SliceDevice;
-use crate::publish_slices::{self, Accepted, PoolWriter, ReconcileError};
-use crate::slices::{self, CounterLayout, Desired, PublishedSlice};
+use dra_kubelet_plugin::mode::ResourceApi;
+use dra_kubelet_plugin::profile::SliceDevice;
+use dra_kubelet_plugin::publish_slices::{self, Accepted, PoolWriter, ReconcileError};
+use dra_kubelet_plugin::slices::{self, CounterLayout, Desired, PublishedSlice};
 
 /// Everything fleet mode is configured with.
 #[derive(Debug, Clone)]
@@ -62,7 +62,7 @@ pub enum FleetError {
     #[error(transparent)]
     Kube(#[from] fake_dra_ops::client::ClientError),
     #[error("fleet mode needs structured DRA: {0}")]
-    Mode(#[from] crate::mode::ModeError),
+    Mode(#[from] dra_kubelet_plugin::mode::ModeError),
     #[error("asking the API server which resource.k8s.io versions it serves: {0}")]
     Discovery(#[source] kube::Error),
     #[error("creating node {node}: {source}")]
@@ -77,7 +77,10 @@ pub enum FleetError {
 }
 
 /// A node's devices and counter sets, before faults.
-type PoolDevices = (Vec<SliceDevice>, Vec<crate::profile::CounterSet>);
+type PoolDevices = (
+    Vec<SliceDevice>,
+    Vec<dra_kubelet_plugin::profile::CounterSet>,
+);
 
 /// What fleet mode knows about one node.
 #[derive(Debug, Default)]
@@ -179,10 +182,13 @@ pub async fn run(
         .filter(|g| g.name == "resource.k8s.io")
         .flat_map(|g| g.versions.into_iter().map(|v| v.version))
         .collect();
-    let (mode, why) = crate::mode::choose(crate::mode::ModeFlag::Structured, &served)?;
+    let (mode, why) =
+        dra_kubelet_plugin::mode::choose(dra_kubelet_plugin::mode::ModeFlag::Structured, &served)?;
     info!("{why}");
-    let crate::mode::Mode::Structured(api) = mode else {
-        return Err(FleetError::Mode(crate::mode::ModeError::NoDra { served }));
+    let dra_kubelet_plugin::mode::Mode::Structured(api) = mode else {
+        return Err(FleetError::Mode(
+            dra_kubelet_plugin::mode::ModeError::NoDra { served },
+        ));
     };
     let layout = publish_slices::counter_layout(&client, api).await;
     let ready = Arc::new(AtomicBool::new(false));
@@ -908,7 +914,7 @@ async fn report_faults(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::slices::SliceContent;
+    use dra_kubelet_plugin::slices::SliceContent;
 
     fn slice(node: &str, name: &str, rv: &str) -> PublishedSlice {
         PublishedSlice {

@@ -3,7 +3,7 @@
 //! checked once, here, so the profile can trust its amounts: a partition never takes
 //! more of a GPU than the GPU has, and every quantity parses.
 
-use fake_dra_api::upstream::quantity::Quantity;
+use dra_kubelet_plugin::quantity::Quantity;
 use serde::{Deserialize, Serialize};
 
 use super::GpuError;

@@ -8,16 +8,16 @@
 
 use std::collections::BTreeMap;
 
-use fake_dra_api::upstream::quantity::Quantity;
+use dra_kubelet_plugin::quantity::Quantity;
 use uuid::Uuid;
 
 use super::catalog::{Catalog, GpuModel, positive};
+use super::groups::{GpuGroup, Sharing};
 use super::{DRIVER_VERSION, GpuError};
-use crate::inventory::{GpuGroup, Sharing};
-use crate::profile::{
+use dra_kubelet_plugin::profile::{
     Attribute, Capacity, CounterConsumption, CounterSet, RequestPolicy, SliceDevice, ValidRange,
 };
-use crate::slices::{self, CounterLayout, Desired};
+use dra_kubelet_plugin::slices::{self, CounterLayout, Desired};
 
 /// Most GPUs on one node: as many as the fake profile's `--num-devices` allows, more
 /// than any real server has.
@@ -381,7 +381,7 @@ impl NodeLayout {
 }
 
 /// `{memory, slices}`: what a counter set has, or a device takes of it.
-fn counters(memory: &str, slices: u32) -> BTreeMap<String, crate::profile::Quantity> {
+fn counters(memory: &str, slices: u32) -> BTreeMap<String, dra_kubelet_plugin::profile::Quantity> {
     BTreeMap::from([
         ("memory".to_owned(), memory.into()),
         ("slices".to_owned(), slices.to_string().into()),

@@ -14,8 +14,8 @@
 //! device `<uid>:<k>` has device `k`'s only, so a container naming one request of a claim
 //! sees that request's devices (a structured kubelet injects per allocated device).
 
-use crate::cdi::{ContainerEdits, Device};
-use crate::claim::ClaimUid;
+use dra_kubelet_plugin::cdi::{ContainerEdits, Device};
+use dra_kubelet_plugin::claim::ClaimUid;
 
 /// What a container sees of one allocated device.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,15 +59,15 @@ pub fn claim_devices(uid: &ClaimUid, devices: &[(usize, SeenDevice)], count: usi
         .flat_map(|(k, d)| device_env(*k, d))
         .collect();
     all.push(format!("FAKE_GPU_COUNT={count}"));
-    std::iter::once(Device {
-        name: uid.to_string(),
-        container_edits: ContainerEdits { env: all },
-    })
-    .chain(devices.iter().map(|(k, d)| Device {
-        name: device_name(uid, *k),
-        container_edits: ContainerEdits {
-            env: device_env(*k, d),
-        },
+    std::iter::once(Device::new(
+        uid.to_string(),
+        ContainerEdits::new().env_entries(all),
+    ))
+    .chain(devices.iter().map(|(k, d)| {
+        Device::new(
+            device_name(uid, *k),
+            ContainerEdits::new().env_entries(device_env(*k, d)),
+        )
     }))
     .collect()
 }

@@ -4,13 +4,15 @@
 //!
 //! - [`catalog`]: the models (built-in and an inventory file's), checked;
 //! - [`devices`]: a node's GPUs and the ResourceSlice devices and counter sets they give;
-//! - [`env`]: the `FAKE_GPU_<k>` variables containers see.
+//! - [`env`]: the `FAKE_GPU_<k>` variables containers see;
+//! - [`groups`]: a node's GPUs as flags and inventory files give them.
 //!
 //! docs/profiles.md describes it for operators.
 
 pub mod catalog;
 pub mod devices;
 pub mod env;
+pub mod groups;
 
 use std::collections::BTreeMap;
 
@@ -20,11 +22,13 @@ pub use catalog::{Catalog, GpuModel, Partition};
 use devices::{Kind, NodeLayout};
 use env::SeenDevice;
 
-use crate::cdi::{ContainerEdits, Device};
-use crate::claim::{ClaimRef, ClaimUid};
-use crate::inventory::{GpuGroup, Sharing};
-use crate::profile::{CounterSet, DeviceProfile, DriverAllocation, ProfileError, SliceDevice};
-use crate::slices::PackError;
+use dra_kubelet_plugin::cdi::{ContainerEdits, Device};
+use dra_kubelet_plugin::claim::{ClaimRef, ClaimUid};
+use dra_kubelet_plugin::profile::{
+    CounterSet, DeviceProfile, DriverAllocation, ProfileError, SliceDevice,
+};
+use dra_kubelet_plugin::slices::PackError;
+use groups::{GpuGroup, Sharing};
 
 /// The CDI class of GPUs: `k8s.<driver>/gpu=<device>`.
 pub const CDI_CLASS: &str = "gpu";
@@ -178,7 +182,7 @@ impl GpuProfile {
             let bad_name = name.is_empty() || name.len() > MAX_CAPACITY_NAME_LEN;
             if bad_name
                 || value
-                    .parse::<fake_dra_api::upstream::quantity::Quantity>()
+                    .parse::<dra_kubelet_plugin::quantity::Quantity>()
                     .is_err()
             {
                 return Err(ProfileError::new(
@@ -236,6 +240,8 @@ impl GpuProfile {
 
 impl DeviceProfile for GpuProfile {
     type Prepared = GpuPrepared;
+    /// The gpu profile takes no parameters: the plugin refuses any opaque config.
+    type Config = dra_kubelet_plugin::NoConfig;
 
     fn cdi_class(&self) -> &str {
         CDI_CLASS
@@ -249,22 +255,13 @@ impl DeviceProfile for GpuProfile {
         self.layout.counter_sets()
     }
 
-    /// The allocated devices, as they are: the scheduler chose them from the slice, and
-    /// this profile takes no parameters.
+    /// The allocated devices, as they are: the scheduler chose them from the slice (and
+    /// the plugin refused any opaque config).
     fn prepare_allocation(
         &self,
         _claim: &ClaimRef,
-        allocation: &DriverAllocation,
+        allocation: &DriverAllocation<dra_kubelet_plugin::NoConfig>,
     ) -> Result<GpuPrepared, ProfileError> {
-        if let Some(c) = allocation.configs.first() {
-            return Err(ProfileError::new(
-                "bad_parameters",
-                format!(
-                    "status.allocation.devices.config[{}].opaque: the gpu profile of driver {:?} takes no parameters; remove the opaque config",
-                    c.index, self.driver_name
-                ),
-            ));
-        }
         let admin_access = allocation.devices.iter().all(|d| d.admin_access);
         if !admin_access && allocation.devices.iter().any(|d| d.admin_access) {
             return Err(ProfileError::new(

@@ -4,11 +4,11 @@ use proptest::prelude::*;
 use serde_json::json;
 
 use super::*;
-use crate::profile::{
-    AllocatedDevice, Attribute, ConfigSource, CounterConsumption, OpaqueConfig, Quantity,
-    RequestPolicy, ValidRange,
+use dra_kubelet_plugin::profile::{
+    AllocatedDevice, Attribute, ConfigSource, CounterConsumption, Quantity, RequestPolicy,
+    ValidRange,
 };
-use crate::slices::{self, CounterLayout, Desired};
+use dra_kubelet_plugin::slices::{self, CounterLayout, Desired};
 
 const NODE: &str = "node-1";
 const DRIVER: &str = "gpu.example.com";

@@ -387,7 +387,7 @@ fn more_devices_than_a_slice_holds_resolve_but_more_than_a_node_can_publish_do_n
         panic!("not gpus");
     };
     let profile = crate::gpu::GpuProfile::new("big", "drv", &groups, &catalog).unwrap();
-    use crate::profile::DeviceProfile;
+    use dra_kubelet_plugin::profile::DeviceProfile;
     assert_eq!(profile.slice_devices().len(), 208);
     assert!(resolve(Some(&f), "huge", &d).is_ok());
     // One GPU more than a node may have.

@@ -22,7 +22,9 @@ pub(super) struct CdiDevice {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub(super) struct Edits {
     pub(super) env: Vec<(String, String)>,
-    /// Names of the non-env edits present (deviceNodes, mounts, hooks, ...).
+    /// `deviceNodes`: (`path` in the container, `hostPath` when given).
+    pub(super) device_nodes: Vec<(String, Option<String>)>,
+    /// Names of the other non-env edits present (mounts, hooks, ...).
     pub(super) other: Vec<String>,
 }
 
@@ -47,11 +49,22 @@ pub(super) struct RawDevice {
 }
 
 #[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
 pub(super) struct RawEdits {
     #[serde(default)]
     pub(super) env: Option<Vec<String>>,
+    #[serde(default)]
+    pub(super) device_nodes: Option<Vec<RawDeviceNode>>,
     #[serde(flatten)]
     pub(super) other: serde_json::Map<String, serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct RawDeviceNode {
+    pub(super) path: String,
+    #[serde(default)]
+    pub(super) host_path: Option<String>,
 }
 
 impl RawEdits {
@@ -76,7 +89,17 @@ impl RawEdits {
             .filter(|(_, value)| !is_empty_value(value))
             .map(|(key, _)| key)
             .collect();
-        Ok(Edits { env, other })
+        let device_nodes = self
+            .device_nodes
+            .unwrap_or_default()
+            .into_iter()
+            .map(|n| (n.path, n.host_path.filter(|h| !h.is_empty())))
+            .collect();
+        Ok(Edits {
+            env,
+            device_nodes,
+            other,
+        })
     }
 }
 
@@ -240,6 +263,7 @@ pub(crate) fn resolve_cdi_env(
                     ),
                 });
             }
+            check_device_nodes(id, &spec.edits.device_nodes)?;
             env.extend(spec.edits.env.iter().cloned());
         }
         if let Some(edit) = device.edits.other.first() {
@@ -248,9 +272,37 @@ pub(crate) fn resolve_cdi_env(
                 edit: edit.clone(),
             });
         }
+        check_device_nodes(id, &device.edits.device_nodes)?;
         env.extend(device.edits.env.iter().cloned());
     }
     Ok(env)
+}
+
+/// What a host process can do with CDI device nodes: see a node that already is at its
+/// container path on the host (`hostPath` absent or the same). It cannot put a node at
+/// another path: it sees the host's files, and has no mount namespace of its own. Any
+/// other case is refused, naming the node and why, as runc would refuse a missing one.
+fn check_device_nodes(
+    device: &str,
+    nodes: &[(String, Option<String>)],
+) -> Result<(), RuntimeError> {
+    for (i, (path, host_path)) in nodes.iter().enumerate() {
+        let host = host_path.as_deref().unwrap_or(path);
+        let refuse = |reason: String| RuntimeError::DeviceNode {
+            device: device.to_owned(),
+            index: i,
+            reason,
+        };
+        if let Err(e) = std::fs::metadata(host) {
+            return Err(refuse(format!("host node {host} cannot be used: {e}")));
+        }
+        if host != path {
+            return Err(refuse(format!(
+                "would appear at {path}, made from the host's {host}; a process runner's process sees the host's files, where {path} is not that node (the podman runtime places it: apt-get install podman runc busybox-static)"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The process runner's environment, built as podman/OCI builds a container's: the

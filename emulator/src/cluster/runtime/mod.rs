@@ -111,8 +111,16 @@ pub enum RuntimeError {
     },
     #[error("CDI device {id} is defined more than once: {files:?}")]
     CdiDeviceAmbiguous { id: String, files: Vec<PathBuf> },
-    #[error("process runtime applies only env edits; device {device} has {edit}")]
+    #[error(
+        "process runtime applies only env edits and device nodes already at their path; device {device} has {edit}"
+    )]
     UnsupportedEdit { device: String, edit: String },
+    #[error("process runtime: device {device}: deviceNodes[{index}] {reason}")]
+    DeviceNode {
+        device: String,
+        index: usize,
+        reason: String,
+    },
     #[error(
         "container {container}: program {program:?} not found: {why} (the process runner runs busybox applets with {BUSYBOX}: apt-get install busybox-static)"
     )]

@@ -126,10 +126,44 @@ fn unknown_ambiguous_and_invalid_ids_are_errors() {
 }
 
 #[test]
+fn device_nodes_already_at_their_path_are_seen_others_refused() {
+    let id = format!("{KIND}=0b5c1e9a-1111-2222-3333-444455556666");
+    let resolve = |nodes: &str| {
+        let spec = parse_cdi_spec(
+            Path::new("a.json"),
+            &spec_json(r#""A=1""#, &format!(r#","deviceNodes":{nodes}"#)),
+        )
+        .unwrap();
+        resolve_cdi_env(&[spec], std::slice::from_ref(&id), Path::new("/d"), &[])
+    };
+    // The host process sees /dev/null at /dev/null.
+    assert!(resolve(r#"[{"path":"/dev/null"}]"#).is_ok());
+    assert!(resolve(r#"[{"path":"/dev/null","hostPath":"/dev/null"}]"#).is_ok());
+    let err = resolve(r#"[{"path":"/dev/fpga0","hostPath":"/dev/null"}]"#)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with(&format!("process runtime: device {id}: deviceNodes[0] would appear at /dev/fpga0, made from the host's /dev/null")),
+        "{err}"
+    );
+    assert!(err.contains("podman"), "{err}");
+    let err = resolve(r#"[{"path":"/dev/null"},{"path":"/dev/no-such-fpga"}]"#)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("deviceNodes[1] host node /dev/no-such-fpga cannot be used"),
+        "{err}"
+    );
+}
+
+#[test]
 fn non_env_edits_are_refused_naming_device_and_edit() {
     let spec = parse_cdi_spec(
         Path::new("a.json"),
-        &spec_json(r#""A=1""#, r#","deviceNodes":[{"path":"/dev/null"}]"#),
+        &spec_json(
+            r#""A=1""#,
+            r#","mounts":[{"hostPath":"/a","containerPath":"/b"}]"#,
+        ),
     )
     .unwrap();
     let id = format!("{KIND}=0b5c1e9a-1111-2222-3333-444455556666");
@@ -142,7 +176,9 @@ fn non_env_edits_are_refused_naming_device_and_edit() {
     .unwrap_err();
     assert_eq!(
         err.to_string(),
-        format!("process runtime applies only env edits; device {id} has deviceNodes")
+        format!(
+            "process runtime applies only env edits and device nodes already at their path; device {id} has mounts"
+        )
     );
     // The other device of that spec has only env edits.
     assert!(resolve_cdi_env(&[spec], &[format!("{KIND}=common")], Path::new("/d"), &[]).is_ok());

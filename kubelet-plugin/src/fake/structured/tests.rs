@@ -2,9 +2,8 @@ use proptest::prelude::*;
 use serde_json::json;
 
 use super::*;
-use crate::allocation::{self, AllocatedConfig, AllocatedResult, FetchedAllocation, FetchedClaim};
-use crate::claim::{ClaimError, ClaimRef};
-use crate::profile::ConfigSource;
+use dra_kubelet_plugin::claim::{ClaimError, ClaimRef};
+use dra_kubelet_plugin::profile::ConfigSource;
 
 const DRIVER: &str = "fake.resource.3-shake.com";
 
@@ -14,6 +13,57 @@ fn inventory() -> Inventory {
 
 fn claim() -> ClaimRef {
     ClaimRef::new("u1", "ns", "c").unwrap()
+}
+
+/// One `status.allocation.devices.results[]` entry.
+#[derive(Debug, Clone, Default)]
+struct AllocatedResult {
+    request: String,
+    driver: String,
+    pool: String,
+    device: String,
+}
+
+/// One `status.allocation.devices.config[]` entry.
+#[derive(Debug, Clone)]
+struct AllocatedConfig {
+    source: ConfigSource,
+    requests: Option<Vec<String>>,
+    driver: String,
+    parameters: serde_json::Value,
+}
+
+/// A claim as the API returns it, reduced to what these tests vary.
+#[derive(Debug, Clone)]
+struct FetchedClaim {
+    uid: String,
+    allocation: Option<FetchedAllocation>,
+}
+
+#[derive(Debug, Clone)]
+struct FetchedAllocation {
+    results: Vec<AllocatedResult>,
+    config: Vec<AllocatedConfig>,
+}
+
+/// The `resource.k8s.io/v1` ResourceClaim `f` stands for.
+fn api_claim(f: &FetchedClaim) -> k8s_openapi::api::resource::v1::ResourceClaim {
+    let status = f.allocation.as_ref().map(|a| {
+        json!({"allocation": {"devices": {
+            "results": a.results.iter().map(|r| json!({"request": r.request, "driver": r.driver, "pool": r.pool, "device": r.device})).collect::<Vec<_>>(),
+            "config": a.config.iter().map(|c| json!({
+                "source": match c.source { ConfigSource::FromClass => "FromClass", ConfigSource::FromClaim => "FromClaim" },
+                "requests": c.requests,
+                "opaque": {"driver": c.driver, "parameters": c.parameters},
+            })).collect::<Vec<_>>(),
+        }}})
+    });
+    serde_json::from_value(json!({
+        "metadata": {"name": "c", "namespace": "ns", "uid": f.uid},
+        "spec": {},
+        "status": status.unwrap_or(json!({})),
+    }))
+    .unwrap()
 }
 
 /// What the plugin makes of a fetched claim: the plumbing's checks, then this profile.
@@ -29,7 +79,12 @@ fn resolve(
     claim: &ClaimRef,
     fetched: &FetchedClaim,
 ) -> Result<Resolved, ClaimError> {
-    let allocation = allocation::ours(driver, &inv.node_name, claim, fetched)?;
+    let allocation = dra_kubelet_plugin::config::allocation_of::<FakeConfig>(
+        driver,
+        &inv.node_name,
+        claim,
+        &api_claim(fetched),
+    )?;
     let prepared = prepare(inv, &allocation).map_err(|source| ClaimError::Device {
         claim: claim.to_string(),
         source,
@@ -44,7 +99,6 @@ fn resolve(
                 driver: driver.into(),
                 pool: inv.node_name.clone(),
                 device: d.device.clone(),
-                ..Default::default()
             })
             .collect(),
     })
@@ -56,7 +110,6 @@ fn result(request: &str, pool: &str, device: &str) -> AllocatedResult {
         driver: DRIVER.into(),
         pool: pool.into(),
         device: device.into(),
-        ..Default::default()
     }
 }
 
@@ -289,7 +342,7 @@ fn bad_parameters_name_the_field_and_limit() {
         ),
         (
             params(json!({"split": "2"})),
-            ".spec: is not a valid FakeClaimParameters spec",
+            ".spec.split: is not a valid FakeClaimParameters: invalid type",
         ),
         (params(json!({"splitt": 2})), "unknown field `splitt`"),
         (
@@ -330,13 +383,40 @@ fn count_and_model_must_agree_with_the_allocation() {
     assert!(ok.is_ok(), "{ok:?}");
 }
 
+/// `opaque.parameters` as the plugin decodes them for this profile.
+fn parse_parameters(p: &serde_json::Value) -> Result<OpaqueParameters, String> {
+    let entry = dra_kubelet_plugin::config::ConfigEntry {
+        source: ConfigSource::FromClaim,
+        requests: None,
+        config: p.clone(),
+        index: 0,
+    };
+    dra_kubelet_plugin::config::decode::<FakeConfig>(DRIVER, entry)
+        .map(|e| e.config.parameters())
+        .map_err(|e| e.message)
+}
+
 #[test]
 fn empty_spec_is_all_defaults() {
     let p =
         json!({"apiVersion": "fake.resource.3-shake.com/v1alpha1", "kind": "FakeClaimParameters"});
+    assert_eq!(parse_parameters(&p).unwrap(), OpaqueParameters::default());
+    let with_metadata = json!({"apiVersion": "fake.resource.3-shake.com/v1alpha1", "kind": "FakeClaimParameters", "metadata": {"name": "x"}});
     assert_eq!(
-        parse_parameters(&p, "x").unwrap(),
-        OpaqueParameters::default()
+        parse_parameters(&with_metadata).unwrap(),
+        OpaqueParameters::default(),
+        "the CRD object's other fields are ignored"
+    );
+}
+
+#[test]
+fn the_config_type_is_the_crds() {
+    use kube::Resource;
+    let crd = fake_dra_api::params::FakeClaimParameters::api_version(&());
+    assert_eq!(CONFIG_API_VERSION, crd);
+    assert_eq!(
+        CONFIG_KIND,
+        fake_dra_api::params::FakeClaimParameters::kind(&())
     );
 }
 
@@ -348,13 +428,16 @@ proptest! {
         let mut spec = serde_json::Map::new();
         if let Some(c) = count { spec.insert("count".into(), json!(c)); }
         if let Some(s) = split { spec.insert("split".into(), json!(s)); }
-        match parse_parameters(&params(serde_json::Value::Object(spec)), "p") {
+        match parse_parameters(&params(serde_json::Value::Object(spec))) {
             Ok(p) => {
                 prop_assert!(p.count.is_none_or(|c| (1..=128).contains(&c)));
                 prop_assert!(p.split.is_none_or(|s| (1..=64).contains(&s)));
                 prop_assert_eq!(p.count, count);
             }
-            Err((field, _)) => prop_assert!(field.starts_with("p.spec.")),
+            Err(message) => prop_assert!(
+                message.starts_with("status.allocation.devices.config[0].opaque.parameters.spec."),
+                "{}", message
+            ),
         }
     }
 

@@ -87,24 +87,20 @@ fn what_the_node_cannot_have_is_refused_naming_it() {
 
 #[test]
 fn opaque_configs_are_refused() {
-    let p = mixed();
-    let err = p
-        .prepare_allocation(
-            &claim(),
-            &DriverAllocation {
-                devices: vec![allocated("gpu-3")],
-                configs: vec![OpaqueConfig {
-                    source: ConfigSource::FromClass,
-                    requests: None,
-                    parameters: json!({"anything": 1}),
-                    index: 2,
-                }],
-            },
-        )
-        .unwrap_err();
+    // The profile takes no config: the plugin refuses any before the profile sees it.
+    let err = dra_kubelet_plugin::config::decode::<<GpuProfile as DeviceProfile>::Config>(
+        DRIVER,
+        dra_kubelet_plugin::config::ConfigEntry {
+            source: ConfigSource::FromClass,
+            requests: None,
+            config: json!({"anything": 1}),
+            index: 2,
+        },
+    )
+    .unwrap_err();
     assert_eq!(err.reason, "bad_parameters");
     assert!(
-        err.message.starts_with("status.allocation.devices.config[2].opaque: the gpu profile of driver \"gpu.example.com\" takes no parameters"),
+        err.message.starts_with("status.allocation.devices.config[2].opaque: driver \"gpu.example.com\" takes no parameters"),
         "{err}"
     );
 }
@@ -271,7 +267,7 @@ proptest! {
         for d in &first {
             prop_assert!(d.name == uid.as_str() || d.name.starts_with(&prefix));
         }
-        prop_assert!(crate::cdi::claim_spec(&crate::cdi::CdiKind::new(DRIVER, CDI_CLASS).unwrap(), &uid, first.clone()).is_ok());
+        prop_assert!(dra_kubelet_plugin::cdi::claim_spec(&dra_kubelet_plugin::cdi::CdiKind::new(DRIVER, CDI_CLASS).unwrap(), &uid, first.clone()).is_ok());
         for d in &devices {
             let names = p.device_cdi_devices(&uid, &prepared, &d.device).unwrap();
             for n in names {

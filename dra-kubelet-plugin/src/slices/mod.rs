@@ -132,6 +132,7 @@ pub struct Desired {
     pub driver: String,
     /// The node (and pool) name.
     pub node_name: String,
+    /// The devices.
     pub devices: Vec<SliceDevice>,
     /// The counter sets the devices consume from.
     pub counter_sets: Vec<CounterSet>,
@@ -151,22 +152,40 @@ impl Desired {
 pub enum PackError {
     /// Two devices, or two counter sets, of one name.
     #[error("{what} {name:?} is listed twice; names must be unique in the node's pool")]
-    Duplicate { what: &'static str, name: String },
+    Duplicate {
+        /// What it is about (device, counter set).
+        what: &'static str,
+        /// Its name.
+        name: String,
+    },
     /// A device over the attribute and capacity limit.
     #[error(
         "device {device:?} has {count} attributes and capacities; a ResourceSlice device holds at most {MAX_ATTRIBUTES_AND_CAPACITIES}"
     )]
-    TooManyAttributes { device: String, count: usize },
+    TooManyAttributes {
+        /// The device.
+        device: String,
+        /// How many it has.
+        count: usize,
+    },
     /// A counter consumption that names nothing.
     #[error("device {device:?} consumes from counter set {set:?}, which the pool does not have")]
-    UnknownCounterSet { device: String, set: String },
+    UnknownCounterSet {
+        /// The device.
+        device: String,
+        /// The counter set.
+        set: String,
+    },
     /// A counter consumption of a counter the set does not have.
     #[error(
         "device {device:?} consumes counter {counter:?} of counter set {set:?}, which has no such counter"
     )]
     UnknownCounter {
+        /// The device.
         device: String,
+        /// The counter set.
         set: String,
+        /// The counter.
         counter: String,
     },
     /// More than the layout allows.
@@ -174,10 +193,15 @@ pub enum PackError {
         "{what} {name:?} has {count} {items}; the Kubernetes release serving this pool allows at most {max}"
     )]
     OverLimit {
+        /// What it is about (device, counter set).
         what: &'static str,
+        /// Its name.
         name: String,
+        /// How many it has.
         count: usize,
+        /// What is counted.
         items: &'static str,
+        /// `max`.
         max: usize,
     },
 }

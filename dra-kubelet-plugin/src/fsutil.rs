@@ -25,12 +25,26 @@ pub const SOCKET_MODE: u32 = 0o660;
 /// 128 devices × 64 children, is about 2 MB).
 const MAX_READ: u64 = 64 << 20;
 
+/// How much of a write survives a power loss once [`write_atomic`] returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Nothing is fsync'd: readers see the new content at once (the rename is atomic),
+    /// a power loss may lose it. For files the checkpoint can restore (CDI specs).
+    Visible,
+    /// The file and the directory are fsync'd: the new content survives a power loss.
+    Durable,
+}
+
 /// Writes `bytes` to `path` atomically with permissions `mode`: a temp file with an
 /// unpredictable name in the same directory (a leading dot, which CDI scanners and the
-/// kubelet's registry watcher skip), fsync'd, then renamed over `path`. With
-/// `sync_dir_after` the directory is fsync'd too, so the rename survives a power loss;
-/// batch writers pass `false` and call [`sync_dir`] once.
-pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32, sync_dir_after: bool) -> io::Result<()> {
+/// kubelet's registry watcher skip), then renamed over `path`; with
+/// [`Durability::Durable`] the file is fsync'd before the rename and the directory after.
+pub fn write_atomic(
+    path: &Path,
+    bytes: &[u8],
+    mode: u32,
+    durability: Durability,
+) -> io::Result<()> {
     let dir = path
         .parent()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no directory"))?;
@@ -51,14 +65,16 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32, sync_dir_after: bool) 
         // `mode` at creation is filtered by the umask; this is not.
         file.set_permissions(Permissions::from_mode(mode))?;
         file.write_all(bytes)?;
-        file.sync_all()?;
+        if durability == Durability::Durable {
+            file.sync_all()?;
+        }
         fs::rename(&tmp, path)
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
     }
     result?;
-    if sync_dir_after {
+    if durability == Durability::Durable {
         sync_dir(dir)?;
     }
     Ok(())
@@ -149,8 +165,8 @@ mod tests {
     fn replaces_content_and_leaves_no_temp_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.json");
-        write_atomic(&path, b"one", SPEC_MODE, true).unwrap();
-        write_atomic(&path, b"two", SPEC_MODE, false).unwrap();
+        write_atomic(&path, b"one", SPEC_MODE, Durability::Durable).unwrap();
+        write_atomic(&path, b"two", SPEC_MODE, Durability::Visible).unwrap();
         assert_eq!(fs::read(&path).unwrap(), b"two");
         assert_eq!(names(dir.path()), ["a.json"]);
         remove_if_exists(&path).unwrap();
@@ -161,8 +177,13 @@ mod tests {
     #[test]
     fn a_missing_directory_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
-        let err =
-            write_atomic(&dir.path().join("no/such/a.json"), b"x", SPEC_MODE, true).unwrap_err();
+        let err = write_atomic(
+            &dir.path().join("no/such/a.json"),
+            b"x",
+            SPEC_MODE,
+            Durability::Durable,
+        )
+        .unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::NotFound);
     }
 
@@ -175,7 +196,7 @@ mod tests {
         // Under the old fixed temp name and under the final name.
         symlink(&victim, dir.path().join(".spec.json.tmp")).unwrap();
         symlink(&victim, &path).unwrap();
-        write_atomic(&path, b"ours", SPEC_MODE, true).unwrap();
+        write_atomic(&path, b"ours", SPEC_MODE, Durability::Durable).unwrap();
         assert_eq!(fs::read(&victim).unwrap(), b"precious");
         assert!(
             !fs::symlink_metadata(&path)
@@ -191,7 +212,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         for mode in [SPEC_MODE, CHECKPOINT_MODE] {
             let path = dir.path().join(format!("f{mode:o}"));
-            write_atomic(&path, b"x", mode, false).unwrap();
+            write_atomic(&path, b"x", mode, Durability::Visible).unwrap();
             assert_eq!(fs::metadata(&path).unwrap().mode() & 0o777, mode);
         }
         let made = dir.path().join("a/b");

@@ -1,4 +1,6 @@
-//! Prometheus metrics: prepare/unprepare counts by result and their latency.
+//! Prometheus metrics: prepare/unprepare counts by result and their latency, under the
+//! driver's prefix. Every series whose labels are known in advance is there at zero from
+//! the start, so a scrape of an idle plugin already lists them.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -40,16 +42,20 @@ pub struct Metrics {
     latency: Family<CallLabels, Histogram>,
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+/// The calls whose latency is recorded, each listed from the start.
+const METHODS: &[&str] = &[
+    "NodePrepareResources",
+    "NodeUnprepareResources",
+    #[cfg(feature = "classic")]
+    "NodePrepareResource",
+    #[cfg(feature = "classic")]
+    "NodeUnprepareResource",
+];
 
 impl Metrics {
-    /// Registers every metric.
-    pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("fake_dra_kubelet_plugin");
+    /// Registers every metric, named `<prefix>_...`.
+    pub fn new(prefix: &str) -> Self {
+        let mut registry = Registry::with_prefix(prefix);
         let claims = Family::<ClaimLabels, Counter>::default();
         registry.register(
             "claims",
@@ -70,6 +76,14 @@ impl Metrics {
             "Duration of the kubelet's DRA calls",
             latency.clone(),
         );
+        for operation in ["prepare", "unprepare"] {
+            for result in ["success", "error"] {
+                let _ = claims.get_or_create(&ClaimLabels { operation, result });
+            }
+        }
+        for &method in METHODS {
+            let _ = latency.get_or_create(&CallLabels { method });
+        }
         Self {
             registry,
             claims,

@@ -4,11 +4,12 @@
 //!
 //! A profile answers four questions, all without I/O:
 //!
-//! 1. **What does the node have?** [`DeviceProfile::slice_devices`] (structured DRA) and
-//!    [`DeviceProfile::node_allocation_state`] (classic DRA, optional).
+//! 1. **What does the node have?** [`DeviceProfile::slice_devices`] and
+//!    [`DeviceProfile::counter_sets`].
 //! 2. **What does preparing this claim mean?** From the scheduler's allocation and the
-//!    opaque configs ([`DeviceProfile::prepare_allocation`]) or from a classic allocation
-//!    handle ([`DeviceProfile::prepare_handle`]), the profile's
+//!    opaque configs ([`DeviceProfile::prepare_allocation`]) or, with the `classic`
+//!    feature, from a classic allocation handle (`DeviceProfile::prepare_handle`), the
+//!    profile's
 //!    [`DeviceProfile::Prepared`] data — all the checkpoint keeps of the claim.
 //! 3. **Which devices does it hold?** [`DeviceProfile::held_devices`]: the plumbing never
 //!    lets two claims hold one.
@@ -16,14 +17,15 @@
 //!    CDI devices, deterministically (a retry or a restart writes the same spec), and says
 //!    which of them a container gets for the whole claim or for one allocated device.
 //!
-//! `crate::fake` is the fake device; docs/write-your-own-driver.md writes another.
+//! docs/write-your-own-driver.md writes one (the example FPGA driver).
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 
-use fake_dra_api::nas::NodeAllocationStateSpec;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+
+use crate::config::{ConfigEntry, OpaqueConfig};
 
 use crate::cdi::{ContainerEdits, Device};
 use crate::claim::{ClaimRef, ClaimUid};
@@ -48,7 +50,7 @@ pub struct Quantity(pub String);
 
 impl Quantity {
     /// The parsed value; `None` if it is not a quantity (the API server would refuse it).
-    pub fn value(&self) -> Option<fake_dra_api::upstream::quantity::Quantity> {
+    pub fn value(&self) -> Option<crate::quantity::Quantity> {
         self.0.parse().ok()
     }
 }
@@ -85,8 +87,11 @@ pub struct RequestPolicy {
 /// `validRange` of a [`RequestPolicy`].
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ValidRange {
+    /// `min`.
     pub min: Quantity,
+    /// `max`.
     pub max: Option<Quantity>,
+    /// `step`.
     pub step: Option<Quantity>,
 }
 
@@ -162,8 +167,11 @@ impl TaintEffect {
 /// A `taints` entry of a device (`timeAdded` is the API server's).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct DeviceTaint {
+    /// A qualified name.
     pub key: String,
+    /// Its value, if any.
     pub value: Option<String>,
+    /// What it does.
     pub effect: TaintEffect,
 }
 
@@ -235,38 +243,24 @@ pub enum ConfigSource {
     FromClaim,
 }
 
-/// One `status.allocation.devices.config[]` entry with opaque config for this driver.
+/// What the scheduler allocated a claim from this driver on this node, with the
+/// driver's opaque configs decoded as `C`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct OpaqueConfig {
-    /// Where it came from; anything but `FromClass` counts as the claim's.
-    pub source: ConfigSource,
-    /// The requests it applies to; `None` means all.
-    pub requests: Option<Vec<String>>,
-    /// `opaque.parameters`.
-    pub parameters: serde_json::Value,
-    /// Its index in `status.allocation.devices.config`, for error messages.
-    pub index: usize,
-}
-
-/// What the scheduler allocated a claim from this driver on this node.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DriverAllocation {
+pub struct DriverAllocation<C> {
     /// This driver's results in this node's pool, in the allocation's order (never empty).
     pub devices: Vec<AllocatedDevice>,
     /// This driver's opaque configs, class configs first (each source in the API's order).
-    pub configs: Vec<OpaqueConfig>,
+    pub configs: Vec<ConfigEntry<C>>,
 }
 
-impl OpaqueConfig {
-    /// Whether it applies to `request` (a `request/subrequest` result is named by its
-    /// request too).
-    pub fn applies_to(&self, request: &str) -> bool {
-        let base = request.split('/').next().unwrap_or(request);
-        // A config naming the subrequest applies to it; one naming the request, to all
-        // of its subrequests.
-        self.requests
-            .as_deref()
-            .is_none_or(|rs| rs.iter().any(|r| r == request || r == base))
+impl<C> DriverAllocation<C> {
+    /// The configs that apply to `request`, in the order they apply: a later one
+    /// overrides an earlier one (the claim's over its class's).
+    pub fn configs_for<'a>(&'a self, request: &'a str) -> impl Iterator<Item = &'a C> + 'a {
+        self.configs
+            .iter()
+            .filter(move |c| c.applies_to(request))
+            .map(|c| &c.config)
     }
 }
 
@@ -298,6 +292,10 @@ pub trait DeviceProfile: Debug + Send + Sync + 'static {
     /// called `namespace` or `name`.
     type Prepared: Clone + PartialEq + Debug + Serialize + DeserializeOwned + Send + Sync + 'static;
 
+    /// The opaque config the driver takes (`crate::config::NoConfig` for none), decoded
+    /// and validated by the plugin before [`DeviceProfile::prepare_allocation`].
+    type Config: OpaqueConfig;
+
     /// The CDI class of the devices: one word (`k8s.<driver>/<class>=<device>`).
     fn cdi_class(&self) -> &str;
 
@@ -310,14 +308,9 @@ pub trait DeviceProfile: Debug + Send + Sync + 'static {
         Vec::new()
     }
 
-    /// Classic DRA: the node's inventory for its NodeAllocationState; `None` when the
-    /// profile does not do classic DRA.
-    fn node_allocation_state(&self) -> Option<NodeAllocationStateSpec> {
-        None
-    }
-
     /// Classic DRA: what preparing `claim` with this allocation handle (written by the
     /// driver's controller) means.
+    #[cfg(feature = "classic")]
     fn prepare_handle(
         &self,
         claim: &ClaimRef,
@@ -335,7 +328,7 @@ pub trait DeviceProfile: Debug + Send + Sync + 'static {
     fn prepare_allocation(
         &self,
         claim: &ClaimRef,
-        allocation: &DriverAllocation,
+        allocation: &DriverAllocation<Self::Config>,
     ) -> Result<Self::Prepared, ProfileError>;
 
     /// The node devices a prepared claim holds exclusively; no two claims ever hold one.
@@ -343,8 +336,8 @@ pub trait DeviceProfile: Debug + Send + Sync + 'static {
     /// nothing.
     fn held_devices(&self, prepared: &Self::Prepared) -> Vec<String>;
 
-    /// The slice device names ([`SliceDevice::name`]) a prepared claim was allocated, by
-    /// which `DeviceFault`s select it when unpreparing; by default the held devices (a
+    /// The slice device names ([`SliceDevice::name`]) a prepared claim was allocated, which
+    /// the fault hook is told when it is unprepared; by default the held devices (a
     /// profile whose held devices are named otherwise says how they map).
     fn allocated_devices(&self, prepared: &Self::Prepared) -> Vec<String> {
         self.held_devices(prepared)

@@ -2,14 +2,13 @@
 //! services, one handler for both, reading each claim's allocation from the API.
 
 use super::*;
-use crate::faults::watch::NodeView;
 
 /// How many claims of one structured batch are read from the API at a time.
 pub(super) const MAX_CONCURRENT_READS: usize = 16;
 
 /// One prepared device of a structured claim, version-neutral.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeviceOutcome {
+pub(crate) struct DeviceOutcome {
     /// The request it was allocated for, without a `/subrequest`: containers name
     /// requests, and the kubelet matches `request_names` against what they name
     /// (`stripSubrequestNames` of the upstream kubeletplugin helper).
@@ -37,8 +36,8 @@ pub struct DraPluginService<D: DeviceProfile> {
     pub driver_name: String,
     /// This node: its pool.
     pub node_name: String,
-    /// The `DeviceFault`s in force on this node.
-    pub faults: NodeView,
+    /// What may delay or refuse a call.
+    pub hook: Arc<dyn FaultHook>,
 }
 
 impl<D: DeviceProfile> Clone for DraPluginService<D> {
@@ -48,7 +47,7 @@ impl<D: DeviceProfile> Clone for DraPluginService<D> {
             claims: self.claims.clone(),
             driver_name: self.driver_name.clone(),
             node_name: self.node_name.clone(),
-            faults: self.faults.clone(),
+            hook: self.hook.clone(),
         }
     }
 }
@@ -73,25 +72,27 @@ impl<D: DeviceProfile> DraPluginService<D> {
             .iter()
             .map(|d| d.device.clone())
             .collect();
-        self.faults
-            .gate("prepare", |f| {
-                f.prepare(&claim.namespace, &claim.name, &devices)
-            })
+        self.hook
+            .before_prepare(&claim, &devices)
             .await
-            .map_err(|(fault, message)| ClaimError::Injected {
+            .map_err(|refusal| ClaimError::Injected {
                 claim: claim.to_string(),
-                fault,
-                message,
+                fault: refusal.by,
+                message: refusal.message,
             })?;
+        let device_error = |source| ClaimError::Device {
+            claim: claim.to_string(),
+            source,
+        };
+        let allocation =
+            crate::config::decode_allocation::<D::Config>(&self.driver_name, allocation)
+                .map_err(device_error)?;
         let prepared = self
             .node
             .driver
             .profile()
             .prepare_allocation(&claim, &allocation)
-            .map_err(|source| ClaimError::Device {
-                claim: claim.to_string(),
-                source,
-            })?;
+            .map_err(device_error)?;
         Ok((claim, prepared, allocation.devices))
     }
 
@@ -138,8 +139,8 @@ impl<D: DeviceProfile> DraPluginService<D> {
             .collect())
     }
 
-    /// Unprepares claims after the `DeviceFault`s had their say about each (a claim
-    /// failed by a fault is left prepared, as when the kubelet's call fails).
+    /// Unprepares claims after the hook had its say about each (a claim it refuses is
+    /// left prepared, as when the kubelet's call fails).
     pub async fn unprepare(
         &self,
         claims: Vec<Outcome<ClaimRef>>,
@@ -151,18 +152,13 @@ impl<D: DeviceProfile> DraPluginService<D> {
                 continue;
             };
             let devices = self.node.driver.allocated_devices(&claim.uid);
-            let verdict = self
-                .faults
-                .gate("unprepare", |f| {
-                    f.unprepare(&claim.namespace, &claim.name, &devices)
-                })
-                .await;
+            let verdict = self.hook.before_unprepare(&claim, &devices).await;
             gated.push(match verdict {
                 Ok(()) => Ok(claim),
-                Err((fault, message)) => Err(ClaimError::Injected {
+                Err(refusal) => Err(ClaimError::Injected {
                     claim: claim.to_string(),
-                    fault,
-                    message,
+                    fault: refusal.by,
+                    message: refusal.message,
                 }),
             });
         }

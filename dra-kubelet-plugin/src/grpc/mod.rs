@@ -11,8 +11,11 @@ use std::time::Instant;
 
 use fake_dra_proto::{
     DRA_PLUGIN_TYPE, SUPPORTED_HEALTH_V1, SUPPORTED_HEALTH_V1ALPHA1, SUPPORTED_V1,
-    SUPPORTED_V1BETA1, dra_v1, dra_v1beta1, pluginregistration as reg, v1alpha2, v1alpha3,
+    SUPPORTED_V1BETA1, dra_health_v1, dra_health_v1alpha1, dra_v1, dra_v1beta1,
+    pluginregistration as reg,
 };
+#[cfg(feature = "classic")]
+use fake_dra_proto::{v1alpha2, v1alpha3};
 use futures::StreamExt;
 use tonic::{Request, Response, Status};
 use tracing::{error, info, warn};
@@ -21,17 +24,20 @@ use crate::allocation;
 use crate::claim::{COMMON_DEVICE, ClaimError, ClaimRef};
 use crate::claim_reader::ClaimReader;
 use crate::driver::Driver;
+use crate::hook::FaultHook;
 use crate::metrics::Metrics;
 use crate::profile::DeviceProfile;
 
+#[cfg(feature = "classic")]
 mod classic;
-pub mod device_health;
+mod device_health;
 mod structured;
 
-pub use structured::{DeviceOutcome, DraPluginService};
+pub(crate) use structured::DraPluginService;
 
 /// The versions classic kubelets (1.27–1.31) accept: each entry is parsed as a semantic
 /// version, and 1.0.0 means "the classic node services".
+#[cfg(feature = "classic")]
 pub const SUPPORTED_VERSIONS: &[&str] = &["1.0.0"];
 
 /// What structured mode advertises: exactly the services it serves, newest first: the
@@ -45,9 +51,83 @@ pub const STRUCTURED_SUPPORTED_VERSIONS: &[&str] = &[
     SUPPORTED_HEALTH_V1ALPHA1,
 ];
 
+/// How often the gRPC servers ping a connection, and how long they wait for the answer:
+/// a kubelet's connection answers and stays open however long it idles; one that does
+/// not is closed.
+const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
+const KEEPALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// A gRPC server with the plugin's keepalive.
+pub fn server() -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+}
+
+/// The services on the DRA socket in structured DRA, next to the gRPC health service, and
+/// what registration advertises for them.
+pub async fn structured_services<D: DeviceProfile>(
+    dra: DraPluginService<D>,
+    devices: Vec<String>,
+    hook: Arc<dyn FaultHook>,
+) -> (tonic::transport::server::Router, &'static [&'static str]) {
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter
+        .set_serving::<dra_v1::dra_plugin_server::DraPluginServer<DraPluginService<D>>>()
+        .await;
+    health_reporter
+        .set_serving::<dra_v1beta1::dra_plugin_server::DraPluginServer<DraPluginService<D>>>()
+        .await;
+    let device_health = device_health::DeviceHealthService {
+        pool: dra.node_name.clone(),
+        devices,
+        hook,
+    };
+    (
+        server()
+            .add_service(health_service)
+            .add_service(dra_v1::dra_plugin_server::DraPluginServer::new(dra.clone()))
+            .add_service(dra_v1beta1::dra_plugin_server::DraPluginServer::new(dra))
+            .add_service(
+                dra_health_v1::dra_resource_health_server::DraResourceHealthServer::new(
+                    device_health.clone(),
+                ),
+            )
+            .add_service(
+                dra_health_v1alpha1::dra_resource_health_server::DraResourceHealthServer::new(
+                    device_health,
+                ),
+            ),
+        STRUCTURED_SUPPORTED_VERSIONS,
+    )
+}
+
+/// The classic node services on the DRA socket, next to the gRPC health service, and
+/// what registration advertises for them.
+#[cfg(feature = "classic")]
+pub async fn classic_services<D: DeviceProfile>(
+    node: NodeService<D>,
+) -> (tonic::transport::server::Router, &'static [&'static str]) {
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter
+        .set_serving::<v1alpha3::node_server::NodeServer<NodeService<D>>>()
+        .await;
+    health_reporter
+        .set_serving::<v1alpha2::node_server::NodeServer<NodeService<D>>>()
+        .await;
+    (
+        server()
+            .add_service(health_service)
+            .add_service(v1alpha3::node_server::NodeServer::new(node.clone()))
+            .add_service(v1alpha2::node_server::NodeServer::new(node)),
+        SUPPORTED_VERSIONS,
+    )
+}
+
 /// The registration service.
 #[derive(Debug)]
 pub struct Registration {
+    /// The driver name.
     pub driver_name: String,
     /// The DRA socket.
     pub endpoint: PathBuf,
@@ -55,8 +135,8 @@ pub struct Registration {
     pub registered: Arc<AtomicBool>,
     /// `supported_versions`: [`SUPPORTED_VERSIONS`] or [`STRUCTURED_SUPPORTED_VERSIONS`].
     pub supported_versions: &'static [&'static str],
-    /// `DeviceFault`s that can make `GetInfo` fail (structured mode).
-    pub faults: Option<crate::faults::watch::NodeView>,
+    /// What can make `GetInfo` fail.
+    pub hook: Arc<dyn FaultHook>,
 }
 
 #[tonic::async_trait]
@@ -65,8 +145,8 @@ impl reg::registration_server::Registration for Registration {
         &self,
         _: Request<reg::InfoRequest>,
     ) -> Result<Response<reg::PluginInfo>, Status> {
-        if let Some(message) = self.faults.as_ref().and_then(|f| f.current().get_info()) {
-            warn!(%message, "GetInfo fails as a DeviceFault asks");
+        if let Err(message) = self.hook.get_info() {
+            warn!(%message, "GetInfo fails as the fault hook asks");
             return Err(Status::unavailable(message));
         }
         Ok(Response::new(reg::PluginInfo {
@@ -222,6 +302,7 @@ impl<D: DeviceProfile> NodeService<D> {
     }
 
     /// Classic: what the profile makes of a claim's allocation handle.
+    #[cfg(feature = "classic")]
     fn read_handle(
         &self,
         uid: &str,
@@ -242,6 +323,7 @@ impl<D: DeviceProfile> NodeService<D> {
     }
 
     /// The ids a classic kubelet gets: the common device and the claim's.
+    #[cfg(feature = "classic")]
     fn claim_ids(&self, claim: &ClaimRef, prepared: &D::Prepared) -> Vec<String> {
         let kind = self.driver.kind();
         std::iter::once(COMMON_DEVICE.to_string())
@@ -271,12 +353,11 @@ pub fn bind(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
 mod tests {
     use super::*;
 
-    fn claim(uid: &str, handle: &str) -> v1alpha3::Claim {
-        v1alpha3::Claim {
+    fn claim(uid: &str, handle: &str) -> dra_v1::Claim {
+        dra_v1::Claim {
             namespace: "ns".into(),
             uid: uid.into(),
-            name: format!("c-{uid}"),
-            resource_handle: handle.into(),
+            name: format!("c-{handle}"),
         }
     }
 

@@ -1,7 +1,8 @@
 //! CDI specs as the runtime reads them, without I/O: the kind of a driver's devices, the
-//! spec document, the version rule, file names. What goes into a claim's devices is the
-//! device profile's ([`crate::profile::DeviceProfile::cdi_devices`]); the plumbing puts
-//! them into one spec file per claim, next to the node-wide `common` device.
+//! devices and their edits ([`ContainerEdits`]), the spec document, the version rule,
+//! file names. What goes into a claim's devices is the device profile's
+//! ([`crate::profile::DeviceProfile::cdi_devices`]); the plumbing puts them into one spec
+//! file per claim, next to the node-wide `common` device.
 //!
 //! Two kinds of spec file, both of kind `k8s.<driver>/<class>`:
 //!
@@ -9,14 +10,23 @@
 //!   claim of the node;
 //! - one spec per **claim**, named after the claim uid, with the profile's devices for it.
 
+mod edits;
+
 use serde::{Deserialize, Serialize};
+
+pub use edits::{ContainerEdits, Device, DeviceNode, Hook, Mount};
 
 use crate::claim::{COMMON_DEVICE, ClaimUid};
 
-/// The oldest CDI version: env edits and device names starting with a letter.
-pub const CDI_VERSION_BASE: &str = "0.3.0";
-/// The version that allows device names starting with a digit (claim uids often do).
-pub const CDI_VERSION_DIGIT_NAMES: &str = "0.5.0";
+/// The CDI versions a spec may need, oldest first, and what needs each
+/// (container-device-interface `specs-go/version.go`): 0.3.0 is the oldest runtimes
+/// still read; 0.4.0 added a mount's `type`; 0.5.0 device names starting with a digit
+/// (claim uids often do) and a device node's `hostPath`; 0.7.0 `additionalGids`. 0.6.0
+/// (annotations, a dot in the class) is never needed: the plugin writes neither.
+const V030: &str = "0.3.0";
+const V040: &str = "0.4.0";
+const V050: &str = "0.5.0";
+const V070: &str = "0.7.0";
 
 /// The CDI `vendor/class` of a driver's devices: `k8s.<driver>/<class>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,23 +149,6 @@ pub struct Spec {
     pub devices: Vec<Device>,
 }
 
-/// One CDI device.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Device {
-    /// Unique within the kind.
-    pub name: String,
-    /// What injecting the device does; never empty.
-    pub container_edits: ContainerEdits,
-}
-
-/// The container edits we use: environment only.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ContainerEdits {
-    /// `NAME=value` entries.
-    pub env: Vec<String>,
-}
-
 impl Spec {
     /// The spec as the bytes written to disk: pretty JSON with a final newline. The same
     /// spec always gives the same bytes.
@@ -167,35 +160,40 @@ impl Spec {
     }
 }
 
-/// The lowest CDI version that allows these device names.
-pub fn min_version<'a>(device_names: impl IntoIterator<Item = &'a str>) -> &'static str {
-    if device_names
-        .into_iter()
-        .any(|n| n.starts_with(|c: char| c.is_ascii_digit()))
-    {
-        CDI_VERSION_DIGIT_NAMES
-    } else {
-        CDI_VERSION_BASE
-    }
+/// The lowest CDI version that covers what `devices` use.
+pub fn min_version(devices: &[Device]) -> &'static str {
+    let needs = |d: &Device| {
+        let e = &d.container_edits;
+        if !e.additional_gids.is_empty() {
+            V070
+        } else if d.name.starts_with(|c: char| !c.is_ascii_alphabetic())
+            || e.device_nodes.iter().any(|n| n.host_path.is_some())
+        {
+            V050
+        } else if e.mounts.iter().any(|m| m.r#type.is_some()) {
+            V040
+        } else {
+            V030
+        }
+    };
+    // The versions compare as strings: one digit each.
+    devices.iter().map(needs).max().unwrap_or(V030)
 }
 
 fn spec(kind: &CdiKind, devices: Vec<Device>) -> Spec {
     Spec {
-        cdi_version: min_version(devices.iter().map(|d| d.name.as_str())).to_owned(),
+        cdi_version: min_version(&devices).to_owned(),
         kind: kind.kind(),
         devices,
     }
 }
 
 /// The common spec of a node: device `common` with `edits`.
-pub fn common_spec(kind: &CdiKind, edits: ContainerEdits) -> Spec {
-    spec(
-        kind,
-        vec![Device {
-            name: COMMON_DEVICE.to_owned(),
-            container_edits: edits,
-        }],
-    )
+pub fn common_spec(kind: &CdiKind, edits: ContainerEdits) -> Result<Spec, String> {
+    edits
+        .check()
+        .map_err(|e| format!("the device profile's common edits: {e}"))?;
+    Ok(spec(kind, vec![Device::new(COMMON_DEVICE, edits)]))
 }
 
 /// The spec of one claim: the profile's devices for it. A device named neither the claim
@@ -218,6 +216,17 @@ pub fn claim_spec(kind: &CdiKind, uid: &ClaimUid, devices: Vec<Device>) -> Resul
             bad.name
         ));
     }
+    for d in &devices {
+        if d.container_edits.is_empty() {
+            return Err(format!(
+                "the device profile gave CDI device {:?} no edits; runtimes refuse a device that changes nothing",
+                d.name
+            ));
+        }
+        d.container_edits
+            .check()
+            .map_err(|e| format!("CDI device {:?}: containerEdits.{e}", d.name))?;
+    }
     Ok(spec(kind, devices))
 }
 
@@ -236,17 +245,14 @@ fn is_device_name(name: &str) -> bool {
 mod tests {
     use super::*;
 
+    const DRIVER: &str = "fake.resource.3-shake.com";
+
     fn kind() -> CdiKind {
-        CdiKind::new(fake_dra_api::DEFAULT_DRIVER_NAME, "fake").unwrap()
+        CdiKind::new(DRIVER, "fake").unwrap()
     }
 
     fn device(name: &str) -> Device {
-        Device {
-            name: name.into(),
-            container_edits: ContainerEdits {
-                env: vec!["A=1".into()],
-            },
-        }
+        Device::new(name, ContainerEdits::new().env("A", "1"))
     }
 
     #[test]
@@ -276,17 +282,91 @@ mod tests {
     }
 
     #[test]
-    fn version_is_the_lowest_that_covers_the_names() {
-        assert_eq!(min_version(["common"]), "0.3.0");
-        assert_eq!(min_version(["common", "0a1b"]), "0.5.0");
-        let s = common_spec(
-            &kind(),
-            ContainerEdits {
-                env: vec!["X=1".into()],
-            },
+    fn version_is_the_lowest_that_covers_what_is_used() {
+        let with =
+            |name: &str, edits: ContainerEdits| vec![device("common"), Device::new(name, edits)];
+        let env = || ContainerEdits::new().env("X", "1");
+        assert_eq!(min_version(&[device("common")]), "0.3.0");
+        assert_eq!(min_version(&with("0a1b", env())), "0.5.0");
+        assert_eq!(
+            min_version(&with("a", env().device_node(DeviceNode::new("/dev/x")))),
+            "0.3.0",
+            "a device node at its host path is 0.3.0"
         );
+        assert_eq!(
+            min_version(&with(
+                "a",
+                env().device_node(DeviceNode::new("/dev/x").host_path("/host/x"))
+            )),
+            "0.5.0"
+        );
+        assert_eq!(
+            min_version(&with("a", env().mount(Mount::bind("/a", "/b")))),
+            "0.3.0"
+        );
+        assert_eq!(
+            min_version(&with(
+                "a",
+                env().mount(Mount::bind("/a", "/b").fs_type("none"))
+            )),
+            "0.4.0"
+        );
+        assert_eq!(min_version(&with("a", env().additional_gid(44))), "0.7.0");
+        assert_eq!(min_version(&with("0a", env().additional_gid(44))), "0.7.0");
+        let s = common_spec(&kind(), env()).unwrap();
         assert_eq!(s.cdi_version, "0.3.0");
         assert_eq!(s.devices[0].name, "common");
+    }
+
+    #[test]
+    fn empty_fields_are_not_written() {
+        let s = common_spec(&kind(), ContainerEdits::new().env("X", "1")).unwrap();
+        let text = String::from_utf8(s.to_bytes()).unwrap();
+        assert!(text.contains("\"env\""), "{text}");
+        for absent in ["deviceNodes", "mounts", "hooks", "additionalGids"] {
+            assert!(!text.contains(absent), "{absent}: {text}");
+        }
+    }
+
+    #[test]
+    fn edits_are_checked_naming_the_field() {
+        let uid = ClaimUid::parse("u1").unwrap();
+        let one = |edits: ContainerEdits| claim_spec(&kind(), &uid, vec![Device::new("u1", edits)]);
+        for (edits, field) in [
+            (ContainerEdits::new(), "no edits"),
+            (ContainerEdits::new().env("", "1"), "env[0]"),
+            (
+                ContainerEdits::new().device_node(DeviceNode::new("dev/x")),
+                "deviceNodes[0].path",
+            ),
+            (
+                ContainerEdits::new().device_node(DeviceNode::new("/dev/x").host_path("x")),
+                "deviceNodes[0].hostPath",
+            ),
+            (
+                ContainerEdits::new().device_node(DeviceNode::new("/dev/x").permissions("rwx")),
+                "deviceNodes[0].permissions",
+            ),
+            (
+                ContainerEdits::new().device_node(DeviceNode::new("/dev/x").numbers("z", 1, 3)),
+                "deviceNodes[0].type",
+            ),
+            (
+                ContainerEdits::new().mount(Mount::bind("/a", "b")),
+                "mounts[0].containerPath",
+            ),
+            (
+                ContainerEdits::new().hook(Hook::new("later", "/bin/true", vec![])),
+                "hooks[0].hookName",
+            ),
+        ] {
+            let err = one(edits).unwrap_err();
+            assert!(err.contains(field), "{field}: {err}");
+        }
+        assert!(
+            one(ContainerEdits::new().hook(Hook::new("createContainer", "/bin/true", vec![])))
+                .is_ok()
+        );
     }
 
     #[test]
@@ -308,10 +388,7 @@ mod tests {
 
     #[test]
     fn classic_needs_room_for_the_annotation_key() {
-        assert_eq!(
-            check_classic_annotation_key(fake_dra_api::DEFAULT_DRIVER_NAME),
-            Ok(())
-        );
+        assert_eq!(check_classic_annotation_key(DRIVER), Ok(()));
         assert_eq!(check_classic_annotation_key(&"d".repeat(26)), Ok(()));
         let err = check_classic_annotation_key(&"d".repeat(27)).unwrap_err();
         assert_eq!((err.len, err.max), (27, 26));

@@ -4,7 +4,8 @@
 //! [`DriverAllocation`] a device profile prepares from.
 
 use crate::claim::{ClaimError, ClaimRef};
-use crate::profile::{AllocatedDevice, ConfigSource, DriverAllocation, OpaqueConfig};
+use crate::config::ConfigEntry;
+use crate::profile::{AllocatedDevice, ConfigSource, DriverAllocation};
 
 /// One `status.allocation.devices.results[]` entry.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -61,7 +62,7 @@ pub fn ours(
     node: &str,
     claim: &ClaimRef,
     fetched: &FetchedClaim,
-) -> Result<DriverAllocation, ClaimError> {
+) -> Result<DriverAllocation<serde_json::Value>, ClaimError> {
     let who = claim.to_string();
     if fetched.uid != claim.uid.as_str() {
         return Err(ClaimError::UidMismatch {
@@ -98,15 +99,15 @@ pub fn ours(
             driver: driver.to_owned(),
         });
     }
-    let mut configs: Vec<OpaqueConfig> = allocation
+    let mut configs: Vec<ConfigEntry<serde_json::Value>> = allocation
         .config
         .iter()
         .enumerate()
         .filter(|(_, c)| c.driver == driver)
-        .map(|(index, c)| OpaqueConfig {
+        .map(|(index, c)| ConfigEntry {
             source: c.source,
             requests: c.requests.clone(),
-            parameters: c.parameters.clone(),
+            config: c.parameters.clone(),
             index,
         })
         .collect();
@@ -171,7 +172,7 @@ mod tests {
         let configs: Vec<(usize, serde_json::Value)> = got
             .configs
             .iter()
-            .map(|c| (c.index, c.parameters.clone()))
+            .map(|c| (c.index, c.config.clone()))
             .collect();
         assert_eq!(configs, [(2, json!(3)), (0, json!(1)), (3, json!(4))]);
     }

@@ -1,33 +1,34 @@
-//! A second device profile, written only against the seam (`profile::DeviceProfile`), run
-//! by the same plumbing as the fake device: the proof that registration, the DRA
-//! services, the checkpoint, the CDI files and the ResourceSlice publisher know nothing
-//! of fake devices. docs/write-your-own-driver.md walks through it.
+//! A device profile written only against the library's seam (`DeviceProfile`), run by
+//! the library: registration, the DRA services, the typed config, the checkpoint, the
+//! CDI files and the ResourceSlice publisher, with no fake-dra code at all.
 //!
 //! The "counter" device: a node has `counter-0 … counter-<n-1>`; a claim's opaque config
-//! may set `start`, and each container sees `COUNTER_<name>=<start>` for each counter it
-//! is given. The plugin runs in-process (`run`) against the emulated apiserver of
-//! Kubernetes 1.34 and is driven over its socket as a structured kubelet drives it.
+//! may set `start`, and each container sees `COUNTER_<name>=<start>` and the counter's
+//! device node for each counter it is given. The plugin runs in-process
+//! (`Plugin::run`) against the emulated apiserver of Kubernetes 1.34 and is driven over
+//! its socket as a structured kubelet drives it; the bad inputs of issue 20 (a config of
+//! the wrong kind or apiVersion, over the size limit, refused by the profile's
+//! validation, a device node whose host path does not exist) each fail their claim
+//! alone, naming the field.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+mod support;
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::{CLAIM_NS, allocated_claim_of, start_api_version, validate_schema};
-use fake_dra_kubelet_plugin::cdi::{ContainerEdits, Device};
-use fake_dra_kubelet_plugin::claim::{ClaimRef, ClaimUid};
-use fake_dra_kubelet_plugin::profile::{
-    Attribute, DeviceProfile, DriverAllocation, ProfileError, SliceDevice,
-};
-use fake_dra_kubelet_plugin::{Config, mode::ModeFlag, run};
-use fake_dra_ops::conn::Limits;
+use dra_kubelet_plugin::cdi::{ContainerEdits, Device, DeviceNode};
+use dra_kubelet_plugin::claim::{ClaimRef, ClaimUid};
+use dra_kubelet_plugin::profile::{Attribute, DriverAllocation, SliceDevice};
+use dra_kubelet_plugin::{DeviceProfile, FieldError, ModeFlag, OpaqueConfig, Plugin, ProfileError};
 use fake_dra_proto::dra_v1;
 use k8s_openapi::api::resource::v1;
 use kube::Api;
 use kube::api::ListParams;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use support::{CLAIM_NS, allocated_claim_of, start_api_with, validate_schema};
 
 const NODE: &str = "node-1";
 const DRIVER: &str = "counter.example.com";
@@ -44,6 +45,9 @@ const LIMIT: Duration = Duration::from_secs(30);
 #[derive(Debug)]
 struct CounterProfile {
     counters: usize,
+    /// Where the host's device node of each counter is (`counter-<i>` in it): what a
+    /// real driver finds under /dev.
+    nodes: PathBuf,
 }
 
 /// All the checkpoint keeps of a counter claim.
@@ -54,14 +58,26 @@ struct CounterPrepared {
     start: u32,
 }
 
-/// `opaque.parameters` of a counter config.
-#[derive(Debug, Deserialize)]
+/// `opaque.parameters` of a counter config: the plugin checks `apiVersion` and `kind`.
+#[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct CounterConfig {
-    api_version: String,
-    kind: String,
     #[serde(default)]
     start: u32,
+}
+
+impl OpaqueConfig for CounterConfig {
+    const TYPE: Option<(&'static str, &'static str)> = Some((CONFIG_API_VERSION, CONFIG_KIND));
+
+    fn validate(&self) -> Result<(), FieldError> {
+        if self.start > MAX_START {
+            return Err(FieldError::new(
+                "start",
+                format!("must be at most {MAX_START}, got {}", self.start),
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl CounterProfile {
@@ -81,6 +97,7 @@ impl CounterProfile {
 
 impl DeviceProfile for CounterProfile {
     type Prepared = CounterPrepared;
+    type Config = CounterConfig;
 
     fn cdi_class(&self) -> &str {
         "counter"
@@ -99,29 +116,10 @@ impl DeviceProfile for CounterProfile {
     fn prepare_allocation(
         &self,
         _claim: &ClaimRef,
-        allocation: &DriverAllocation,
+        allocation: &DriverAllocation<CounterConfig>,
     ) -> Result<CounterPrepared, ProfileError> {
         // The last config that applies wins: class configs come first, the claim's after.
-        let mut start = 0;
-        for config in &allocation.configs {
-            let parsed: CounterConfig =
-                serde_json::from_value(config.parameters.clone()).map_err(|e| {
-                    ProfileError::new(
-                        "bad_parameters",
-                        format!("config[{}].opaque.parameters: {e}", config.index),
-                    )
-                })?;
-            if parsed.api_version != CONFIG_API_VERSION || parsed.kind != CONFIG_KIND {
-                return Err(ProfileError::new(
-                    "bad_parameters",
-                    format!(
-                        "config[{}].opaque.parameters: {}/{} is not {CONFIG_API_VERSION}/{CONFIG_KIND}",
-                        config.index, parsed.api_version, parsed.kind
-                    ),
-                ));
-            }
-            start = parsed.start;
-        }
+        let start = allocation.configs.last().map_or(0, |c| c.config.start);
         let prepared = CounterPrepared {
             counters: allocation
                 .devices
@@ -158,27 +156,33 @@ impl DeviceProfile for CounterProfile {
     }
 
     fn common_edits(&self) -> ContainerEdits {
-        ContainerEdits {
-            env: vec![format!("COUNTER_NODE={NODE}")],
-        }
+        ContainerEdits::new().env("COUNTER_NODE", NODE)
     }
 
+    /// The claim device sets every counter's variable; each counter's own device sets
+    /// its variable and brings its device node.
     fn cdi_devices(&self, uid: &ClaimUid, prepared: &CounterPrepared) -> Vec<Device> {
-        let all = Device {
-            name: uid.to_string(),
-            container_edits: ContainerEdits {
-                env: prepared
+        let all = Device::new(
+            uid.to_string(),
+            ContainerEdits::new().env_entries(
+                prepared
                     .counters
                     .iter()
-                    .map(|c| Self::env(c, prepared.start))
-                    .collect(),
-            },
-        };
-        let each = prepared.counters.iter().map(|c| Device {
-            name: format!("{uid}:{c}"),
-            container_edits: ContainerEdits {
-                env: vec![Self::env(c, prepared.start)],
-            },
+                    .map(|c| Self::env(c, prepared.start)),
+            ),
+        );
+        let each = prepared.counters.iter().map(|c| {
+            let host = self.nodes.join(c);
+            Device::new(
+                format!("{uid}:{c}"),
+                ContainerEdits::new()
+                    .env_entries([Self::env(c, prepared.start)])
+                    .device_node(
+                        DeviceNode::new(format!("/dev/{c}"))
+                            .host_path(host.to_string_lossy())
+                            .permissions("rw"),
+                    ),
+            )
         });
         std::iter::once(all).chain(each).collect()
     }
@@ -221,28 +225,30 @@ async fn wait_for_socket(path: &std::path::Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_profile_runs_on_the_same_plumbing() {
-    let api = start_api_version((1, 34)).await;
+    let api = start_api_with((1, 34), Vec::new(), &[CLAIM_NS]).await;
     let root = tempfile::tempdir().unwrap();
     let plugin_dir = root.path().join("plugins").join(DRIVER);
     let cdi_root = root.path().join("cdi");
-    let config = Config {
-        node_name: NODE.into(),
-        driver_name: DRIVER.into(),
-        namespace: common::NAMESPACE.into(),
-        cdi_root: cdi_root.clone(),
-        plugin_dir: plugin_dir.clone(),
-        registry_dir: root.path().join("plugins_registry"),
-        kubeconfig: Some(api.kubeconfig().to_path_buf()),
-        http_address: None,
-        crash_point: None,
-        mode: ModeFlag::Structured,
-        connection_limits: Limits::from_flags(0, 300),
-    };
+    // The host's device nodes of counters 0 to 2; counter-3 has none.
+    let nodes = root.path().join("dev");
+    std::fs::create_dir(&nodes).unwrap();
+    for i in 0..3 {
+        std::os::unix::fs::symlink("/dev/null", nodes.join(format!("counter-{i}"))).unwrap();
+    }
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let plugin = tokio::spawn(run(config, CounterProfile { counters: 3 }, async move {
+    let profile = CounterProfile {
+        counters: 4,
+        nodes: nodes.clone(),
+    };
+    let plugin = Plugin::new(DRIVER, NODE, api.client().unwrap())
+        .cdi_root(&cdi_root)
+        .plugin_dir(&plugin_dir)
+        .registry_dir(root.path().join("plugins_registry"))
+        .mode(ModeFlag::Structured);
+    let plugin = tokio::spawn(plugin.run(profile, async move {
         let _ = stopped.await;
     }));
-    let socket = plugin_dir.join(fake_dra_kubelet_plugin::DRA_SOCKET);
+    let socket = plugin_dir.join(dra_kubelet_plugin::DRA_SOCKET);
     wait_for_socket(&socket).await;
 
     // The slice lists the profile's devices under the driver's name.
@@ -264,7 +270,7 @@ async fn a_second_profile_runs_on_the_same_plumbing() {
     assert_eq!(slice.spec.driver, DRIVER);
     let devices = slice.spec.devices.unwrap();
     let names: Vec<_> = devices.iter().map(|d| d.name.as_str()).collect();
-    assert_eq!(names, ["counter-0", "counter-1", "counter-2"]);
+    assert_eq!(names, ["counter-0", "counter-1", "counter-2", "counter-3"]);
     assert_eq!(
         devices[1].attributes.as_ref().unwrap()["width"].int,
         Some(64)
@@ -287,30 +293,45 @@ async fn a_second_profile_runs_on_the_same_plumbing() {
             .await
         }
     };
+    let config = |extra: serde_json::Value| {
+        let mut c = json!({"apiVersion": CONFIG_API_VERSION, "kind": CONFIG_KIND});
+        c.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        c
+    };
     let good = claim(
         "good",
         &["counter-1", "counter-2"],
-        json!({"apiVersion": CONFIG_API_VERSION, "kind": CONFIG_KIND, "start": 7}),
+        config(json!({"start": 7})),
     )
     .await;
-    let same_counter = claim(
-        "same-counter",
-        &["counter-2"],
-        json!({"apiVersion": CONFIG_API_VERSION, "kind": CONFIG_KIND}),
-    )
-    .await;
+    let same_counter = claim("same-counter", &["counter-2"], config(json!({}))).await;
     let too_big = claim(
         "too-big",
         &["counter-0"],
-        json!({"apiVersion": CONFIG_API_VERSION, "kind": CONFIG_KIND, "start": MAX_START + 1}),
+        config(json!({"start": MAX_START + 1})),
     )
     .await;
     let wrong_kind = claim(
         "wrong-kind",
         &["counter-0"],
-        json!({"apiVersion": "v1", "kind": "ConfigMap"}),
+        json!({"apiVersion": CONFIG_API_VERSION, "kind": "ConfigMap"}),
     )
     .await;
+    let wrong_version = claim(
+        "wrong-version",
+        &["counter-0"],
+        json!({"apiVersion": "counter.example.com/v2", "kind": CONFIG_KIND}),
+    )
+    .await;
+    let oversized = claim(
+        "oversized",
+        &["counter-0"],
+        config(json!({"pad": "x".repeat(1 << 20)})),
+    )
+    .await;
+    let no_node = claim("no-node", &["counter-3"], config(json!({}))).await;
 
     let mut client = dra_v1::dra_plugin_client::DraPluginClient::new(
         fake_dra_proto::connect_unix(&socket).await.unwrap(),
@@ -320,9 +341,18 @@ async fn a_second_profile_runs_on_the_same_plumbing() {
         uid: uid.into(),
         name: name.into(),
     };
+    // One batch: the good claim is prepared, each bad one gets an error naming the field
+    // and the limit, and nothing is written for it.
     let answers = client
         .node_prepare_resources(dra_v1::NodePrepareResourcesRequest {
-            claims: vec![v1_claim(&good, "good")],
+            claims: vec![
+                v1_claim(&too_big, "too-big"),
+                v1_claim(&good, "good"),
+                v1_claim(&wrong_kind, "wrong-kind"),
+                v1_claim(&wrong_version, "wrong-version"),
+                v1_claim(&oversized, "oversized"),
+                v1_claim(&no_node, "no-node"),
+            ],
         })
         .await
         .unwrap()
@@ -330,6 +360,35 @@ async fn a_second_profile_runs_on_the_same_plumbing() {
         .into_map();
     let answer = &answers[&good];
     assert_eq!(answer.error, "");
+    let error = |uid: &str| answers[uid].error.clone();
+    let parameters = "status.allocation.devices.config[0].opaque.parameters";
+    for (uid, want) in [
+        (
+            &too_big,
+            format!("{parameters}.start: must be at most 1000000, got 1000001"),
+        ),
+        (
+            &wrong_kind,
+            format!("{parameters}.kind: must be \"CounterConfig\", got \"ConfigMap\""),
+        ),
+        (
+            &wrong_version,
+            format!(
+                "{parameters}.apiVersion: must be \"counter.example.com/v1\", got \"counter.example.com/v2\""
+            ),
+        ),
+        (&oversized, format!("{parameters}: is 1048")),
+        (&oversized, "at most 10240".to_owned()),
+        (
+            &no_node,
+            format!(
+                "containerEdits.deviceNodes[0].hostPath \"{}\" cannot be used on this node",
+                nodes.join("counter-3").display()
+            ),
+        ),
+    ] {
+        assert!(error(uid).contains(&want), "{}\nwanted {want}", error(uid));
+    }
     let kind = format!("k8s.{DRIVER}/counter");
     let per_device: Vec<(String, Vec<String>)> = answer
         .devices
@@ -350,62 +409,52 @@ async fn a_second_profile_runs_on_the_same_plumbing() {
         ]
     );
 
-    // The claim's spec: the profile's devices, valid CDI.
+    // The claim's spec: the profile's devices, valid CDI of the version its fields need
+    // (a device node's hostPath is CDI 0.5.0).
     let spec_path = cdi_root.join(format!("k8s.{DRIVER}-counter_{good}.json"));
     validate_schema(&spec_path);
     let spec: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&spec_path).unwrap()).unwrap();
     assert_eq!(spec["kind"], kind);
+    assert_eq!(spec["cdiVersion"], "0.5.0");
     assert_eq!(spec["devices"][0]["name"], good.as_str());
     assert_eq!(
-        spec["devices"][0]["containerEdits"]["env"],
-        json!(["COUNTER_COUNTER_1=7", "COUNTER_COUNTER_2=7"])
+        spec["devices"][0]["containerEdits"],
+        json!({"env": ["COUNTER_COUNTER_1=7", "COUNTER_COUNTER_2=7"]})
     );
     assert_eq!(
-        spec["devices"][2]["containerEdits"]["env"],
-        json!(["COUNTER_COUNTER_2=7"])
+        spec["devices"][2]["containerEdits"],
+        json!({
+            "env": ["COUNTER_COUNTER_2=7"],
+            "deviceNodes": [{"path": "/dev/counter-2", "hostPath": nodes.join("counter-2"), "permissions": "rw"}],
+        })
     );
     validate_schema(&cdi_root.join(format!("k8s.{DRIVER}-counter_common.json")));
 
     // The checkpoint keeps the profile's data next to the claim's name, nothing more.
     let checkpoint: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(plugin_dir.join(fake_dra_kubelet_plugin::checkpoint::FILE_NAME)).unwrap(),
+        &std::fs::read(plugin_dir.join(dra_kubelet_plugin::CHECKPOINT_FILE)).unwrap(),
     )
     .unwrap();
+    assert_eq!(checkpoint["apiVersion"], format!("{DRIVER}/v1alpha1"));
     assert_eq!(
-        checkpoint["claims"][&good],
-        json!({"namespace": CLAIM_NS, "name": "good", "counters": ["counter-1", "counter-2"], "start": 7})
+        checkpoint["claims"],
+        json!({good.clone(): {"namespace": CLAIM_NS, "name": "good", "counters": ["counter-1", "counter-2"], "start": 7}})
     );
 
-    // The plumbing's rules hold for any profile: a held device is not handed out twice,
-    // and the profile's refusals reach the kubelet naming the field and the limit.
+    // The plumbing's rules hold for any profile: a held device is not handed out twice.
     let answers = client
         .node_prepare_resources(dra_v1::NodePrepareResourcesRequest {
-            claims: vec![
-                v1_claim(&same_counter, "same-counter"),
-                v1_claim(&too_big, "too-big"),
-                v1_claim(&wrong_kind, "wrong-kind"),
-            ],
+            claims: vec![v1_claim(&same_counter, "same-counter")],
         })
         .await
         .unwrap()
         .into_inner()
         .into_map();
-    let error = |uid: &str| answers[uid].error.clone();
+    let refused = &answers[&same_counter].error;
     assert!(
-        error(&same_counter).contains("counter-2") && error(&same_counter).contains(&good),
-        "{}",
-        error(&same_counter)
-    );
-    assert!(
-        error(&too_big).contains("start 1000001 is above the limit 1000000"),
-        "{}",
-        error(&too_big)
-    );
-    assert!(
-        error(&wrong_kind).contains("config[0].opaque.parameters: v1/ConfigMap"),
-        "{}",
-        error(&wrong_kind)
+        refused.contains("counter-2") && refused.contains(&good),
+        "{refused}"
     );
     let mut specs: Vec<String> = std::fs::read_dir(&cdi_root)
         .unwrap()

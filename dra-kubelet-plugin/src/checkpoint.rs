@@ -14,10 +14,16 @@ use crate::profile::ProfileError;
 
 /// The checkpoint's file name in the plugin directory.
 pub const FILE_NAME: &str = "checkpoint.json";
-/// The `apiVersion` written and accepted.
-pub const API_VERSION: &str = "fake.resource.3-shake.com/v1alpha1";
-/// The `kind` of the document.
-pub const KIND: &str = "KubeletPluginCheckpoint";
+
+/// The `apiVersion` and `kind` written, and required when read (the driver's, from
+/// [`crate::Plugin::checkpoint_type`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DocType<'a> {
+    /// `apiVersion`.
+    pub api_version: &'a str,
+    /// `kind`.
+    pub kind: &'a str,
+}
 
 /// A prepared claim as the checkpoint keeps it: `namespace`, `name` and the profile's
 /// fields, inline.
@@ -66,9 +72,9 @@ impl<'de, P: DeserializeOwned> Deserialize<'de> for Entry<P> {
     bound(deserialize = "P: DeserializeOwned")
 )]
 pub struct Checkpoint<P> {
-    /// [`API_VERSION`].
+    /// The driver's [`DocType::api_version`].
     pub api_version: String,
-    /// [`KIND`].
+    /// The driver's [`DocType::kind`].
     pub kind: String,
     /// The node the claims were prepared on; a checkpoint of another node is refused.
     pub node_name: String,
@@ -95,10 +101,10 @@ pub enum CheckpointError {
 
 impl<P: Serialize + DeserializeOwned> Checkpoint<P> {
     /// A checkpoint of `node_name` holding `claims`.
-    pub fn new(node_name: &str, claims: BTreeMap<ClaimUid, Entry<P>>) -> Self {
+    pub fn new(doc: DocType<'_>, node_name: &str, claims: BTreeMap<ClaimUid, Entry<P>>) -> Self {
         Self {
-            api_version: API_VERSION.to_owned(),
-            kind: KIND.to_owned(),
+            api_version: doc.api_version.to_owned(),
+            kind: doc.kind.to_owned(),
             node_name: node_name.to_owned(),
             claims,
         }
@@ -109,15 +115,16 @@ impl<P: Serialize + DeserializeOwned> Checkpoint<P> {
     /// could not have asked for).
     pub fn parse(
         bytes: &[u8],
+        doc: DocType<'_>,
         node_name: &str,
         check: impl Fn(&P) -> Result<(), ProfileError>,
     ) -> Result<Self, CheckpointError> {
         let cp: Self =
             serde_json::from_slice(bytes).map_err(|e| CheckpointError::Invalid(e.to_string()))?;
-        if cp.api_version != API_VERSION || cp.kind != KIND {
+        if cp.api_version != doc.api_version || cp.kind != doc.kind {
             return Err(CheckpointError::Invalid(format!(
-                "apiVersion {:?} kind {:?}, expected {API_VERSION:?} {KIND:?}",
-                cp.api_version, cp.kind
+                "apiVersion {:?} kind {:?}, expected {:?} {:?}",
+                cp.api_version, cp.kind, doc.api_version, doc.kind
             )));
         }
         if cp.node_name != node_name {
@@ -145,27 +152,19 @@ impl<P: Serialize + DeserializeOwned> Checkpoint<P> {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::fake::devices::Inventory;
-    use crate::fake::{FakePrepared, FakeProfile};
     use crate::profile::DeviceProfile;
+    use crate::testing::{TestPrepared, TestProfile};
 
-    fn profile() -> FakeProfile {
-        FakeProfile::new(
-            Inventory::new("node-1", 8, &["ULTRA_10".to_string()]).unwrap(),
-            "drv",
-        )
-    }
+    const DOC: DocType<'static> = DocType {
+        api_version: "drv.example.com/v1alpha1",
+        kind: "KubeletPluginCheckpoint",
+    };
 
-    fn entry(split: u32, devices: Vec<String>) -> Entry<FakePrepared> {
+    fn entry(start: u32, counters: Vec<String>) -> Entry<TestPrepared> {
         Entry {
             namespace: "ns".into(),
             name: "c".into(),
-            prepared: FakePrepared {
-                model: "ULTRA_10".into(),
-                split,
-                devices,
-                admin_access: false,
-            },
+            prepared: TestPrepared { counters, start },
         }
     }
 
@@ -173,20 +172,17 @@ mod tests {
         ClaimUid::parse(s).unwrap()
     }
 
-    fn parse(bytes: &[u8], node: &str) -> Result<Checkpoint<FakePrepared>, CheckpointError> {
-        let p = profile();
-        Checkpoint::parse(bytes, node, |e| p.check(e))
-    }
-
-    fn device(i: usize) -> String {
-        format!("FAKE-00000000-0000-0000-0000-{i:012}")
+    fn parse(bytes: &[u8], node: &str) -> Result<Checkpoint<TestPrepared>, CheckpointError> {
+        let p = TestProfile::new(8);
+        Checkpoint::parse(bytes, DOC, node, |e| p.check(e))
     }
 
     #[test]
     fn round_trips_and_refuses_bad_documents() {
         let cp = Checkpoint::new(
+            DOC,
             "node-1",
-            BTreeMap::from([(uid("u1"), entry(2, vec![device(0)]))]),
+            BTreeMap::from([(uid("u1"), entry(2, vec!["counter-0".into()]))]),
         );
         assert_eq!(parse(&cp.to_bytes(), "node-1").unwrap(), cp);
         assert!(matches!(
@@ -201,14 +197,18 @@ mod tests {
         let other = String::from_utf8(cp.to_bytes())
             .unwrap()
             .replace("v1alpha1", "v9");
-        assert!(parse(other.as_bytes(), "node-1").is_err());
+        let err = parse(other.as_bytes(), "node-1").unwrap_err().to_string();
+        assert!(
+            err.contains("expected \"drv.example.com/v1alpha1\""),
+            "{err}"
+        );
         let bad_uid = String::from_utf8(cp.to_bytes())
             .unwrap()
             .replace("\"u1\"", "\"../x\"");
         assert!(parse(bad_uid.as_bytes(), "node-1").is_err());
         let unknown = String::from_utf8(cp.to_bytes())
             .unwrap()
-            .replace("\"split\"", "\"splitt\": 1, \"split\"");
+            .replace("\"start\"", "\"startt\": 1, \"start\"");
         assert!(
             parse(unknown.as_bytes(), "node-1").is_err(),
             "unknown fields are refused"
@@ -216,26 +216,22 @@ mod tests {
     }
 
     #[test]
-    fn the_format_is_the_one_earlier_releases_wrote() {
-        let written = r#"{"apiVersion":"fake.resource.3-shake.com/v1alpha1","kind":"KubeletPluginCheckpoint","nodeName":"node-1","claims":{"u1":{"namespace":"ns","name":"c","model":"ULTRA_10","split":2,"devices":["FAKE-00000000-0000-0000-0000-000000000000"]}}}"#;
+    fn entries_are_inline_next_to_namespace_and_name() {
+        let written = r#"{"apiVersion":"drv.example.com/v1alpha1","kind":"KubeletPluginCheckpoint","nodeName":"node-1","claims":{"u1":{"namespace":"ns","name":"c","counters":["counter-0"],"start":2}}}"#;
         let cp = parse(written.as_bytes(), "node-1").unwrap();
-        assert_eq!(cp.claims[&uid("u1")], entry(2, vec![device(0)]));
+        assert_eq!(cp.claims[&uid("u1")], entry(2, vec!["counter-0".into()]));
     }
 
     #[test]
-    fn entry_values_are_held_to_the_wire_limits() {
-        let parse_one = |e: Entry<FakePrepared>| {
-            let cp = Checkpoint::new("node-1", BTreeMap::from([(uid("u1"), e)]));
+    fn entry_values_are_held_to_the_profiles_limits() {
+        let parse_one = |e: Entry<TestPrepared>| {
+            let cp = Checkpoint::new(DOC, "node-1", BTreeMap::from([(uid("u1"), e)]));
             parse(&cp.to_bytes(), "node-1")
         };
-        assert!(parse_one(entry(64, vec![device(0)])).is_ok());
+        assert!(parse_one(entry(7, vec!["counter-0".into()])).is_ok());
         for (bad, why) in [
-            (entry(0, vec![device(0)]), "split"),
-            (entry(100_000, vec![device(0)]), "split"),
-            (entry(1, vec![]), "no devices"),
-            (entry(1, (0..129).map(device).collect()), "128"),
-            (entry(1, vec![device(0), device(0)]), "more than once"),
-            (entry(1, vec!["not-a-device".into()]), "not-a-device"),
+            (entry(2_000_000, vec!["counter-0".into()]), "start"),
+            (entry(1, vec!["counter-99".into()]), "counter-99"),
         ] {
             match parse_one(bad) {
                 Err(CheckpointError::Invalid(message)) => {

@@ -4,10 +4,19 @@
 //! the device profile ([`crate::profile::DeviceProfile`]).
 //!
 //! Write order, so a crash at any point converges on restart ([`Driver::start`]):
-//! - prepare: CDI spec, then checkpoint. A spec without an entry is an orphan, removed
-//!   at start; the kubelet had no answer and prepares again.
-//! - unprepare: CDI spec removal, then checkpoint. An entry without a spec gets its spec
-//!   back at start; the kubelet had no answer and unprepares again.
+//! - prepare: CDI specs, then the checkpoint. A spec without an entry is an orphan,
+//!   removed at start; the kubelet had no answer and prepares again.
+//! - unprepare: CDI spec removal, then the checkpoint. An entry without a spec gets its
+//!   spec back at start; the kubelet had no answer and unprepares again.
+//!
+//! Group commit: a batch pays one fsync'd write, the checkpoint's. The specs are written
+//! atomically (temp file, rename) but not fsync'd: the kubelet's answer only goes out
+//! once the checkpoint is durable, a runtime reads the specs from the page cache (never
+//! torn: the rename is atomic), and a spec a power loss took (or left torn) is
+//! deterministic from its checkpoint entry, so [`Driver::start`] writes it again before
+//! the plugin serves anything — as it does after every reboot, when `/var/run/cdi` (a
+//! tmpfs) comes back empty. A kill -9 loses nothing that was written: the page cache
+//! survives the process.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -15,20 +24,19 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
-use fake_dra_api::nas;
 use tracing::{info, warn};
 
 use crate::cdi::{self, CdiKind};
 use crate::checkpoint::{self, Checkpoint, CheckpointError, Entry};
 use crate::claim::{COMMON_DEVICE, ClaimError, ClaimRef, ClaimUid};
 use crate::fsutil::{
-    CHECKPOINT_MODE, SPEC_MODE, create_dir, is_temp_file_of, read_regular, remove_if_exists,
-    sync_dir, write_atomic,
+    CHECKPOINT_MODE, Durability, SPEC_MODE, create_dir, is_temp_file_of, read_regular,
+    remove_if_exists, sync_dir, write_atomic,
 };
 use crate::plan::{Plan, plan};
 use crate::profile::{DeviceProfile, ProfileError};
 
-/// A place to die on purpose, for crash tests (`FAKE_DRA_TEST_CRASH_POINT`).
+/// A place to die on purpose, for crash tests (feature `test-crash-points`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CrashPoint {
     /// Prepare: specs written, checkpoint not.
@@ -127,8 +135,62 @@ pub struct DriverConfig {
     pub cdi_root: PathBuf,
     /// Where the checkpoint goes (the plugin dir).
     pub plugin_dir: PathBuf,
+    /// The checkpoint's `apiVersion`.
+    pub checkpoint_api_version: String,
+    /// The checkpoint's `kind`.
+    pub checkpoint_kind: String,
     /// Test-only: abort at this point.
+    #[cfg(feature = "test-crash-points")]
     pub crash_point: Option<CrashPoint>,
+}
+
+#[cfg(feature = "classic")]
+/// A prepared claim as the node's publishers list it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreparedClaim {
+    /// The claim's uid.
+    pub uid: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// The node devices it holds ([`crate::DeviceProfile::held_devices`]).
+    pub devices: Vec<String>,
+}
+
+#[cfg(feature = "classic")]
+/// The node's prepared claims, now and as they change.
+#[derive(Clone)]
+pub struct PreparedClaims {
+    list: std::sync::Arc<dyn Fn() -> Vec<PreparedClaim> + Send + Sync>,
+    changes: tokio::sync::watch::Receiver<u64>,
+}
+
+#[cfg(feature = "classic")]
+impl std::fmt::Debug for PreparedClaims {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedClaims").finish_non_exhaustive()
+    }
+}
+
+#[cfg(feature = "classic")]
+impl PreparedClaims {
+    /// The claims prepared now.
+    pub fn current(&self) -> Vec<PreparedClaim> {
+        (self.list)()
+    }
+
+    /// Waits for the next change after the last one seen; `false` once the plugin is gone.
+    pub async fn changed(&mut self) -> bool {
+        let changed = self.changes.changed().await.is_ok();
+        self.changes.mark_unchanged();
+        changed
+    }
+
+    /// Forgets the changes so far: [`PreparedClaims::changed`] waits for a new one.
+    pub fn mark_seen(&mut self) {
+        self.changes.mark_unchanged();
+    }
 }
 
 /// The node's prepared claims and their files, for one device profile.
@@ -152,9 +214,13 @@ impl<D: DeviceProfile> Driver<D> {
         let checkpoint_path = config.plugin_dir.join(checkpoint::FILE_NAME);
         remove_temp_files(&config.plugin_dir, checkpoint::FILE_NAME)?;
         let node = &config.node_name;
+        let doc = checkpoint::DocType {
+            api_version: &config.checkpoint_api_version,
+            kind: &config.checkpoint_kind,
+        };
         let claims = match fs::read(&checkpoint_path) {
             Ok(bytes) => {
-                Checkpoint::parse(&bytes, node, |p| profile.check(p))
+                Checkpoint::parse(&bytes, doc, node, |p| profile.check(p))
                     .map_err(|source| StartError::Checkpoint {
                         path: checkpoint_path.clone(),
                         source,
@@ -172,9 +238,14 @@ impl<D: DeviceProfile> Driver<D> {
                 }
                 // From now on a missing checkpoint means a wrong directory, never a crash
                 // during the first prepare.
-                let empty = Checkpoint::<D::Prepared>::new(node, BTreeMap::new());
-                write_atomic(&checkpoint_path, &empty.to_bytes(), CHECKPOINT_MODE, true)
-                    .map_err(io_err("writing checkpoint", &checkpoint_path))?;
+                let empty = Checkpoint::<D::Prepared>::new(doc, node, BTreeMap::new());
+                write_atomic(
+                    &checkpoint_path,
+                    &empty.to_bytes(),
+                    CHECKPOINT_MODE,
+                    Durability::Durable,
+                )
+                .map_err(io_err("writing checkpoint", &checkpoint_path))?;
                 BTreeMap::new()
             }
             Err(e) => return Err(io_err("reading checkpoint", &checkpoint_path)(e)),
@@ -205,11 +276,38 @@ impl<D: DeviceProfile> Driver<D> {
         .map(|spec| spec.to_bytes())
     }
 
+    /// Every device node of a new claim's spec must exist on the host: the runtime would
+    /// fail the container otherwise, long after the kubelet was told the claim is ready.
+    fn check_device_nodes(&self, uid: &ClaimUid, prepared: &D::Prepared) -> Result<(), String> {
+        for device in self.profile.cdi_devices(uid, prepared) {
+            for (i, node) in device.container_edits.device_nodes.iter().enumerate() {
+                if let Err(e) = fs::metadata(node.source()) {
+                    let field = if node.host_path.is_some() {
+                        "hostPath"
+                    } else {
+                        "path"
+                    };
+                    return Err(format!(
+                        "CDI device {:?}: containerEdits.deviceNodes[{i}].{field} {:?} cannot be used on this node: {e}",
+                        device.name,
+                        node.source()
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn reconcile(&self) -> Result<(), StartError> {
         let root = &self.config.cdi_root;
         let kind = &self.config.kind;
         let claims = self.lock();
-        let common = cdi::common_spec(kind, self.profile.common_edits());
+        let common = cdi::common_spec(kind, self.profile.common_edits()).map_err(|reason| {
+            StartError::Profile {
+                claim: COMMON_DEVICE.to_owned(),
+                reason,
+            }
+        })?;
         self.ensure_spec(COMMON_DEVICE, &common.to_bytes())?;
         for (uid, entry) in claims.iter() {
             let bytes =
@@ -250,7 +348,8 @@ impl<D: DeviceProfile> Driver<D> {
             return Ok(());
         }
         info!(file = %path.display(), "writing CDI spec");
-        write_atomic(&path, bytes, SPEC_MODE, false).map_err(io_err("writing CDI spec", &path))
+        write_atomic(&path, bytes, SPEC_MODE, Durability::Visible)
+            .map_err(io_err("writing CDI spec", &path))
     }
 
     fn spec_path(&self, id: &str) -> PathBuf {
@@ -266,24 +365,26 @@ impl<D: DeviceProfile> Driver<D> {
     }
 
     fn crash(&self, point: CrashPoint) {
+        #[cfg(feature = "test-crash-points")]
         if self.config.crash_point == Some(point) {
             warn!(?point, "test crash point reached; aborting");
             std::process::abort();
         }
-    }
-
-    /// Makes the batch's spec writes and removals durable. A failure is logged, not fatal,
-    /// in prepare and unprepare alike: the checkpoint written next is the truth, and the
-    /// next start makes the CDI dir agree with it (restoring a spec, sweeping an orphan).
-    fn sync_cdi_dir(&self) {
-        if let Err(e) = sync_dir(&self.config.cdi_root) {
-            warn!(dir = %self.config.cdi_root.display(), error = %e, "syncing the CDI dir failed");
-        }
+        let _ = point;
     }
 
     fn write_checkpoint(&self, claims: &BTreeMap<ClaimUid, Entry<D::Prepared>>) -> io::Result<()> {
-        let cp = Checkpoint::new(&self.config.node_name, claims.clone());
-        write_atomic(&self.checkpoint_path, &cp.to_bytes(), CHECKPOINT_MODE, true)
+        let doc = checkpoint::DocType {
+            api_version: &self.config.checkpoint_api_version,
+            kind: &self.config.checkpoint_kind,
+        };
+        let cp = Checkpoint::new(doc, &self.config.node_name, claims.clone());
+        write_atomic(
+            &self.checkpoint_path,
+            &cp.to_bytes(),
+            CHECKPOINT_MODE,
+            Durability::Durable,
+        )
     }
 
     /// The CDI kind of our specs.
@@ -291,9 +392,14 @@ impl<D: DeviceProfile> Driver<D> {
         &self.config.kind
     }
 
-    /// Ticks on every change of the prepared claims, for the status publisher.
-    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.changed.subscribe()
+    #[cfg(feature = "classic")]
+    /// The prepared claims and their changes, for a node publisher.
+    pub fn prepared(self: &std::sync::Arc<Self>) -> PreparedClaims {
+        let driver = self.clone();
+        PreparedClaims {
+            list: std::sync::Arc::new(move || driver.prepared_claims()),
+            changes: self.changed.subscribe(),
+        }
     }
 
     /// The slice devices a prepared claim was allocated; none if it is not prepared.
@@ -304,11 +410,12 @@ impl<D: DeviceProfile> Driver<D> {
             .unwrap_or_default()
     }
 
-    /// The prepared claims as the NodeAllocationState status lists them.
-    pub fn prepared_claims(&self) -> Vec<nas::PreparedClaim> {
+    #[cfg(feature = "classic")]
+    /// The prepared claims as a node publisher lists them.
+    pub fn prepared_claims(&self) -> Vec<PreparedClaim> {
         self.lock()
             .iter()
-            .map(|(uid, e)| nas::PreparedClaim {
+            .map(|(uid, e)| PreparedClaim {
                 uid: uid.to_string(),
                 namespace: e.namespace.clone(),
                 name: e.name.clone(),
@@ -338,7 +445,7 @@ impl<D: DeviceProfile> Driver<D> {
                                 != Some(&bytes[..]) =>
                         {
                             warn!(file = %path.display(), "CDI spec of a prepared claim was missing or altered; rewriting it");
-                            write_atomic(&path, &bytes, SPEC_MODE, true)
+                            write_atomic(&path, &bytes, SPEC_MODE, Durability::Visible)
                                 .map_err(|e| io_error(claim, "writing CDI spec", &path, &e))
                         }
                         Ok(_) => Ok(()),
@@ -346,16 +453,21 @@ impl<D: DeviceProfile> Driver<D> {
                 }
                 Ok(Plan::Prepare(entry)) => {
                     let path = self.spec_path(uid.as_str());
-                    match self.spec_bytes(uid, &entry.prepared) {
+                    match self.spec_bytes(uid, &entry.prepared).and_then(|bytes| {
+                        self.check_device_nodes(uid, &entry.prepared)
+                            .map(|()| bytes)
+                    }) {
                         Err(reason) => Err(profile_naming_error(claim, reason)),
-                        Ok(bytes) => match write_atomic(&path, &bytes, SPEC_MODE, false) {
-                            Ok(()) => {
-                                working.insert(uid.clone(), entry);
-                                written.push((i, claim.clone()));
-                                Ok(())
+                        Ok(bytes) => {
+                            match write_atomic(&path, &bytes, SPEC_MODE, Durability::Visible) {
+                                Ok(()) => {
+                                    working.insert(uid.clone(), entry);
+                                    written.push((i, claim.clone()));
+                                    Ok(())
+                                }
+                                Err(e) => Err(io_error(claim, "writing CDI spec", &path, &e)),
                             }
-                            Err(e) => Err(io_error(claim, "writing CDI spec", &path, &e)),
-                        },
+                        }
                     }
                 }
             };
@@ -364,7 +476,6 @@ impl<D: DeviceProfile> Driver<D> {
         if written.is_empty() {
             return results;
         }
-        self.sync_cdi_dir();
         self.crash(CrashPoint::PrepareAfterSpec);
         match self.write_checkpoint(&working) {
             Ok(()) => {
@@ -416,7 +527,6 @@ impl<D: DeviceProfile> Driver<D> {
         if removed.is_empty() {
             return results;
         }
-        self.sync_cdi_dir();
         self.crash(CrashPoint::UnprepareAfterSpec);
         match self.write_checkpoint(&working) {
             Ok(()) => {
@@ -434,7 +544,7 @@ impl<D: DeviceProfile> Driver<D> {
                                 &self.spec_path(claim.uid.as_str()),
                                 &bytes,
                                 SPEC_MODE,
-                                true,
+                                Durability::Visible,
                             )
                             .map_err(|e| e.to_string())
                         });

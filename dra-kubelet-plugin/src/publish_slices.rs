@@ -27,7 +27,7 @@ use tokio::sync::Notify;
 use tokio_stream::StreamExt;
 use tracing::{debug, error, info, warn};
 
-use crate::faults::watch::NodeView;
+use crate::hook::FaultHook;
 use crate::mode::ResourceApi;
 use crate::slices::{self, CounterLayout, Desired, PublishedSlice, SliceContent, SlicePlan};
 
@@ -39,13 +39,13 @@ const DEBOUNCE: Duration = Duration::from_millis(100);
 
 /// Writes this node's ResourceSlices.
 #[derive(Clone)]
-pub struct SlicePublisher {
+pub(crate) struct SlicePublisher {
     client: Client,
     api: ResourceApi,
-    /// The profile's devices, before faults.
+    /// The profile's devices, before the hook's overlay.
     desired: Desired,
-    /// `DeviceFault`s adding taints and binding conditions.
-    faults: Option<NodeView>,
+    /// What adds taints and binding conditions.
+    hook: Arc<dyn FaultHook>,
 }
 
 impl std::fmt::Debug for SlicePublisher {
@@ -102,6 +102,7 @@ impl PoolWriter {
     }
 
     /// The API version it writes.
+    #[cfg(feature = "fleet")]
     pub fn api(&self) -> ResourceApi {
         self.api
     }
@@ -278,31 +279,28 @@ pub enum ReconcileError {
 
 impl SlicePublisher {
     /// A publisher of `desired` through `api`, with the taints and binding conditions
-    /// `faults` add.
-    pub fn new(
+    /// `hook` adds.
+    pub(crate) fn new(
         client: Client,
         api: ResourceApi,
         desired: Desired,
-        faults: Option<NodeView>,
+        hook: Arc<dyn FaultHook>,
     ) -> Self {
         Self {
             client,
             api,
             desired,
-            faults,
+            hook,
         }
     }
 
-    /// What to publish now: the profile's devices with the faults' overlay.
+    /// What to publish now: the profile's devices with the hook's overlay.
     fn effective(&self) -> Desired {
         let mut desired = self.desired.clone();
-        if let Some(view) = &self.faults {
-            desired.devices = view.current().overlay(
-                &desired.devices,
-                &desired.driver,
-                slices::max_taints(desired.layout),
-            );
-        }
+        desired.devices = self.hook.overlay(
+            std::mem::take(&mut desired.devices),
+            slices::max_taints(desired.layout),
+        );
         desired
     }
 
@@ -377,16 +375,14 @@ impl SlicePublisher {
         let notify = Arc::new(Notify::new());
         // Stops the watch when this task is aborted (shutdown).
         let _watch = AbortOnDrop(tokio::spawn(self.clone().watch(notify.clone())));
-        // A fault added or removed changes the slices at once.
-        let _faults = self.faults.as_ref().map(|view| {
-            let mut changes = view.faults();
-            let notify = notify.clone();
-            AbortOnDrop(tokio::spawn(async move {
-                while changes.changed().await.is_ok() {
-                    notify.notify_one();
-                }
-            }))
-        });
+        // What the hook changes (a fault added or removed) changes the slices at once.
+        let mut changes = self.hook.changes();
+        let hook_notify = notify.clone();
+        let _hook = AbortOnDrop(tokio::spawn(async move {
+            while changes.next().await.is_some() {
+                hook_notify.notify_one();
+            }
+        }));
         let mut generation = 0;
         let mut accepted = Accepted::default();
         let mut backoff = Duration::from_millis(200);

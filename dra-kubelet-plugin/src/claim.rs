@@ -146,6 +146,7 @@ pub enum ClaimError {
     /// The claim could not be read from the API (structured DRA).
     #[error("claim {claim}: {reason}")]
     Read {
+        /// The claim, as `namespace/name (uid)`.
         claim: String,
         /// Why.
         reason: String,
@@ -155,6 +156,7 @@ pub enum ClaimError {
         "claim {claim}: the ResourceClaim in the API has uid {found:?}; the kubelet asked for {wanted:?} (deleted and recreated?)"
     )]
     UidMismatch {
+        /// The claim, as `namespace/name (uid)`.
         claim: String,
         /// The API's uid.
         found: String,
@@ -163,10 +165,14 @@ pub enum ClaimError {
     },
     /// No `status.allocation`.
     #[error("claim {claim}: not allocated (status.allocation is empty)")]
-    NotAllocated { claim: String },
+    NotAllocated {
+        /// The claim, as `namespace/name (uid)`.
+        claim: String,
+    },
     /// Nothing allocated from this driver.
     #[error("claim {claim}: status.allocation.devices.results has no device of driver {driver:?}")]
     NoDevices {
+        /// The claim, as `namespace/name (uid)`.
         claim: String,
         /// This driver.
         driver: String,
@@ -176,8 +182,11 @@ pub enum ClaimError {
         "claim {claim}: device {device:?} of request {request:?} is allocated from pool {pool:?}; this is node {node:?} (pool {node:?})"
     )]
     WrongPool {
+        /// The claim, as `namespace/name (uid)`.
         claim: String,
+        /// The request it was allocated for.
         request: String,
+        /// The device.
         device: String,
         /// Its pool.
         pool: String,
@@ -187,6 +196,7 @@ pub enum ClaimError {
     /// What the device profile refused.
     #[error("claim {claim}: {source}")]
     Device {
+        /// The claim, as `namespace/name (uid)`.
         claim: String,
         /// The profile's error.
         source: ProfileError,
@@ -196,7 +206,9 @@ pub enum ClaimError {
         "claim {claim}: device {device} is already prepared for claim {holder}; unprepare that claim first"
     )]
     DeviceInUse {
+        /// The claim, as `namespace/name (uid)`.
         claim: String,
+        /// The device.
         device: String,
         /// The claim holding it.
         holder: String,
@@ -206,6 +218,7 @@ pub enum ClaimError {
         "claim {claim} is already prepared with devices {prepared:?}; it now asks for {requested:?}; unprepare it first"
     )]
     Changed {
+        /// The claim, as `namespace/name (uid)`.
         claim: String,
         /// What the checkpoint holds.
         prepared: Vec<String>,
@@ -215,6 +228,7 @@ pub enum ClaimError {
     /// A `DeviceFault` makes the call fail for this claim.
     #[error("claim {claim}: {message}")]
     Injected {
+        /// The claim, as `namespace/name (uid)`.
         claim: String,
         /// The fault.
         fault: String,
@@ -224,6 +238,7 @@ pub enum ClaimError {
     /// A file could not be written or removed.
     #[error("claim {claim}: {action} {path}: {error}")]
     Io {
+        /// The claim, as `namespace/name (uid)`.
         claim: String,
         /// What was being done.
         action: &'static str,

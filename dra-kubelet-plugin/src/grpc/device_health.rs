@@ -1,18 +1,18 @@
 //! The device health stream (`DRAResourceHealth`, v1alpha1 and v1): the health of every
-//! device of the node's pool, healthy unless a `DeviceFault` says otherwise, sent at once,
-//! after every change of the faults, and every [`REFRESH`] so the kubelet never times a
+//! device of the node's pool as the hook says (healthy without one), sent at once, after
+//! every change the hook reports, and every [`REFRESH`] so the kubelet never times a
 //! device out (its default timeout is 30 s, `DefaultHealthTimeout`).
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fake_dra_api::fault::HealthStatus;
 use fake_dra_proto::{dra_health_v1, dra_health_v1alpha1};
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 use tracing::info;
 
-use crate::faults::watch::NodeView;
+use crate::hook::{FaultHook, HealthStatus};
 
 /// How often the whole list is sent again without a change.
 pub const REFRESH: Duration = Duration::from_secs(10);
@@ -25,7 +25,7 @@ pub struct DeviceHealthService {
     /// The pool's devices.
     pub devices: Vec<String>,
     /// Where unhealthy devices come from.
-    pub faults: NodeView,
+    pub hook: Arc<dyn FaultHook>,
 }
 
 /// One device's report, version-neutral: (device, health, message).
@@ -33,11 +33,10 @@ type Report = (String, HealthStatus, Option<String>);
 
 impl DeviceHealthService {
     fn snapshot(&self) -> Vec<Report> {
-        let current = self.faults.current();
         self.devices
             .iter()
             .map(|d| {
-                let (health, message) = current.health(d);
+                let (health, message) = self.hook.health(d);
                 (d.clone(), health, message)
             })
             .collect()
@@ -46,12 +45,17 @@ impl DeviceHealthService {
     /// The reports, now and after every change or [`REFRESH`], until the kubelet hangs up.
     fn reports(&self) -> impl Stream<Item = Vec<Report>> + Send + 'static {
         let service = self.clone();
-        let changes = self.faults.faults();
+        // A stream that ends would wake the loop at once, forever.
+        let changes = self
+            .hook
+            .changes()
+            .chain(futures::stream::pending())
+            .boxed();
         futures::stream::unfold(
             (service, changes, true),
             |(service, mut changes, first)| async move {
                 if !first {
-                    let _ = tokio::time::timeout(REFRESH, changes.changed()).await;
+                    let _ = tokio::time::timeout(REFRESH, changes.next()).await;
                 }
                 let snapshot = service.snapshot();
                 Some((snapshot, (service, changes, false)))

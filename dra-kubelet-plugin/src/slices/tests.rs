@@ -9,14 +9,13 @@ use crate::profile::{
     Capacity, CounterConsumption, DeviceTaint, Quantity, RequestPolicy, TaintEffect, ValidRange,
 };
 
-/// The fake device's slice of a node with `n` devices.
+/// The slice of a node with `n` devices of the test profile.
 fn desired(n: usize) -> Desired {
     use crate::profile::DeviceProfile;
-    let inv = crate::fake::devices::Inventory::new("node-1", n, &["ULTRA_10".to_string()]).unwrap();
     Desired {
         driver: "fake.resource.3-shake.com".into(),
         node_name: "node-1".into(),
-        devices: crate::fake::FakeProfile::new(inv, "fake.resource.3-shake.com").slice_devices(),
+        devices: crate::testing::TestProfile::new(n).slice_devices(),
         counter_sets: Vec::new(),
         layout: CounterLayout::Separate,
     }
@@ -111,20 +110,9 @@ fn v1_layout() {
         json!({"name": "node-1", "generation": 3, "resourceSliceCount": 1})
     );
     let dev = &json["spec"]["devices"][1];
-    assert_eq!(dev["name"], "fake-1");
-    assert_eq!(dev["attributes"]["index"], json!({"int": 1}));
-    assert_eq!(dev["attributes"]["model"], json!({"string": "ULTRA_10"}));
-    assert_eq!(
-        dev["attributes"]["driverVersion"],
-        json!({"version": "0.1.0"})
-    );
-    assert!(
-        dev["attributes"]["uuid"]["string"]
-            .as_str()
-            .unwrap()
-            .starts_with("FAKE-")
-    );
-    // The fake device sets nothing else: its slices are what they were.
+    assert_eq!(dev["name"], "counter-1");
+    assert_eq!(dev["attributes"]["width"], json!({"int": 64}));
+    // A device with attributes only has nothing else.
     assert_eq!(
         dev.as_object().unwrap().keys().collect::<Vec<_>>(),
         ["attributes", "name"]
@@ -151,8 +139,8 @@ fn v1beta1_nests_under_basic() {
     assert_eq!(json["metadata"]["resourceVersion"], "5");
     assert!(json["metadata"].get("generateName").is_none());
     assert_eq!(
-        json["spec"]["devices"][0]["basic"]["attributes"]["index"],
-        json!({"int": 0})
+        json["spec"]["devices"][0]["basic"]["attributes"]["width"],
+        json!({"int": 64})
     );
     assert!(json["spec"]["devices"][0].get("attributes").is_none());
     let back = from_v1beta1(&slice);
@@ -397,7 +385,7 @@ fn devices_fill_slices_of_128_or_64_with_counters_or_taints() {
     let mut big = desired(128);
     big.devices
         .extend(desired(1).devices.into_iter().map(|mut x| {
-            x.name = "fake-extra".into();
+            x.name = "counter-extra".into();
             x
         }));
     assert_eq!(

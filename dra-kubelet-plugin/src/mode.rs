@@ -1,7 +1,7 @@
 //! Which DRA generation the plugin speaks: classic (controller allocation, the
 //! NodeAllocationState, `v1alpha2`/`v1alpha3.Node`) or structured (ResourceSlices, the
 //! `DRAPlugin` services). Pure: the choice is made from the `resource.k8s.io` versions the
-//! API server's discovery lists, which [`crate::run`] fetches.
+//! API server's discovery lists, which [`crate::Plugin::run`] fetches.
 
 use std::fmt;
 use std::str::FromStr;

@@ -1,0 +1,130 @@
+//! The optional hook between the kubelet's calls and the driver: a place to make calls
+//! fail, wait or hang, to add taints and binding conditions to the published devices,
+//! and to say how healthy each device is. A driver without one gets
+//! [`NoHook`]: every call proceeds, every device is healthy.
+//!
+//! fake-dra's `DeviceFault` (faults on demand, through the API) is one implementation; a
+//! real driver that watches its hardware reports genuine health through
+//! [`FaultHook::health`] the same way.
+
+use std::fmt::Debug;
+
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+
+use crate::claim::ClaimRef;
+use crate::profile::SliceDevice;
+
+/// What the plugin tells a hook when structured DRA starts serving.
+#[derive(Clone)]
+pub struct HookContext {
+    /// The API client the plugin uses.
+    pub client: kube::Client,
+    /// The driver name.
+    pub driver_name: String,
+    /// This node (and its pool).
+    pub node_name: String,
+    /// The field manager for server-side applies ([`crate::Plugin::field_manager`]).
+    pub field_manager: String,
+    /// The names of the node's devices in its pool.
+    pub devices: Vec<String>,
+    /// The most taints the serving release allows on one device.
+    pub max_taints: usize,
+}
+
+impl std::fmt::Debug for HookContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HookContext")
+            .field("driver_name", &self.driver_name)
+            .field("node_name", &self.node_name)
+            .field("field_manager", &self.field_manager)
+            .field("devices", &self.devices)
+            .field("max_taints", &self.max_taints)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A device's health as the kubelet's health stream reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HealthStatus {
+    /// Working.
+    #[default]
+    Healthy,
+    /// Failing: the kubelet marks the pods using it.
+    Unhealthy,
+    /// Not known.
+    Unknown,
+}
+
+/// Why a hook made a call fail for a claim.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Refusal {
+    /// Who refused (a fault's name), for the log.
+    pub by: String,
+    /// The message the kubelet gets for the claim.
+    pub message: String,
+}
+
+/// Hooks into the plugin's calls and publications; every method has a default that does
+/// nothing. Used in structured DRA only.
+pub trait FaultHook: Debug + Send + Sync + 'static {
+    /// Called once when structured DRA starts: start what the hook watches. The tasks
+    /// returned are aborted at shutdown.
+    fn start(&self, context: &HookContext) -> Vec<tokio::task::JoinHandle<()>> {
+        let _ = context;
+        Vec::new()
+    }
+
+    /// `Err(message)` makes the registration's `GetInfo` fail with it.
+    fn get_info(&self) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Before a claim allocated `devices` (names in the node's pool) is prepared: may
+    /// wait, hang, or refuse the claim (nothing is then prepared for it).
+    fn before_prepare<'a>(
+        &'a self,
+        claim: &'a ClaimRef,
+        devices: &'a [String],
+    ) -> BoxFuture<'a, Result<(), Refusal>> {
+        let _ = (claim, devices);
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Before a prepared claim is unprepared; a refusal leaves it prepared.
+    fn before_unprepare<'a>(
+        &'a self,
+        claim: &'a ClaimRef,
+        devices: &'a [String],
+    ) -> BoxFuture<'a, Result<(), Refusal>> {
+        let _ = (claim, devices);
+        Box::pin(async { Ok(()) })
+    }
+
+    /// The node's devices as they are published: the profile's, with what the hook adds
+    /// (taints, at most `max_taints` a device; binding conditions).
+    fn overlay(&self, devices: Vec<SliceDevice>, max_taints: usize) -> Vec<SliceDevice> {
+        let _ = max_taints;
+        devices
+    }
+
+    /// The health of `device` and why, for the kubelet's health stream.
+    fn health(&self, device: &str) -> (HealthStatus, Option<String>) {
+        let _ = device;
+        (HealthStatus::Healthy, None)
+    }
+
+    /// Yields whenever what [`FaultHook::overlay`], [`FaultHook::health`] or
+    /// [`FaultHook::get_info`] say may have changed; the plugin then publishes again.
+    /// Never yields by default.
+    fn changes(&self) -> BoxStream<'static, ()> {
+        Box::pin(futures::stream::pending())
+    }
+}
+
+/// The hook of a driver without one.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoHook;
+
+impl FaultHook for NoHook {}

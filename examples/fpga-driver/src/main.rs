@@ -1,0 +1,59 @@
+//! `fpga-driver`: a DRA kubelet plugin for FPGA-like cards, built on the
+//! `dra-kubelet-plugin` library from outside fake-dra. The profile is `profile.rs`; this
+//! file parses flags and runs the library.
+
+mod profile;
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use dra_kubelet_plugin::Plugin;
+use profile::{FpgaProfile, create_device_nodes};
+
+/// A DRA kubelet plugin for FPGA cards.
+#[derive(Debug, Parser)]
+struct Args {
+    /// This node's name.
+    #[arg(long, env = "NODE_NAME")]
+    node_name: String,
+    /// The DRA driver name.
+    #[arg(long, env = "DRIVER_NAME", default_value = "fpga.example.com")]
+    driver_name: String,
+    /// Cards on the node.
+    #[arg(long, env = "CARDS", default_value_t = 2)]
+    cards: usize,
+    /// The bitstream loaded at start.
+    #[arg(long, env = "BITSTREAM", default_value = "blank")]
+    bitstream: String,
+    /// The plugin's directory (socket, checkpoint, the cards' device nodes).
+    #[arg(
+        long,
+        env = "PLUGIN_DIR",
+        default_value = "/var/lib/kubelet/plugins/fpga.example.com"
+    )]
+    plugin_dir: PathBuf,
+    /// Where CDI specs are written.
+    #[arg(long, env = "CDI_ROOT", default_value = "/var/run/cdi")]
+    cdi_root: PathBuf,
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt().with_env_filter("info").init();
+    let args = Args::parse();
+    let dev_dir = args.plugin_dir.join("dev");
+    create_device_nodes(&dev_dir, args.cards)?;
+    let profile = FpgaProfile {
+        node_name: args.node_name.clone(),
+        cards: args.cards,
+        bitstream: args.bitstream,
+        dev_dir,
+    };
+    let client = kube::Client::try_default().await?;
+    Plugin::new(&args.driver_name, &args.node_name, client)
+        .plugin_dir(&args.plugin_dir)
+        .cdi_root(&args.cdi_root)
+        .run(profile, dra_kubelet_plugin::shutdown_signal())
+        .await?;
+    Ok(())
+}

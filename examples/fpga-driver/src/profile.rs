@@ -1,0 +1,332 @@
+//! The FPGA profile: what a node's cards are, what preparing a claim means, what
+//! containers see. Pure, but for [`create_device_nodes`], which makes the host's device
+//! nodes the CDI specs point at.
+//!
+//! A node has `cards` FPGA cards, `fpga-0` … in its ResourceSlice, each with the attribute
+//! `bitstream` (what is loaded on it). A claim may ask for another bitstream in its opaque
+//! config (`fpga.example.com/v1alpha1`, kind `FpgaConfig`). A container given card `i`
+//! sees `/dev/fpga<i>` and `FPGA_DEVICE_<k>=fpga<i>` (`k` counting the claim's cards from
+//! 0), `FPGA_BITSTREAM=<name>` and, from the node-wide device, `FPGA_NODE_NAME`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use dra_kubelet_plugin::cdi::{ContainerEdits, Device, DeviceNode};
+use dra_kubelet_plugin::claim::{ClaimRef, ClaimUid};
+use dra_kubelet_plugin::profile::{Attribute, DriverAllocation, SliceDevice};
+use dra_kubelet_plugin::{DeviceProfile, FieldError, OpaqueConfig, ProfileError};
+use serde::{Deserialize, Serialize};
+
+/// The opaque config's `apiVersion`.
+pub const CONFIG_API_VERSION: &str = "fpga.example.com/v1alpha1";
+/// Longest bitstream name.
+const MAX_BITSTREAM_LEN: usize = 63;
+/// The numbers of `/dev/null`: the demo's cards do nothing, safely.
+const NODE_MAJOR: u32 = 1;
+const NODE_MINOR: u32 = 3;
+
+/// The FPGA cards of one node.
+#[derive(Debug, Clone)]
+pub struct FpgaProfile {
+    /// This node.
+    pub node_name: String,
+    /// How many cards.
+    pub cards: usize,
+    /// The bitstream loaded at start.
+    pub bitstream: String,
+    /// Where the host's device nodes `fpga<i>` are (the plugin's own directory).
+    pub dev_dir: PathBuf,
+}
+
+/// `opaque.parameters`: the bitstream to load.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FpgaConfig {
+    /// A bitstream name.
+    pub bitstream: String,
+}
+
+impl OpaqueConfig for FpgaConfig {
+    const TYPE: Option<(&'static str, &'static str)> = Some((CONFIG_API_VERSION, "FpgaConfig"));
+
+    fn validate(&self) -> Result<(), FieldError> {
+        check_bitstream(&self.bitstream).map_err(|m| FieldError::new("bitstream", m))
+    }
+}
+
+fn check_bitstream(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_BITSTREAM_LEN
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} must be 1 to {MAX_BITSTREAM_LEN} letters, digits, '-' and '.'"
+        ))
+    }
+}
+
+/// All the checkpoint keeps of a prepared claim.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FpgaPrepared {
+    /// The cards' indexes, in the allocation's order.
+    pub cards: Vec<usize>,
+    /// The bitstream the claim runs.
+    pub bitstream: String,
+}
+
+impl FpgaProfile {
+    /// The index of card `fpga-<i>` of this node.
+    fn card(&self, name: &str) -> Option<usize> {
+        let i: usize = name.strip_prefix("fpga-")?.parse().ok()?;
+        (i < self.cards && name == format!("fpga-{i}")).then_some(i)
+    }
+
+    fn node(&self, i: usize) -> DeviceNode {
+        let host = self.dev_dir.join(format!("fpga{i}"));
+        DeviceNode::new(format!("/dev/fpga{i}"))
+            .host_path(host.to_string_lossy())
+            .permissions("rw")
+    }
+}
+
+impl DeviceProfile for FpgaProfile {
+    type Prepared = FpgaPrepared;
+    type Config = FpgaConfig;
+
+    fn cdi_class(&self) -> &str {
+        "fpga"
+    }
+
+    fn slice_devices(&self) -> Vec<SliceDevice> {
+        (0..self.cards)
+            .map(|i| SliceDevice {
+                name: format!("fpga-{i}"),
+                attributes: BTreeMap::from([(
+                    "bitstream".to_owned(),
+                    Attribute::String(self.bitstream.clone()),
+                )]),
+                ..Default::default()
+            })
+            .collect()
+    }
+
+    fn prepare_allocation(
+        &self,
+        _claim: &ClaimRef,
+        allocation: &DriverAllocation<FpgaConfig>,
+    ) -> Result<FpgaPrepared, ProfileError> {
+        let mut cards = Vec::new();
+        for d in &allocation.devices {
+            let i = self.card(&d.device).ok_or_else(|| {
+                ProfileError::new(
+                    "unknown_device",
+                    format!("{:?} is not a card of this node", d.device),
+                )
+            })?;
+            cards.push(i);
+        }
+        // The claim's config wins over its class's: the last one applies.
+        let bitstream = allocation
+            .configs
+            .last()
+            .map_or_else(|| self.bitstream.clone(), |c| c.config.bitstream.clone());
+        Ok(FpgaPrepared { cards, bitstream })
+    }
+
+    fn held_devices(&self, prepared: &FpgaPrepared) -> Vec<String> {
+        prepared.cards.iter().map(|i| format!("fpga-{i}")).collect()
+    }
+
+    fn check(&self, prepared: &FpgaPrepared) -> Result<(), ProfileError> {
+        if let Some(i) = prepared.cards.iter().find(|&&i| i >= self.cards) {
+            return Err(ProfileError::new(
+                "unknown_device",
+                format!("card {i} is not on this node"),
+            ));
+        }
+        check_bitstream(&prepared.bitstream).map_err(|m| ProfileError::new("bad_checkpoint", m))
+    }
+
+    fn common_edits(&self) -> ContainerEdits {
+        ContainerEdits::new().env("FPGA_NODE_NAME", &self.node_name)
+    }
+
+    fn cdi_devices(&self, uid: &ClaimUid, prepared: &FpgaPrepared) -> Vec<Device> {
+        let edits = |cards: &[(usize, usize)]| {
+            let mut e = ContainerEdits::new().env("FPGA_BITSTREAM", &prepared.bitstream);
+            for &(k, i) in cards {
+                e = e
+                    .env(&format!("FPGA_DEVICE_{k}"), &format!("fpga{i}"))
+                    .device_node(self.node(i));
+            }
+            e
+        };
+        let all: Vec<(usize, usize)> = prepared.cards.iter().copied().enumerate().collect();
+        std::iter::once(Device::new(uid.to_string(), edits(&all)))
+            .chain(
+                all.iter()
+                    .map(|&(k, i)| Device::new(format!("{uid}:fpga-{i}"), edits(&[(k, i)]))),
+            )
+            .collect()
+    }
+
+    fn claim_cdi_devices(&self, uid: &ClaimUid, _prepared: &FpgaPrepared) -> Vec<String> {
+        vec![uid.to_string()]
+    }
+
+    fn device_cdi_devices(
+        &self,
+        uid: &ClaimUid,
+        p: &FpgaPrepared,
+        device: &str,
+    ) -> Option<Vec<String>> {
+        let i = self.card(device)?;
+        p.cards
+            .contains(&i)
+            .then(|| vec![format!("{uid}:fpga-{i}")])
+    }
+}
+
+/// Makes the host's device nodes `dev_dir/fpga<i>`: character devices with the numbers
+/// of `/dev/null`, so a container's `/dev/fpga<i>` is a working (empty) device. An
+/// existing node is replaced.
+pub fn create_device_nodes(dev_dir: &Path, cards: usize) -> std::io::Result<()> {
+    use rustix::fs::{CWD, FileType, Mode, makedev, mknodat};
+    std::fs::create_dir_all(dev_dir)?;
+    for i in 0..cards {
+        let path = dev_dir.join(format!("fpga{i}"));
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        let mode = Mode::from_raw_mode(0o666);
+        mknodat(
+            CWD,
+            &path,
+            FileType::CharacterDevice,
+            mode,
+            makedev(NODE_MAJOR, NODE_MINOR),
+        )?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use dra_kubelet_plugin::config::allocation_of;
+    use serde_json::json;
+
+    use super::*;
+
+    fn profile() -> FpgaProfile {
+        FpgaProfile {
+            node_name: "node-1".into(),
+            cards: 2,
+            bitstream: "blank".into(),
+            dev_dir: PathBuf::from("/var/lib/kubelet/plugins/fpga.example.com/dev"),
+        }
+    }
+
+    /// What the plugin hands the profile for a claim of `cards` with `config`.
+    fn allocation(
+        cards: &[&str],
+        config: Option<serde_json::Value>,
+    ) -> Result<DriverAllocation<FpgaConfig>, String> {
+        let claim = json!({
+            "metadata": {"name": "c", "namespace": "ns", "uid": "u1"}, "spec": {},
+            "status": {"allocation": {"devices": {
+                "results": cards.iter().map(|d| json!({"request": "r", "driver": "fpga.example.com", "pool": "node-1", "device": d})).collect::<Vec<_>>(),
+                "config": config.into_iter().map(|p| json!({"source": "FromClaim", "opaque": {"driver": "fpga.example.com", "parameters": p}})).collect::<Vec<_>>(),
+            }}},
+        });
+        let claim_ref = ClaimRef::new("u1", "ns", "c").unwrap();
+        allocation_of(
+            "fpga.example.com",
+            "node-1",
+            &claim_ref,
+            &serde_json::from_value(claim).unwrap(),
+        )
+        .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_card_is_its_device_node_and_env() {
+        let p = profile();
+        let a = allocation(&["fpga-1"], None).unwrap();
+        let prepared = p
+            .prepare_allocation(&ClaimRef::new("u1", "ns", "c").unwrap(), &a)
+            .unwrap();
+        assert_eq!(
+            prepared,
+            FpgaPrepared {
+                cards: vec![1],
+                bitstream: "blank".into()
+            }
+        );
+        let uid = ClaimUid::parse("u1").unwrap();
+        let devices = p.cdi_devices(&uid, &prepared);
+        let card = serde_json::to_value(&devices[1]).unwrap();
+        assert_eq!(card["name"], "u1:fpga-1");
+        assert_eq!(
+            card["containerEdits"]["env"],
+            json!(["FPGA_BITSTREAM=blank", "FPGA_DEVICE_0=fpga1"])
+        );
+        assert_eq!(
+            card["containerEdits"]["deviceNodes"],
+            json!([{"path": "/dev/fpga1", "hostPath": "/var/lib/kubelet/plugins/fpga.example.com/dev/fpga1", "permissions": "rw"}])
+        );
+        assert_eq!(
+            p.device_cdi_devices(&uid, &prepared, "fpga-1"),
+            Some(vec!["u1:fpga-1".to_owned()])
+        );
+        assert_eq!(p.device_cdi_devices(&uid, &prepared, "fpga-0"), None);
+    }
+
+    #[test]
+    fn the_config_chooses_the_bitstream_and_is_checked() {
+        let config = |b: &str| {
+            Some(json!({"apiVersion": CONFIG_API_VERSION, "kind": "FpgaConfig", "bitstream": b}))
+        };
+        let a = allocation(&["fpga-0"], config("sha256-ab.bit")).unwrap();
+        let prepared = profile()
+            .prepare_allocation(&ClaimRef::new("u1", "ns", "c").unwrap(), &a)
+            .unwrap();
+        assert_eq!(prepared.bitstream, "sha256-ab.bit");
+        let err = allocation(&["fpga-0"], config("no/slash")).unwrap_err();
+        assert!(
+            err.contains("opaque.parameters.bitstream: \"no/slash\" must be"),
+            "{err}"
+        );
+        let err = allocation(
+            &["fpga-0"],
+            Some(json!({"apiVersion": "v1", "kind": "FpgaConfig"})),
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("opaque.parameters.apiVersion: must be \"fpga.example.com/v1alpha1\""),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn device_nodes_have_the_numbers_of_dev_null() {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let dir = tempfile::tempdir().unwrap();
+        match create_device_nodes(dir.path(), 2) {
+            Ok(()) => {}
+            // Without CAP_MKNOD (an unprivileged build) there is nothing to check.
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return,
+            Err(e) => panic!("{e}"),
+        }
+        let meta = std::fs::metadata(dir.path().join("fpga1")).unwrap();
+        assert!(meta.file_type().is_char_device());
+        assert_eq!(meta.rdev(), std::fs::metadata("/dev/null").unwrap().rdev());
+        create_device_nodes(dir.path(), 2).unwrap();
+    }
+}

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# The out-of-tree example driver (examples/fpga-driver, its own Cargo workspace on the
+# dra-kubelet-plugin library).
+#   test  fmt check, clippy and unit tests, with CARGO_TARGET_DIR at the main target/ so
+#         the dependencies the workspace built are used where their features agree
+#   demo  on a fresh one-node cluster of hack/local-cluster.sh (root): the driver's image
+#         (built here without an engine, as hack/build-image-local.sh builds ours), its
+#         DaemonSet, a pod with the node's two cards; prints the pod's log (`ls -l /dev/fpga*` and
+#         its FPGA_ variables) and checks /dev/fpga0 is a character device and
+#         FPGA_DEVICE_0=fpga0; tears the cluster down. Needs the busybox and pause images
+#         of hack/build-image-local.sh in IMAGES_DIR (built when missing).
+# Usage: hack/example-fpga.sh test|demo [--keep]
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+example="$ROOT/examples/fpga-driver"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+cmd="${1:-}"
+keep=false
+[[ "${2:-}" != --keep ]] || keep=true
+case "$cmd" in
+  -h|--help) usage; exit 0 ;;
+  test)
+    cd "$example"
+    cargo fmt -- --check
+    cargo clippy --locked --all-targets -- -D warnings
+    cargo test --locked
+    exit 0
+    ;;
+  demo) ;;
+  *) die "unknown command '${cmd}' (test or demo; try --help)" ;;
+esac
+
+source "$ROOT/hack/kube/lib.sh"
+[[ "$(id -u)" == 0 ]] || die "demo must run as root (hack/local-cluster.sh mounts and makes network interfaces)"
+t0=$SECONDS
+"$ROOT/hack/kube-build.sh" tools >/dev/null
+IMAGES_DIR="${IMAGES_DIR:-$ROOT/target/kube/images}"
+[[ -f "$IMAGES_DIR/busybox.tar" && -f "$IMAGES_DIR/pause.tar" ]] || "$ROOT/hack/build-image-local.sh" --cargo-profile dev
+(cd "$example" && cargo build --locked) || die "cargo build of examples/fpga-driver failed"
+bin="$CARGO_TARGET_DIR/debug/fpga-driver"
+r="$IMAGES_DIR/rootfs-fpga"
+rm -rf "$r"; mkdir -p "$r/usr/bin" "$r/etc" "$r/tmp"
+strip -o "$r/usr/bin/fpga-driver" "$bin"
+ldd "$bin" | awk '/=> \// { print $3 } /^\t\// { print $1 }' | while read -r lib; do
+  mkdir -p "$r$(dirname "$lib")"; cp -L "$lib" "$r$lib"
+done
+printf 'root:x:0:0:root:/root:/sbin/nologin\n' >"$r/etc/passwd"
+printf 'root:x:0:\n' >"$r/etc/group"
+[[ ! -f /etc/ssl/certs/ca-certificates.crt ]] || { mkdir -p "$r/etc/ssl/certs"; cp /etc/ssl/certs/ca-certificates.crt "$r/etc/ssl/certs/"; }
+"$KUBE_BIN/ociarchive" -rootfs "$r" -name docker.io/library/fpga-driver:dev \
+  -o "$IMAGES_DIR/fpga-driver.tar" -entrypoint /usr/bin/fpga-driver
+rm -rf "$r"
+echo "== build: $((SECONDS - t0)) s"
+
+KUBECONFIG="$("$ROOT/hack/local-cluster.sh" kubeconfig)"
+export KUBECONFIG PATH="$KUBE_BIN:$PATH"
+"$ROOT/hack/local-cluster.sh" down >/dev/null 2>&1 || true
+finish() {
+  local rc=$?
+  if ((rc != 0)); then
+    kubectl get pods -A -o wide >&2 || true
+    kubectl get resourceslices,resourceclaims -A >&2 || true
+    kubectl describe pod fpga-demo >&2 || true
+    kubectl -n fpga-driver logs daemonset/fpga-driver --tail=40 >&2 || true
+  fi
+  if $keep; then
+    echo "cluster left running: export KUBECONFIG=$KUBECONFIG PATH=$KUBE_BIN:\$PATH; hack/local-cluster.sh down removes it"
+  else
+    # The driver goes first (its DaemonSet would bring its pod back while the cluster
+    # waits for workload pods to go).
+    kubectl delete -f "$example/deploy/fpga-driver.yaml" --wait=true --timeout=60s >/dev/null 2>&1 || true
+    "$ROOT/hack/local-cluster.sh" down
+  fi
+  rm -f "$IMAGES_DIR/fpga-driver.tar"
+  echo "== total: $((SECONDS - t0)) s"
+  exit "$rc"
+}
+trap finish EXIT
+"$ROOT/hack/local-cluster.sh" up
+kubectl apply -f "$example/deploy/fpga-driver.yaml"
+node="$(kubectl get nodes -o jsonpath='{.items[0].metadata.name}')"
+published() {
+  local out
+  out="$(kubectl get resourceslices --field-selector "spec.nodeName=$node,spec.driver=fpga.example.com" -o jsonpath='{.items[*].spec.devices[*].name}' 2>&1)" || true
+  [[ "$out" == "fpga-0 fpga-1" ]] || { echo "devices of node $node: ${out:-none}"; return 1; }
+}
+wait_for "the driver's ResourceSlice" 90 published
+kubectl get resourceslices -o wide
+kubectl apply -f "$example/deploy/demo-pod.yaml"
+done_ok() {
+  local phase
+  phase="$(kubectl get pod fpga-demo -o jsonpath='{.status.phase}' 2>&1)" || true
+  [[ "$phase" == Succeeded ]] || { echo "pod fpga-demo phase: ${phase:-none}"; return 1; }
+}
+wait_for "pod fpga-demo to succeed" 120 done_ok
+log="$(kubectl logs fpga-demo)" || die "kubectl logs fpga-demo failed: $log"
+echo "-- kubectl logs fpga-demo"
+printf '%s\n' "$log"
+node_line="$(grep ' /dev/fpga0$' <<<"$log" || true)"
+[[ "$node_line" == c* ]] || die "the pod saw no character device /dev/fpga0; its log:"$'\n'"$log"
+for v in FPGA_DEVICE_0=fpga0 FPGA_DEVICE_1=fpga1 FPGA_NODE_NAME="$node"; do
+  contains_line "$log" "$v" || die "the pod has no $v; its log:"$'\n'"$log"
+done
+contains_line "$log" "FPGA_BITSTREAM=demo-v1.bit" || die "the pod has not the claim's bitstream; its log:"$'\n'"$log"
+kubectl delete pod fpga-demo --wait=true --timeout=120s
+echo "fpga example driver demo passed: Kubernetes $KUBE_VERSION, node $node"
