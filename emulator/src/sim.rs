@@ -24,9 +24,12 @@ use crate::cluster::{
 use crate::manifests::{self, Manifest, ManifestError};
 
 mod processes;
+mod validate;
+pub mod wait;
 mod work_dir;
 
 use processes::*;
+pub use validate::check_manifests;
 pub use work_dir::remove_stale_work_dirs;
 use work_dir::*;
 
@@ -146,6 +149,8 @@ pub struct Sim {
     controller: Option<DriverProcess>,
     plugin_specs: BTreeMap<String, ProcessSpec>,
     plugins: BTreeMap<String, DriverProcess>,
+    /// Where the driver's workloads run.
+    driver_namespace: String,
     work_dir: PathBuf,
     // Removed last.
     _temp: Option<tempfile::TempDir>,
@@ -271,6 +276,7 @@ impl Sim {
             controller: None,
             plugin_specs,
             plugins: BTreeMap::new(),
+            driver_namespace: plugin.namespace.clone(),
             work_dir,
             _temp: temp,
         };
@@ -297,6 +303,11 @@ impl Sim {
 
     pub fn work_dir(&self) -> &Path {
         &self.work_dir
+    }
+
+    /// The namespace of the driver's workloads (`fake-dra`).
+    pub fn driver_namespace(&self) -> &str {
+        &self.driver_namespace
     }
 
     pub fn node_dirs(&self, node: &str) -> NodeDirs {
@@ -450,32 +461,13 @@ async fn apply_all(cluster: &EmulatedCluster, objects: &[Manifest]) -> Result<()
         }
     }
     for m in objects {
-        let (group, mut version) = match m.api_version().split_once('/') {
-            Some((g, v)) => (g.to_string(), v.to_string()),
-            None => (String::new(), m.api_version().to_string()),
-        };
-        let mut object = m.object.clone();
-        // Kubernetes 1.32/1.33 serve resource.k8s.io/v1beta1 only: the v1 manifests of
-        // deploy/ are rewritten to it, as hack/deploy.sh does on such a cluster.
-        if group == "resource.k8s.io" && version == "v1" {
-            let older = cluster
-                .server()
-                .store()
-                .types()
-                .find(|t| {
-                    t.group == group && t.kind == m.kind() && !t.serves("v1") && t.serves("v1beta1")
-                })
-                .map(|t| t.key());
-            if let Some(key) = older {
-                crate::apiserver::conversion::from_storage(&key, "v1beta1", &mut object);
-                object["apiVersion"] = Value::String("resource.k8s.io/v1beta1".into());
-                version = "v1beta1".into();
-                tracing::info!(
-                    kind = m.kind(),
-                    name = m.name(),
-                    "this Kubernetes serves resource.k8s.io/v1beta1 only: applying the v1 manifest as v1beta1"
-                );
-            }
+        let (group, version, object) = validate::served_form(&cluster.server().store(), m);
+        if version != m.api_version().rsplit('/').next().unwrap_or_default() {
+            tracing::info!(
+                kind = m.kind(),
+                name = m.name(),
+                "this Kubernetes serves resource.k8s.io/v1beta1 only: applying the v1 manifest as v1beta1"
+            );
         }
         let found = cluster
             .server()
