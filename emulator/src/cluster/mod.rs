@@ -89,6 +89,30 @@ impl NodeDirs {
     }
 }
 
+/// Pods the kubelets leave alone because something else runs them: the sim runs the
+/// driver's own workloads as host processes (there is no image to run) and reports their
+/// status itself. Those of `namespace` whose labels include `labels`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostRun {
+    pub namespace: String,
+    pub labels: std::collections::BTreeMap<String, String>,
+}
+
+impl HostRun {
+    pub fn matches(
+        &self,
+        namespace: Option<&str>,
+        labels: Option<&std::collections::BTreeMap<String, String>>,
+    ) -> bool {
+        namespace == Some(self.namespace.as_str())
+            && !self.labels.is_empty()
+            && self
+                .labels
+                .iter()
+                .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct ClusterConfig {
     pub nodes: Vec<String>,
@@ -100,6 +124,8 @@ pub struct ClusterConfig {
     /// How long after a DRA driver left a kubelet wipes its ResourceSlices (upstream
     /// 30 s, [`kubelet::DEFAULT_WIPING_DELAY`]).
     pub wiping_delay: std::time::Duration,
+    /// Pods the kubelets leave to whoever runs them ([`HostRun`]).
+    pub host_run: Vec<HostRun>,
 }
 
 impl ClusterConfig {
@@ -178,6 +204,7 @@ impl EmulatedCluster {
                         logs: logs.clone(),
                         server_version: version,
                         wiping_delay: config.wiping_delay,
+                        host_run: config.host_run.clone(),
                     },
                     server.client()?,
                     changes(&server),
@@ -373,6 +400,13 @@ impl Events {
             object.field_path.as_deref().unwrap_or_default()
         );
         let now = jiff::Timestamp::now();
+        // client-go's recorders name an Event `<object>.<hex of the time in ns>`, so that
+        // Events list (by name) in the order they happened.
+        let event_name = format!(
+            "{}.{:x}",
+            object.name.as_deref().unwrap_or("event"),
+            now.as_nanosecond()
+        );
         let repeated = self
             .seen
             .lock()
@@ -389,7 +423,7 @@ impl Events {
         let created = if self.legacy {
             let event = serde_json::json!({
                 "apiVersion": "v1", "kind": "Event",
-                "metadata": {"generateName": format!("{}.", object.name.as_deref().unwrap_or("event")), "namespace": namespace},
+                "metadata": {"name": event_name, "namespace": namespace},
                 "involvedObject": object,
                 "reason": reason, "message": note, "type": type_,
                 "source": {"component": self.controller, "host": self.instance},
@@ -413,7 +447,7 @@ impl Events {
         } else {
             let event = Event {
                 metadata: ObjectMeta {
-                    generate_name: Some(format!("{}.", object.name.as_deref().unwrap_or("event"))),
+                    name: Some(event_name),
                     namespace: Some(namespace.clone()),
                     ..Default::default()
                 },

@@ -158,6 +158,8 @@ struct NodeContext {
     ended_runs: Arc<std::sync::Mutex<std::collections::HashSet<PathBuf>>>,
     /// The port of the log endpoint, in the Node's `status.daemonEndpoints`.
     log_port: u16,
+    /// Pods left to whoever runs them.
+    host_run: Vec<super::HostRun>,
 }
 
 impl NodeContext {
@@ -192,6 +194,8 @@ pub struct KubeletConfig {
     pub server_version: (u32, u32),
     /// See [`DEFAULT_WIPING_DELAY`]; tests shorten it.
     pub wiping_delay: Duration,
+    /// Pods of this node that something else runs ([`super::HostRun`]).
+    pub host_run: Vec<super::HostRun>,
 }
 
 impl Kubelet {
@@ -224,6 +228,7 @@ impl Kubelet {
             pending_wipes: std::sync::Mutex::default(),
             ended_runs: Arc::default(),
             log_port,
+            host_run: config.host_run,
         });
         let log_server = tokio::spawn(logs::serve(ctx.clone(), listener)).abort_handle();
         let mut kubelet = Self {

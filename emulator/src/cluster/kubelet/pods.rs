@@ -39,6 +39,11 @@ pub(super) async fn sync_pods(ctx: &Arc<NodeContext>) -> Result<(), kube::Error>
     let mine: HashMap<String, DraPod> = pods
         .into_iter()
         .filter(|p| p.node_name() == Some(ctx.node.as_str()))
+        .filter(|p| {
+            !ctx.host_run
+                .iter()
+                .any(|h| h.matches(p.metadata.namespace.as_deref(), p.metadata.labels.as_ref()))
+        })
         .filter_map(|p| Some((p.metadata.uid.clone()?, p)))
         .collect();
     let mut workers = ctx.workers.lock().await;

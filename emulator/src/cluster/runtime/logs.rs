@@ -58,16 +58,21 @@ impl CriLog {
     }
 
     fn write(&self, stream: Stream, full: bool, text: &str) {
-        let stamp = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S.%fZ");
-        let tag = if full { 'F' } else { 'P' };
         let mut file = self
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Err(e) = writeln!(file, "{stamp} {} {tag} {text}", stream.as_str()) {
+        if let Err(e) = file.write_all(cri_record(stream, full, text).as_bytes()) {
             tracing::warn!("writing the container log file: {e}");
         }
     }
+}
+
+/// One line of a CRI log file, its newline included: `<RFC3339Nano> <stream> <F|P> <text>`.
+pub fn cri_record(stream: Stream, full: bool, text: &str) -> String {
+    let stamp = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S.%fZ");
+    let tag = if full { 'F' } else { 'P' };
+    format!("{stamp} {} {tag} {text}\n", stream.as_str())
 }
 
 /// Copies a stream into the sink line by line (lossy UTF-8, so binary output can't stop it).
