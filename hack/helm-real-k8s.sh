@@ -88,7 +88,7 @@ wait_for "the node's ResourceSlice" 60 slice || die "the plugin published no Res
 kubectl get -n fake-dra daemonsets,pods,services -o wide
 
 echo "== 3. a second install"
-expect_refusal "cannot re-use a name that is still in use" \
+expect_refusal "cannot reuse a name that is still in use" \
   "$helm" install fake-dra "$chart" -n fake-dra --set image.tag=dev
 expect_refusal "fake-dra is already installed by Helm release fake-dra in namespace fake-dra" \
   "$helm" install other "$chart" -n other --create-namespace --set image.tag=dev
