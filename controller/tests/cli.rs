@@ -1,6 +1,7 @@
 //! What a user sees of the binary before it reaches a cluster: `--version` with the
 //! commit, shell completions, a bad value from an environment variable named as such, and
 //! the missing kubeconfig said in words (once, not as a Rust `Debug` dump).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::{Command, Output};
 

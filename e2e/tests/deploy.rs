@@ -735,7 +735,7 @@ fn as_kustomize(objects: Vec<Value>) -> Vec<Value> {
                                 .into_iter()
                                 .filter(|(l, _)| !HELM_LABELS.contains(&l.as_str()))
                                 .collect();
-                            (!kept.is_empty()).then(|| (k, Value::Object(kept)))
+                            (!kept.is_empty()).then_some((k, Value::Object(kept)))
                         }
                         (_, v) => Some((k, strip(v))),
                     })

@@ -342,9 +342,12 @@ pub(crate) struct Events {
     controller: String,
     instance: String,
     legacy: bool,
-    /// Events already written, by what they say: (namespace, name, count).
-    seen: Arc<std::sync::Mutex<std::collections::HashMap<String, (String, String, i32)>>>,
+    /// Events already written, by what they say.
+    seen: Arc<std::sync::Mutex<std::collections::HashMap<String, Written>>>,
 }
+
+/// An Event written: (namespace, name, count so far).
+type Written = (String, String, i32);
 
 impl std::fmt::Debug for Events {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
