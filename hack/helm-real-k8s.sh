@@ -109,8 +109,14 @@ echo "the metrics Service answers: $(grep -c '^fake_dra_kubelet_plugin' <<<"$met
 
 echo "== 5. helm uninstall"
 "$helm" uninstall fake-dra -n fake-dra --wait --timeout 120s
-labelled="$(kubectl get all,configmaps,serviceaccounts,roles,rolebindings -A -l app.kubernetes.io/instance=fake-dra -o name 2>&1)"
-[[ -z "$labelled" ]] || die "helm uninstall left objects of the release: $labelled"
+# The DaemonSet's pods are not the release's objects: the garbage collector deletes them
+# after their owner, and they get their grace period (30 s) to stop.
+release_gone() {
+  local out
+  out="$(kubectl get all,configmaps,serviceaccounts,roles,rolebindings -A -l app.kubernetes.io/instance=fake-dra -o name 2>&1)" || return 1
+  [[ -z "$out" ]] || { echo "left: $out"; return 1; }
+}
+wait_for "every object of the release to be gone" 90 release_gone || die "helm uninstall left objects of the release"
 cluster_wide="$(kubectl get crds,deviceclasses,clusterroles,clusterrolebindings,validatingadmissionpolicies,validatingadmissionpolicybindings -l app.kubernetes.io/instance=fake-dra -o name 2>&1)"
 [[ -z "$cluster_wide" ]] || die "helm uninstall left cluster-wide objects: $cluster_wide"
 crds="$(kubectl get crds -o name 2>&1)"
