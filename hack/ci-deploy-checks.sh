@@ -4,8 +4,9 @@
 #     flags; kubectl missing = failure), and deploy/rendered/ holds exactly those renders
 #     (hack/render-deploy.sh);
 #  2. the Helm chart deploy/helm/fake-dra (helm built by hack/helm.sh): `helm lint --strict`
-#     for both modes; `helm template` of both modes (and of classic with the admission
-#     policy) renders the same objects as the overlays;
+#     for both modes and fleet mode; `helm template` of both modes (and of classic with the
+#     admission policy, and of fleet mode) renders the same objects as the overlays, once
+#     what only the chart has is set aside (Helm's standard labels, the metrics Services);
 #  3. every rendered object, kustomize's and helm's, and every example of the overlay
 #     validates against the Kubernetes JSON schemas of each supported version
 #     (kubernetes-validate, strict); kinds of our CRDs against the openAPIV3Schema in
@@ -37,6 +38,7 @@ declare -A VERSIONS=(
   [helm-classic-admission]="1.30.0"
   [helm-structured]="1.34.0 1.35.0 1.36.0 1.37.0"
   [helm-structured-v1beta1]="1.32.0 1.33.0"
+  [helm-fleet]="1.34.0 1.35.0 1.36.0 1.37.0"
 )
 # Versions whose manifests are the v1 ones rewritten to resource.k8s.io/v1beta1 (to_v1beta1
 # in hack/lib.sh, as hack/deploy.sh, demo.sh and e2e-kind.sh apply them there).
@@ -77,8 +79,8 @@ echo "== helm"
 helm="$(hack/helm.sh | tail -n 1)"
 echo "helm $("$helm" version --template '{{.Version}}') ($helm)"
 chart=deploy/helm/fake-dra
-for mode in classic structured; do
-  "$helm" lint --strict "$chart" --set "mode=$mode" || die "helm lint --strict $chart --set mode=$mode failed"
+for values in mode=classic mode=structured fleet.enabled=true; do
+  "$helm" lint --strict "$chart" --set "$values" || die "helm lint --strict $chart --set $values failed"
 done
 # helm_render <name> <value...>: the chart as release fake-dra in namespace fake-dra, with
 # each value --set; into $out/<name>.yaml.
@@ -92,18 +94,43 @@ helm_render() {
 }
 # With the Namespace (namespace.create=true; helm install --create-namespace makes it
 # otherwise), so each compares with its overlay whole.
-helm_render helm-classic mode=classic namespace.create=true
-helm_render helm-classic-admission mode=classic namespace.create=true admissionPolicy.classic=true
-helm_render helm-structured mode=structured namespace.create=true
+# image.tag=dev: the overlays' tag (the chart's defaults to its appVersion).
+helm_render helm-classic mode=classic namespace.create=true image.tag=dev
+helm_render helm-classic-admission mode=classic namespace.create=true admissionPolicy.classic=true image.tag=dev
+helm_render helm-structured mode=structured namespace.create=true image.tag=dev
+helm_render helm-fleet fleet.enabled=true namespace.create=true image.tag=dev
 # As a 1.32/1.33 cluster gets it: the DeviceClass as resource.k8s.io/v1beta1.
-helm_render helm-structured-v1beta1 mode=structured namespace.create=true deviceClassApiVersion=v1beta1
+helm_render helm-structured-v1beta1 mode=structured namespace.create=true deviceClassApiVersion=v1beta1 image.tag=dev
 cat "$out/classic.yaml" <(echo ---) "$out/classic-admission.yaml" >"$out/classic+admission.yaml"
 python3 - "$out" <<'PY'
 # The chart renders, object for object and field for field, what the overlays render.
 import sys, yaml
 out = sys.argv[1]
+# What only the chart renders: Helm's standard labels (also in its selectors) and the
+# metrics Services; each chart object must carry the labels.
+HELM_LABELS = {"helm.sh/chart", "app.kubernetes.io/instance", "app.kubernetes.io/version", "app.kubernetes.io/managed-by"}
+HELM_ONLY_KINDS = {"Service", "ServiceMonitor"}
+def strip(v):
+    if isinstance(v, dict):
+        out = {}
+        for k, x in v.items():
+            if k in ("labels", "matchLabels") and isinstance(x, dict):
+                x = {a: b for a, b in x.items() if a not in HELM_LABELS}
+                if not x:
+                    continue
+            out[k] = strip(x)
+        return out
+    if isinstance(v, list):
+        return [strip(x) for x in v]
+    return v
 def objects(name):
     docs = [d for d in yaml.safe_load_all(open(f"{out}/{name}.yaml")) if d]
+    if name.startswith("helm-"):
+        for d in docs:
+            missing = HELM_LABELS - set(d.get("metadata", {}).get("labels", {}))
+            if missing:
+                sys.exit(f"FAIL {name}: {d['kind']} {d['metadata']['name']} lacks the labels {sorted(missing)}")
+        docs = [strip(d) for d in docs if d["kind"] not in HELM_ONLY_KINDS]
     keyed = {}
     for d in docs:
         m = d.get("metadata", {})
@@ -122,7 +149,7 @@ def norm(v):
     return v
 failed = False
 pairs = [("helm-classic", "classic"), ("helm-structured", "structured"),
-         ("helm-classic-admission", "classic+admission")]
+         ("helm-classic-admission", "classic+admission"), ("helm-fleet", "fleet")]
 for helm, kustomize in pairs:
     h, k = objects(helm), objects(kustomize)
     bad = False
@@ -140,7 +167,7 @@ sys.exit(1 if failed else 0)
 PY
 
 echo "== schemas"
-for o in "${overlays[@]}" helm-classic helm-classic-admission helm-structured helm-structured-v1beta1; do
+for o in "${overlays[@]}" helm-classic helm-classic-admission helm-structured helm-structured-v1beta1 helm-fleet; do
   echo "-- $o (${VERSIONS[$o]})"
   files=("$out/$o.yaml")
   for d in ${EXAMPLES[$o]:-}; do

@@ -6,7 +6,9 @@
 # the structured overlay, the seed demo, teardown), hack/example-fpga.sh demo (the example
 # driver on its own fresh cluster: a pod sees /dev/fpga0), then the real-cluster e2e suite
 # (e2e/tests/real_cluster.rs, FAKE_DRA_REQUIRE_REAL_K8S=1: its own cluster, 16 scenarios,
-# compared with the recorded protocol, teardown). Prints the time of each stage. Needs root.
+# compared with the recorded protocol, teardown), then the Helm chart on a fresh cluster
+# (hack/helm-real-k8s.sh: install, seed demo, uninstall). Prints the time of each stage.
+# Needs root.
 # Run it after `cargo test --workspace`: it packs the binaries that left in target/debug
 # (a separate `cargo build -p ... --bin ...` would recompile for 3.5 minutes, because the
 # features unify differently without the test targets).
@@ -83,4 +85,9 @@ if $suite; then
   fi
   echo "== real-cluster e2e suite: $((SECONDS - t1)) s"
 fi
+
+# The Helm chart on a fresh cluster: install, the seed demo, uninstall leaves nothing.
+t1=$SECONDS
+"$ROOT/hack/helm-real-k8s.sh"
+echo "== helm on the real cluster: $((SECONDS - t1)) s"
 echo "== ci-real-k8s: $((SECONDS - t0)) s"

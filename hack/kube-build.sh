@@ -15,7 +15,9 @@
 # kubeadm, coredns and kind are not in the default groups (the kind scripts build them).
 # runc and the CNI plugins are Debian's (apt-get install runc containernetworking-plugins).
 # A group whose go.mod, go.sum, own .go files, flags and Go version are unchanged since its last build is
-# skipped (stamp files in the bin directory), so a second run does nothing. Prints timings.
+# skipped (stamp files in the bin directory), so a second run does nothing. Prints timings,
+# and while a group builds (13+ minutes cold for kubernetes) its progress every 30 s: the
+# elapsed time, the packages compiled so far of the most there are to build, the latest.
 # Usage: hack/kube-build.sh [--force] [GROUP...]   (default: all groups)
 #   --force  rebuild even if the stamps match
 # Env: KUBE_MODULE (kubernetes = 1.37, the default; kubernetes-1.30 = classic DRA),
@@ -37,6 +39,37 @@ done
 need go "Go 1.26 (https://go.dev/doc/install)"
 mkdir -p "$KUBE_BIN"
 
+PROGRESS_EVERY="${PROGRESS_EVERY:-30}"
+
+# with_progress <label> <total or ""> <output file> <command...>: runs the command with its
+# stderr in the file (go build -v names each package it compiles there), printing every
+# $PROGRESS_EVERY s how long it has run, how many lines (packages) it wrote of the total,
+# and the last one; on failure, the file's last 40 lines.
+with_progress() {
+  local label="$1" total="$2" out="$3" pid rc=0 t0=$SECONDS last=$SECONDS n latest
+  shift 3
+  "$@" 2>"$out" &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 2
+    if ((SECONDS - last >= PROGRESS_EVERY)); then
+      last=$SECONDS
+      n="$(grep -c . "$out" || true)"
+      latest="$(tail -n 1 "$out")"
+      echo "   $label: $((SECONDS - t0)) s, ${n}${total:+ of at most $total} packages compiled${latest:+, now $latest}"
+    fi
+  done
+  wait "$pid" || rc=$?
+  if ((rc != 0)); then
+    echo "$label failed (exit $rc); its last output:" >&2
+    tail -n 40 "$out" >&2
+  fi
+  return "$rc"
+}
+
+# in_dir <dir> <command...>: the command, run in dir (in a subshell).
+in_dir() { (cd "$1" && shift && "$@"); }
+
 # build_group <name> <module dir> <binaries> <env...> -- <go build arguments...>
 # Skips the group when its stamp matches and every binary exists.
 build_group() {
@@ -57,9 +90,19 @@ build_group() {
   fi
   echo "== $name: building $bins"
   t0=$SECONDS
-  (cd "$dir" && go mod download) || die "$name: go mod download failed in $dir (is the Go module proxy reachable? GOPROXY=$(go env GOPROXY))"
+  local out total
+  out="$(mktemp)"
+  # -x: each module fetched is a line of progress.
+  with_progress "$name: go mod download" "" "$out" in_dir "$dir" go mod download -x \
+    || die "$name: go mod download failed in $dir (is the Go module proxy reachable? GOPROXY=$(go env GOPROXY))"
   t1=$SECONDS
-  (cd "$dir" && env ${envs[@]+"${envs[@]}"} go build -trimpath -o "$KUBE_BIN/" "$@") || die "$name: go build failed in $dir"
+  # The packages there are to build, at most (those in the build cache are not rebuilt).
+  total="$(in_dir "$dir" env ${envs[@]+"${envs[@]}"} go list -deps "$@" 2>/dev/null | grep -c .)" || total=""
+  # -v: each package compiled is a line of progress.
+  with_progress "$name: go build" "$total" "$out" \
+    in_dir "$dir" env ${envs[@]+"${envs[@]}"} go build -v -trimpath -o "$KUBE_BIN/" "$@" \
+    || die "$name: go build failed in $dir"
+  rm -f "$out"
   t2=$SECONDS
   echo "$key" >"$stamp"
   echo "== $name: modules $((t1 - t0)) s, build $((t2 - t1)) s"

@@ -32,8 +32,25 @@ pub enum Error {
     Internal(String),
 }
 
+/// Every value [`Error::metric_label`] gives: `/metrics` shows each at zero from the start,
+/// so a dashboard or an alert on a rate sees the series before the first failure.
+pub const FAILURE_REASONS: &[&str] = &[
+    "ParametersNotFound",
+    "WrongParametersKind",
+    "InvalidParameters",
+    "UnknownModel",
+    "CountAboveInventory",
+    "NoNodes",
+    "NoCapacity",
+    "Conflict",
+    "ApiError",
+    "Serialize",
+    "Internal",
+];
+
 impl Error {
-    /// The `reason` label of `fake_dra_controller_reconcile_failures_total`.
+    /// The `reason` label of `fake_dra_controller_reconcile_failures_total` (one of
+    /// [`FAILURE_REASONS`]).
     pub fn metric_label(&self) -> &'static str {
         match self {
             Self::Parameters(p) => p.reason(),

@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
@@ -63,11 +64,25 @@ struct Flags {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> ExitCode {
     // The controller's names followed the rule from the start: nothing renamed.
     let (flags, _) = flags::parse::<Flags>(&[]);
     logging::init(flags.log_format);
+    let format = flags.log_format;
+    match run_controller(flags).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // Said once: a JSON line for a log pipeline, a plain line for a terminal.
+            match format {
+                LogFormat::Json => tracing::error!(error = %e, "controller failed"),
+                LogFormat::Text => eprintln!("fake-dra-controller: {e}"),
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
 
+async fn run_controller(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
     let client = fake_dra_ops::client::client(flags.kubeconfig.as_deref()).await?;
     let instance = flags
         .instance
@@ -76,7 +91,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .unwrap_or_else(|| format!("fake-dra-controller-{}", std::process::id()));
     let metrics = Arc::new(Metrics::default());
     let ready = Arc::new(AtomicBool::new(false));
-    let listener = tokio::net::TcpListener::bind(flags.http_address).await?;
+    let listener = tokio::net::TcpListener::bind(flags.http_address)
+        .await
+        .map_err(|e| format!("--http-address {}: {e}", flags.http_address))?;
     let endpoints = Endpoints {
         ready: ready.clone(),
         not_ready: "caches not synced",

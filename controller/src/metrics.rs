@@ -28,6 +28,11 @@ pub struct StateLabel {
     pub state: &'static str,
 }
 
+/// The `controller` label values of the reconcile histogram.
+pub const CONTROLLERS: [&str; 2] = ["resourceclaim", "podschedulingcontext"];
+/// The `state` label values of the claims gauge.
+pub const CLAIM_STATES: [&str; 3] = ["allocated", "pending", "deallocating"];
+
 /// Every metric of the controller.
 #[derive(Debug)]
 pub struct Metrics {
@@ -79,6 +84,19 @@ impl Default for Metrics {
             "ResourceClaims of this driver by state",
             claims.clone(),
         );
+        // Every series exists from the start, at zero (Prometheus' advice for labelled
+        // metrics: a series that appears only on the first event breaks rate() and alerts).
+        for reason in crate::FAILURE_REASONS {
+            let _ = failures.get_or_create(&Label {
+                reason: (*reason).to_string(),
+            });
+        }
+        for controller in CONTROLLERS {
+            let _ = reconcile_seconds.get_or_create(&ControllerLabel { controller });
+        }
+        for state in CLAIM_STATES {
+            let _ = claims.get_or_create(&StateLabel { state });
+        }
         Self {
             allocations,
             deallocations,
@@ -97,5 +115,34 @@ impl Metrics {
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_series_is_there_at_zero_before_anything_happened() {
+        let text = Metrics::default().encode();
+        for reason in crate::FAILURE_REASONS {
+            let line =
+                format!("fake_dra_controller_reconcile_failures_total{{reason=\"{reason}\"}} 0");
+            assert!(text.contains(&line), "no {line} in:\n{text}");
+        }
+        for state in CLAIM_STATES {
+            let line = format!("fake_dra_controller_claims{{state=\"{state}\"}} 0");
+            assert!(text.contains(&line), "no {line} in:\n{text}");
+        }
+        for controller in CONTROLLERS {
+            let line = format!(
+                "fake_dra_controller_reconcile_duration_seconds_count{{controller=\"{controller}\"}} 0"
+            );
+            assert!(text.contains(&line), "no {line} in:\n{text}");
+        }
+        assert!(
+            text.contains("fake_dra_controller_allocations_total 0"),
+            "{text}"
+        );
     }
 }

@@ -728,6 +728,14 @@ async fn leader_election_health_and_graceful_shutdown() {
         metrics.contains("fake_dra_controller_allocations_total 1"),
         "{metrics}"
     );
+    // Prometheus 3 picks its parser by the Content-Type and refuses a scrape without one.
+    assert!(
+        metrics.to_ascii_lowercase().contains(
+            "\r\ncontent-type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\n"
+        ),
+        "{metrics}"
+    );
+    assert!(metrics.ends_with("# EOF\n"), "{metrics}");
 
     // SIGTERM: both exit cleanly.
     for child in [&mut a, &mut b] {

@@ -580,6 +580,76 @@ fn sim_refuses_malformed_manifests_before_starting_anything() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("/no/such/file.yaml"));
 }
 
+/// `fake-dra-sim run -f` checks the manifests as the API server will take them — strictly,
+/// as `kubectl apply` asks — before the cluster is up: a misspelled field and a kind the
+/// emulator does not serve are refused with the file, the object and the reason.
+#[test]
+fn sim_run_refuses_what_the_api_server_would_before_starting() {
+    let dir = tempfile::tempdir().unwrap();
+    for (file, text, want) in [
+        (
+            "typo.yaml",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: typo}\nspec:\n  containers:\n  - {name: c, image: busybox, command: [\"true\"], cont: 1}\n",
+            "Pod typo: Pod in version \"v1\" cannot be handled as a Pod: strict decoding error: unknown field \"spec.containers[0].cont\"",
+        ),
+        (
+            "gadget.yaml",
+            "apiVersion: v1\nkind: Gadget\nmetadata: {name: g}\n",
+            "Gadget g: no resource type serves kind Gadget in v1",
+        ),
+        (
+            "params.yaml",
+            "apiVersion: fake.resource.3-shake.com/v1alpha1\nkind: FakeClaimParameters\nmetadata: {name: p}\nspec: {cuont: 2}\n",
+            "unknown field \"spec.cuont\"",
+        ),
+    ] {
+        let path = dir.path().join(file);
+        std::fs::write(&path, text).unwrap();
+        let out = std::process::Command::new(sim_binary())
+            .args(["run", "-f"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{file}: {stderr}");
+        assert!(stderr.contains(want), "{file}: {stderr}");
+        assert!(stderr.contains(file), "{file}: {stderr}");
+        assert!(
+            !stderr.contains("cluster up"),
+            "{file}: started first: {stderr}"
+        );
+    }
+}
+
+/// `fake-dra-sim run --wait` for scripts: exits 0 once every pod is ready, 1 with the
+/// waiting pod named when --timeout passes; and says where its kubeconfig is.
+#[test]
+fn sim_run_wait_ends_with_the_pods() {
+    let out = std::process::Command::new(sim_binary())
+        .args(["run", "--wait", "--timeout", "90s", "-f"])
+        .arg(examples_dir().join("4-count-4.yaml"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("every pod is ready or has succeeded (1 pods"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("\nexport KUBECONFIG=/"), "{stderr}");
+    let out = std::process::Command::new(sim_binary())
+        .args(["run", "--wait", "--timeout", "5s", "-f"])
+        .arg(examples_dir().join("8-more-than-a-node-has.yaml"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--timeout passed: pod test8/pod0 is Pending"),
+        "{stderr}"
+    );
+}
+
 /// An unknown kind is refused before any object of the set is created.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn input_unknown_kind_creates_nothing() {

@@ -710,10 +710,64 @@ fn helm_template(helm: &Path, namespace: &str, set: &[&str]) -> Vec<Value> {
     parse_docs(&String::from_utf8(out.stdout).unwrap())
 }
 
+/// Labels Helm's conventions put on every object of a release (`fake-dra.labels`), which
+/// the kustomize overlays do not have; `app.kubernetes.io/instance` is also in the chart's
+/// selectors, so two releases' pods never mix.
+const HELM_LABELS: [&str; 4] = [
+    "helm.sh/chart",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by",
+];
+/// Kinds only the chart renders: the metrics Services (and the optional ServiceMonitors).
+const HELM_ONLY_KINDS: [&str; 2] = ["Service", "ServiceMonitor"];
+
+/// A chart render as the overlays would have it: without the objects and labels only the
+/// chart has (each checked to be there, on every object).
+fn as_kustomize(objects: Vec<Value>) -> Vec<Value> {
+    fn strip(v: Value) -> Value {
+        match v {
+            Value::Object(map) => Value::Object(
+                map.into_iter()
+                    .filter_map(|(k, v)| match (k.as_str(), v) {
+                        ("labels" | "matchLabels", Value::Object(labels)) => {
+                            let kept: serde_json::Map<String, Value> = labels
+                                .into_iter()
+                                .filter(|(l, _)| !HELM_LABELS.contains(&l.as_str()))
+                                .collect();
+                            (!kept.is_empty()).then_some((k, Value::Object(kept)))
+                        }
+                        (_, v) => Some((k, strip(v))),
+                    })
+                    .collect(),
+            ),
+            Value::Array(items) => Value::Array(items.into_iter().map(strip).collect()),
+            other => other,
+        }
+    }
+    objects
+        .into_iter()
+        .inspect(|o| {
+            for label in HELM_LABELS.iter().chain(&["helm.sh/chart"]) {
+                assert!(
+                    o["metadata"]["labels"][*label].is_string(),
+                    "{}: no label {label}",
+                    object_key(o)
+                );
+            }
+        })
+        .filter(|o| !HELM_ONLY_KINDS.contains(&o["kind"].as_str().unwrap_or_default()))
+        .map(strip)
+        .collect()
+}
+
 /// The Helm chart with default values (per mode) renders the objects the kustomize overlays
-/// render, field for field. The one difference: the Namespace, which `helm install
-/// --create-namespace` makes, so the chart renders it only with namespace.create=true.
-/// admissionPolicy.classic=true adds what deploy/classic-admission adds.
+/// render, field for field, once the chart's own additions are set aside ([`as_kustomize`]:
+/// Helm's standard labels, the metrics Services) and with the image tag the overlays use
+/// (the chart's defaults to its appVersion). The Namespace, which `helm install
+/// --create-namespace` makes, is rendered only with namespace.create=true.
+/// admissionPolicy.classic=true adds what deploy/classic-admission adds; fleet.enabled=true
+/// renders deploy/fleet.
 #[test]
 fn the_helm_chart_renders_what_the_overlays_render() {
     let Some(helm) = helm() else { return };
@@ -728,16 +782,20 @@ fn the_helm_chart_renders_what_the_overlays_render() {
         let mode_value = format!("mode={mode}");
         assert_same_objects(
             &format!("helm --set {mode_value} (left) vs deploy/{mode} without its Namespace"),
-            helm_template(helm, FAKE_DRA_NAMESPACE, &[&mode_value]),
+            as_kustomize(helm_template(
+                helm,
+                FAKE_DRA_NAMESPACE,
+                &[&mode_value, "image.tag=dev"],
+            )),
             without_namespace(kustomize.clone()),
         );
         assert_same_objects(
             &format!("helm --set {mode_value},namespace.create=true (left) vs deploy/{mode}"),
-            helm_template(
+            as_kustomize(helm_template(
                 helm,
                 FAKE_DRA_NAMESPACE,
-                &[&mode_value, "namespace.create=true"],
-            ),
+                &[&mode_value, "namespace.create=true", "image.tag=dev"],
+            )),
             kustomize,
         );
     }
@@ -745,16 +803,30 @@ fn the_helm_chart_renders_what_the_overlays_render() {
     classic_admission.extend(render("classic-admission"));
     assert_same_objects(
         "helm --set mode=classic,admissionPolicy.classic=true (left) vs deploy/classic + deploy/classic-admission",
-        helm_template(
+        as_kustomize(helm_template(
             helm,
             FAKE_DRA_NAMESPACE,
             &[
                 "mode=classic",
                 "namespace.create=true",
                 "admissionPolicy.classic=true",
+                "image.tag=dev",
             ],
-        ),
+        )),
         classic_admission,
+    );
+    assert_same_objects(
+        "helm --set fleet.enabled=true (left) vs deploy/fleet",
+        as_kustomize(helm_template(
+            helm,
+            FAKE_DRA_NAMESPACE,
+            &[
+                "fleet.enabled=true",
+                "namespace.create=true",
+                "image.tag=dev",
+            ],
+        )),
+        render("fleet"),
     );
     // The default mode is structured (Kubernetes 1.34+ take it as it is).
     assert_same_objects(
@@ -888,13 +960,152 @@ fn the_helm_values_reach_every_place() {
         find(&objects, "DeviceClass", "fake.3-shake.com")["apiVersion"],
         "resource.k8s.io/v1beta1"
     );
-    let out = Command::new(helm)
+    let refused = |set: &[&str], says: &str| {
+        let mut command = Command::new(helm);
+        command
+            .args(["template", "fake-dra"])
+            .arg(repo().join("deploy/helm/fake-dra"));
+        for s in set {
+            command.args(["--set", s]);
+        }
+        let out = command.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{set:?} must be refused");
+        assert!(stderr.contains(says), "{set:?}: {stderr}");
+    };
+    refused(&["mode=auto"], "mode");
+    refused(&["kubeletPlugin.profile=bad"], "/kubeletPlugin/profile");
+    refused(
+        &["mode=classic", "kubeletPlugin.profile=gpu"],
+        "the gpu profile is structured DRA only",
+    );
+    refused(
+        &["mode=classic", "fleet.enabled=true"],
+        "fleet.enabled needs mode=structured",
+    );
+    refused(
+        &["metrics.serviceMonitor.enabled=true"],
+        "no monitoring.coreos.com/v1 ServiceMonitor",
+    );
+}
+
+/// What a user of dra-example-driver's chart expects to set: names, the image tag from
+/// appVersion, ServiceAccounts, security contexts, the update strategy, the plugin's
+/// profile, GPUs, models, inventory, log level and extra env, metrics Services, fleet mode.
+#[test]
+fn the_helm_chart_has_the_values_users_expect() {
+    let Some(helm) = helm() else { return };
+    let chart: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(repo().join("deploy/helm/fake-dra/Chart.yaml")).unwrap(),
+    )
+    .unwrap();
+    let app_version = chart["appVersion"].as_str().unwrap();
+    let objects = helm_template(
+        helm,
+        "drivers",
+        &[
+            "fullnameOverride=acme",
+            "kubeletPlugin.profile=gpu",
+            "kubeletPlugin.gpus=A100-80GB:8:partitioned",
+            "kubeletPlugin.models={M1,M2}",
+            "kubeletPlugin.inventory.nodes[0].name=gpu-*",
+            "kubeletPlugin.updateStrategy.type=OnDelete",
+            "kubeletPlugin.podSecurityContext.runAsUser=0",
+            "kubeletPlugin.extraEnv[0].name=FAKE_DRA_MAX_CONNECTIONS",
+            "kubeletPlugin.extraEnv[0].value=64",
+            "logLevel=debug",
+            "serviceAccount.annotations.team=gpu",
+        ],
+    );
+    let ds = find(&objects, "DaemonSet", "acme-kubelet-plugin");
+    let pod = &ds["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    assert_eq!(c["image"], format!("fake-dra:{app_version}"));
+    assert_eq!(env(c, "FAKE_DRA_PROFILE")["value"], "gpu");
+    assert_eq!(env(c, "FAKE_DRA_GPUS")["value"], "A100-80GB:8:partitioned");
+    assert_eq!(env(c, "FAKE_DRA_MODELS")["value"], "M1,M2");
+    assert_eq!(
+        env(c, "FAKE_DRA_INVENTORY")["value"],
+        "/etc/fake-dra/inventory.yaml"
+    );
+    assert_eq!(env(c, "RUST_LOG")["value"], "debug");
+    assert_eq!(env(c, "FAKE_DRA_MAX_CONNECTIONS")["value"], "64");
+    assert_eq!(ds["spec"]["updateStrategy"]["type"], "OnDelete");
+    assert_eq!(pod["securityContext"]["runAsUser"], 0);
+    assert_eq!(pod["serviceAccountName"], "acme-kubelet-plugin");
+    assert_eq!(
+        ds["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"],
+        "fake-dra"
+    );
+    let inventory = find(&objects, "ConfigMap", "acme-kubelet-plugin-inventory");
+    assert!(
+        inventory["data"]["inventory.yaml"]
+            .as_str()
+            .unwrap()
+            .contains("gpu-*"),
+        "{inventory}"
+    );
+    let sa = find(&objects, "ServiceAccount", "acme-kubelet-plugin");
+    assert_eq!(sa["metadata"]["annotations"]["team"], "gpu");
+    let service = find(&objects, "Service", "acme-kubelet-plugin-metrics");
+    assert_eq!(
+        service["spec"]["selector"]["app.kubernetes.io/name"],
+        "acme-kubelet-plugin"
+    );
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "http");
+    let policy = find(&objects, "ValidatingAdmissionPolicy", "acme-resourceslices");
+    assert!(
+        policy
+            .to_string()
+            .contains("system:serviceaccount:drivers:acme-kubelet-plugin")
+    );
+    for o in &objects {
+        assert_eq!(
+            o["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+            "Helm"
+        );
+        assert_eq!(
+            o["metadata"]["labels"]["app.kubernetes.io/version"],
+            app_version
+        );
+    }
+    // Fleet mode: a Deployment in place of the DaemonSet, with the same device values.
+    let fleet = helm_template(
+        helm,
+        "drivers",
+        &[
+            "fleet.enabled=true",
+            "fleet.createNodes=100",
+            "kubeletPlugin.numDevices=4",
+        ],
+    );
+    assert!(fleet.iter().all(|o| o["kind"] != "DaemonSet"));
+    let c =
+        &find(&fleet, "Deployment", "fake-dra-fleet")["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["command"][1], "fleet");
+    assert_eq!(env(c, "FAKE_DRA_CREATE_NODES")["value"], "100");
+    assert_eq!(env(c, "FAKE_DRA_NUM_DEVICES")["value"], "4");
+    find(&fleet, "Service", "fake-dra-fleet-metrics");
+    // Without the metrics Service.
+    let quiet = helm_template(helm, "drivers", &["metrics.service.enabled=false"]);
+    assert!(quiet.iter().all(|o| o["kind"] != "Service"));
+    // The ServiceMonitor where the Prometheus Operator's CRD is served.
+    let mut command = Command::new(helm);
+    let out = command
         .args(["template", "fake-dra"])
         .arg(repo().join("deploy/helm/fake-dra"))
-        .args(["--set", "mode=auto"])
+        .args(["--api-versions", "monitoring.coreos.com/v1/ServiceMonitor"])
+        .args(["--set", "metrics.serviceMonitor.enabled=true"])
         .output()
         .unwrap();
-    assert!(!out.status.success(), "mode=auto must be refused");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let monitors = parse_docs(&String::from_utf8(out.stdout).unwrap());
+    let monitor = find(&monitors, "ServiceMonitor", "fake-dra-kubelet-plugin");
+    assert_eq!(monitor["spec"]["endpoints"][0]["port"], "http-metrics");
 }
 
 fn load_docs(path: &Path) -> Vec<Value> {

@@ -4,8 +4,10 @@
 //! Deployment and DaemonSet (their env, with the downward API and hostPath directories
 //! mapped to the emulated node), so the configuration that is tested is the one deployed.
 //!
-//! The driver's own Deployment and DaemonSet are not handed to the emulated kubelets
-//! (there is no image to run): [`Sim`] plays their part and runs the binaries directly.
+//! The driver's own Deployment and DaemonSet are applied as every other object, and their
+//! Pods made by the emulated controllers; the kubelets leave those Pods to [`Sim`] (there
+//! is no image to run), which runs the binaries directly and reports the Pods' status
+//! from the processes ([`host_pods`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,10 +25,15 @@ use crate::cluster::{
 };
 use crate::manifests::{self, Manifest, ManifestError};
 
+mod host_pods;
 mod processes;
+mod validate;
+pub mod wait;
 mod work_dir;
 
+use host_pods::HostPod;
 use processes::*;
+pub use validate::check_manifests;
 pub use work_dir::remove_stale_work_dirs;
 use work_dir::*;
 
@@ -144,8 +151,13 @@ pub struct Sim {
     /// `None` when the overlay has no controller (structured DRA).
     controller_spec: Option<ProcessSpec>,
     controller: Option<DriverProcess>,
+    /// The Pod the controller process is, as the API shows it.
+    controller_pod: Option<HostPod>,
     plugin_specs: BTreeMap<String, ProcessSpec>,
     plugins: BTreeMap<String, DriverProcess>,
+    plugin_pods: BTreeMap<String, HostPod>,
+    /// Where the driver's workloads run.
+    driver_namespace: String,
     work_dir: PathBuf,
     // Removed last.
     _temp: Option<tempfile::TempDir>,
@@ -207,12 +219,21 @@ impl Sim {
             work_dir: work_dir.clone(),
             runtime,
             wiping_delay: config.wiping_delay,
+            host_run: Vec::new(),
         };
         let (installed, driver_workloads): (Vec<Manifest>, Vec<Manifest>) = deployed
             .into_iter()
             .partition(|m| !matches!(m.kind(), "Deployment" | "DaemonSet"));
+        let cluster_config = ClusterConfig {
+            host_run: driver_workloads.iter().map(host_pods::host_run).collect(),
+            ..cluster_config
+        };
         let cluster = EmulatedCluster::start(server, cluster_config.clone()).await?;
         apply_all(&cluster, &installed).await?;
+        // Applied like the rest; the controllers make their Pods, which the sim runs.
+        apply_all(&cluster, &driver_workloads).await?;
+        let client = cluster.client()?;
+        let node_dirs = |node: &str| cluster_config.node_dirs(node);
 
         // Structured DRA has no controller: kube-scheduler allocates.
         let controller = if driver_workloads.iter().any(|m| m.kind() == "Deployment") {
@@ -226,31 +247,47 @@ impl Sim {
         };
         let plugin = driver_workload(&driver_workloads, "DaemonSet", &config.overlay)?;
         let plugin_bin = binaries::locate(&plugin.program, config.bin_dir.as_deref())?;
-        let controller_spec = match controller {
+        let (controller_spec, controller_pod) = match controller {
             Some(controller) => {
+                let host = host_pods::host_run(controller.manifest);
+                let found =
+                    HostPod::find(&client, &host, None, controller.container, &node_dirs).await?;
                 let pod = PodIdentity {
-                    name: format!("{}-0", controller.name),
-                    namespace: controller.namespace.clone(),
-                    node: config.nodes.first().cloned().unwrap_or_default(),
+                    name: found.name.clone(),
+                    namespace: found.namespace.clone(),
+                    node: found.node.clone(),
                 };
                 let mut env = container_env(controller.container, &pod, &|_| None)?;
                 env.push(("KUBECONFIG".into(), kubeconfig.display().to_string()));
-                Some(ProcessSpec {
+                let spec = ProcessSpec {
                     program: binaries::locate(&controller.program, config.bin_dir.as_deref())?,
                     env,
                     log: logs_dir.join("controller.log"),
-                })
+                    cri_log: None,
+                };
+                (Some(spec), Some(found))
             }
-            None => None,
+            None => (None, None),
         };
+        let plugin_host = host_pods::host_run(plugin.manifest);
+        let mut plugin_pods = BTreeMap::new();
         let mut plugin_specs = BTreeMap::new();
         for node in &config.nodes {
             let dirs = cluster_config.node_dirs(node);
+            let found = HostPod::find(
+                &client,
+                &plugin_host,
+                Some(node),
+                plugin.container,
+                &node_dirs,
+            )
+            .await?;
             let pod = PodIdentity {
-                name: format!("{}-{node}", plugin.name),
-                namespace: plugin.namespace.clone(),
+                name: found.name.clone(),
+                namespace: found.namespace.clone(),
                 node: node.clone(),
             };
+            plugin_pods.insert(node.clone(), found);
             let mut env = container_env(plugin.container, &pod, &|host_path| {
                 node_dir_for(&dirs, host_path)
             })?;
@@ -262,6 +299,7 @@ impl Sim {
                     program: plugin_bin.clone(),
                     env,
                     log: logs_dir.join(format!("kubelet-plugin-{node}.log")),
+                    cri_log: None,
                 },
             );
         }
@@ -269,8 +307,11 @@ impl Sim {
             cluster,
             controller_spec,
             controller: None,
+            controller_pod,
             plugin_specs,
             plugins: BTreeMap::new(),
+            plugin_pods,
+            driver_namespace: plugin.namespace.clone(),
             work_dir,
             _temp: temp,
         };
@@ -299,6 +340,11 @@ impl Sim {
         &self.work_dir
     }
 
+    /// The namespace of the driver's workloads (`fake-dra`).
+    pub fn driver_namespace(&self) -> &str {
+        &self.driver_namespace
+    }
+
     pub fn node_dirs(&self, node: &str) -> NodeDirs {
         self.cluster.config().node_dirs(node)
     }
@@ -311,26 +357,46 @@ impl Sim {
     }
 
     pub fn start_controller(&mut self) -> Result<(), SimError> {
-        let Some(spec) = &self.controller_spec else {
+        let (Some(spec), Some(pod)) = (&mut self.controller_spec, &mut self.controller_pod) else {
             return Err(SimError::Deploy {
                 overlay: String::new(),
                 message: "this overlay has no controller".into(),
             });
         };
+        spec.cri_log = Some(pod.next_run());
         self.controller = Some(spec.spawn()?);
+        let (pod, client) = (pod.clone(), self.cluster.client()?);
+        tokio::spawn(async move { pod.report(&client).await });
         Ok(())
     }
 
     /// `kill -9` of the controller.
     pub async fn kill_controller(&mut self) {
         if let Some(process) = self.controller.take() {
-            process.kill().await;
+            let code = process.kill().await;
+            self.report_exit(None, code).await;
+        }
+    }
+
+    /// A driver process exited with `code`: its pod says so (`node`: a plugin's, else the
+    /// controller's).
+    async fn report_exit(&mut self, node: Option<&str>, code: i32) {
+        let pod = match node {
+            Some(node) => self.plugin_pods.get_mut(node),
+            None => self.controller_pod.as_mut(),
+        };
+        if let (Some(pod), Ok(client)) = (pod, self.cluster.client()) {
+            pod.exited(code);
+            pod.report(&client).await;
         }
     }
 
     /// Starts the node's plugin and waits until the node's kubelet registered it.
     pub async fn start_plugin(&mut self, node: &str) -> Result<(), SimError> {
-        let Some(spec) = self.plugin_specs.get(node) else {
+        let (Some(spec), Some(pod)) = (
+            self.plugin_specs.get_mut(node),
+            self.plugin_pods.get_mut(node),
+        ) else {
             return Err(SimError::Deploy {
                 overlay: String::new(),
                 message: format!("no node {node}"),
@@ -341,7 +407,9 @@ impl Sim {
             Some(kubelet) => kubelet.registration_count(),
             None => 0,
         };
+        spec.cri_log = Some(pod.next_run());
         let child = spec.spawn()?;
+        pod.report(&self.cluster.client()?).await;
         self.plugins.insert(node.to_string(), child);
         self.wait_registered(node, previous).await
     }
@@ -364,7 +432,8 @@ impl Sim {
             spec.env.push(((*k).to_owned(), (*v).to_owned()));
         }
         if let Some(process) = self.plugins.remove(node) {
-            process.terminate().await;
+            let code = process.terminate().await;
+            self.report_exit(Some(node), code).await;
         }
         self.start_plugin(node).await
     }
@@ -388,7 +457,8 @@ impl Sim {
     /// `kill -9` of a node's plugin.
     pub async fn kill_plugin(&mut self, node: &str) {
         if let Some(process) = self.plugins.remove(node) {
-            process.kill().await;
+            let code = process.kill().await;
+            self.report_exit(Some(node), code).await;
         }
     }
 
@@ -450,32 +520,13 @@ async fn apply_all(cluster: &EmulatedCluster, objects: &[Manifest]) -> Result<()
         }
     }
     for m in objects {
-        let (group, mut version) = match m.api_version().split_once('/') {
-            Some((g, v)) => (g.to_string(), v.to_string()),
-            None => (String::new(), m.api_version().to_string()),
-        };
-        let mut object = m.object.clone();
-        // Kubernetes 1.32/1.33 serve resource.k8s.io/v1beta1 only: the v1 manifests of
-        // deploy/ are rewritten to it, as hack/deploy.sh does on such a cluster.
-        if group == "resource.k8s.io" && version == "v1" {
-            let older = cluster
-                .server()
-                .store()
-                .types()
-                .find(|t| {
-                    t.group == group && t.kind == m.kind() && !t.serves("v1") && t.serves("v1beta1")
-                })
-                .map(|t| t.key());
-            if let Some(key) = older {
-                crate::apiserver::conversion::from_storage(&key, "v1beta1", &mut object);
-                object["apiVersion"] = Value::String("resource.k8s.io/v1beta1".into());
-                version = "v1beta1".into();
-                tracing::info!(
-                    kind = m.kind(),
-                    name = m.name(),
-                    "this Kubernetes serves resource.k8s.io/v1beta1 only: applying the v1 manifest as v1beta1"
-                );
-            }
+        let (group, version, object) = validate::served_form(&cluster.server().store(), m);
+        if version != m.api_version().rsplit('/').next().unwrap_or_default() {
+            tracing::info!(
+                kind = m.kind(),
+                name = m.name(),
+                "this Kubernetes serves resource.k8s.io/v1beta1 only: applying the v1 manifest as v1beta1"
+            );
         }
         let found = cluster
             .server()

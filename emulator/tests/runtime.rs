@@ -47,6 +47,7 @@ fn spec(id: &str, command: &[&str], cdi_devices: Vec<String>, cdi_root: &Path) -
         env: vec![("GREETING".into(), "hello world".into())],
         cdi_devices,
         cdi_root: cdi_root.to_path_buf(),
+        log_path: None,
     }
 }
 

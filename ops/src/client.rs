@@ -16,8 +16,8 @@ pub enum ClientError {
         /// What is wrong with it.
         message: String,
     },
-    /// Neither in-cluster config nor a default kubeconfig.
-    #[error("no Kubernetes config (not in a cluster, no --kubeconfig, no $KUBECONFIG): {0}")]
+    /// Neither in-cluster config nor a default kubeconfig: what was looked at, in words.
+    #[error("{0}")]
     Infer(String),
     /// The config cannot make a client (e.g. bad TLS material).
     #[error("kubernetes client: {0}")]
@@ -98,7 +98,44 @@ async fn config(kubeconfig: Option<&Path>) -> Result<kube::Config, ClientError> 
         }
         None => kube::Config::infer()
             .await
-            .map_err(|e| ClientError::Infer(e.to_string()))?,
+            .map_err(|e| ClientError::Infer(explain_infer(&e.to_string())))?,
     };
     Ok(config)
+}
+
+/// Says where a client looked for its configuration, as kubectl would, rather than kube's
+/// nested error (whose paths come quoted twice): in-cluster (the service account and
+/// `KUBERNETES_SERVICE_HOST`), then `$KUBECONFIG`, then `~/.kube/config`.
+fn explain_infer(detail: &str) -> String {
+    let in_cluster = match std::env::var_os("KUBERNETES_SERVICE_HOST") {
+        None => "not running in a cluster (KUBERNETES_SERVICE_HOST is not set)".to_string(),
+        Some(_) => "the in-cluster configuration is unusable".to_string(),
+    };
+    let kubeconfig = match std::env::var_os("KUBECONFIG") {
+        Some(paths) if !paths.is_empty() => {
+            format!("KUBECONFIG={} cannot be read", paths.to_string_lossy())
+        }
+        _ => match std::env::var_os("HOME") {
+            Some(home) => {
+                let path = Path::new(&home).join(".kube/config");
+                if path.exists() {
+                    format!("{} cannot be read", path.display())
+                } else {
+                    // Nothing more to say than where it looked.
+                    return format!(
+                        "no Kubernetes configuration: {in_cluster}, no --kubeconfig was given, KUBECONFIG is not set and {} does not exist; give --kubeconfig or set KUBECONFIG",
+                        path.display()
+                    );
+                }
+            }
+            None => "KUBECONFIG and HOME are not set".to_string(),
+        },
+    };
+    format!(
+        "no Kubernetes configuration: {in_cluster}, no --kubeconfig was given and {kubeconfig}; give --kubeconfig or set KUBECONFIG (kube: {})",
+        detail
+            .replace("\\\"", "")
+            .replace("'\"", "'")
+            .replace("\"'", "'")
+    )
 }

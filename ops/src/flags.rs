@@ -103,14 +103,107 @@ pub fn apply_old_names(
     (command, seen)
 }
 
+/// The subcommand every binary has: `completion bash|zsh|fish|…` prints the shell's
+/// completion script.
+pub const COMPLETION: &str = "completion";
+
+/// `command` with the version ([`VERSION`](crate::version::VERSION), with the git commit)
+/// and the [`COMPLETION`] subcommand every binary shares.
+pub fn with_shared(command: Command) -> Command {
+    command
+        .version(crate::version::VERSION)
+        // `completion bash` needs none of the flags a run requires.
+        .subcommand_negates_reqs(true)
+        .subcommand(
+            Command::new(COMPLETION)
+                .about("Print the shell completion script, e.g. `source <(BINARY completion bash)`")
+                .arg(
+                    clap::Arg::new("shell")
+                        .required(true)
+                        .value_parser(clap::value_parser!(clap_complete::Shell)),
+                ),
+        )
+}
+
 /// Parses `A` from the command line and the environment, old names included; exits with
-/// clap's message on bad input, as `A::parse` does. Log the [`OldName`]s once logging is
-/// up.
+/// clap's message on bad input, as `A::parse` does (naming the environment variable when
+/// the bad value came from one), and after printing a completion script. Log the
+/// [`OldName`]s once logging is up.
 pub fn parse<A: Parser>(renamed: &[Renamed]) -> (A, Vec<OldName>) {
     let (command, seen) = apply_old_names(A::command(), renamed, |name| std::env::var(name).ok());
-    let matches = command.get_matches();
+    let mut command = with_shared(command);
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let matches = match command.try_get_matches_from_mut(&argv) {
+        Ok(matches) => matches,
+        Err(e) => exit_with(e, &command, &argv),
+    };
+    if let Some((COMPLETION, sub)) = matches.subcommand() {
+        if let Some(shell) = sub.get_one::<clap_complete::Shell>("shell") {
+            let name = command.get_name().to_string();
+            clap_complete::generate(*shell, &mut command, name, &mut std::io::stdout());
+        }
+        std::process::exit(0);
+    }
     let args = A::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     (args, seen)
+}
+
+/// Exits with clap's message; a value clap refused that came from a flag's environment
+/// twin (the flag itself not given) names the variable, since `--mode` alone would send
+/// the user looking for a flag they never typed.
+fn exit_with(error: clap::Error, command: &Command, argv: &[std::ffi::OsString]) -> ! {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if matches!(
+        error.kind(),
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation
+    ) && let Some(ContextValue::String(arg)) = error.get(ContextKind::InvalidArg)
+        && let Some(long) = arg
+            .strip_prefix("--")
+            .and_then(|a| a.split([' ', '=']).next())
+        && let Some(env) = env_of(command, long)
+        && std::env::var_os(&env).is_some()
+        && !argv.iter().any(|a| {
+            let a = a.to_string_lossy();
+            a == format!("--{long}") || a.starts_with(&format!("--{long}="))
+        })
+    {
+        eprint!(
+            "{}",
+            name_the_variable(&error.render().to_string(), arg, &env)
+        );
+        std::process::exit(error.exit_code());
+    }
+    error.exit()
+}
+
+/// The environment twin of `--long` in `command` or any of its subcommands.
+fn env_of(command: &Command, long: &str) -> Option<String> {
+    command
+        .get_arguments()
+        .find(|a| a.get_long() == Some(long))
+        .and_then(|a| a.get_env())
+        .map(|e| e.to_string_lossy().into_owned())
+        .or_else(|| command.get_subcommands().find_map(|s| env_of(s, long)))
+}
+
+/// clap's rendered error saying where the value came from, right after the flag it names
+/// (`… for '--mode <MODE>' (from the environment variable FAKE_DRA_MODE): …`).
+pub fn name_the_variable(rendered: &str, arg: &str, env: &str) -> String {
+    let quoted = format!("'{arg}'");
+    let note = format!(" (from the environment variable {env})");
+    let (first, rest) = rendered.split_once('\n').unwrap_or((rendered, ""));
+    let first = match first.find(&quoted) {
+        Some(at) => {
+            let end = at + quoted.len();
+            format!("{}{note}{}", &first[..end], &first[end..])
+        }
+        None => format!("{first}{note}"),
+    };
+    if rendered.contains('\n') {
+        format!("{first}\n{rest}")
+    } else {
+        first
+    }
 }
 
 #[cfg(test)]
@@ -202,6 +295,48 @@ mod tests {
         assert!(args.is_err());
         let (args, _) = parse_with(&[("NODE_NAME", "old")], &["--node-name", "flag"]);
         assert_eq!(args.unwrap().node_name, "flag");
+    }
+
+    #[test]
+    fn an_env_value_error_names_the_variable() {
+        let rendered =
+            "error: invalid value 'foo' for '--mode <MODE>'\n  [possible values: a, b]\n";
+        assert_eq!(
+            name_the_variable(rendered, "--mode <MODE>", "FAKE_DRA_MODE"),
+            "error: invalid value 'foo' for '--mode <MODE>' (from the environment variable FAKE_DRA_MODE)\n  [possible values: a, b]\n"
+        );
+        assert_eq!(
+            name_the_variable(
+                "error: invalid value 'x' for '--workers <WORKERS>': invalid digit found in string\n",
+                "--workers <WORKERS>",
+                "FAKE_DRA_WORKERS"
+            ),
+            "error: invalid value 'x' for '--workers <WORKERS>' (from the environment variable FAKE_DRA_WORKERS): invalid digit found in string\n"
+        );
+        assert_eq!(
+            env_of(&Args::command(), "node-name").as_deref(),
+            Some("FAKE_DRA_NODE_NAME")
+        );
+        assert_eq!(env_of(&Args::command(), "nope"), None);
+    }
+
+    #[test]
+    fn every_binary_has_the_version_with_the_commit_and_the_completion_command() {
+        let mut command = with_shared(Args::command());
+        assert!(
+            command.render_version().contains("(commit "),
+            "{}",
+            command.render_version()
+        );
+        let matches = command
+            .try_get_matches_from_mut(["bin", "completion", "bash"])
+            .unwrap();
+        assert_eq!(matches.subcommand_name(), Some(COMPLETION));
+        assert!(
+            command
+                .try_get_matches_from_mut(["bin", "completion", "tcsh"])
+                .is_err()
+        );
     }
 
     #[test]

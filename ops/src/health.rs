@@ -17,6 +17,13 @@ use tracing::{debug, info};
 
 use crate::conn::{self, Pool};
 
+/// What `/metrics` answers: prometheus-client's text encoder writes OpenMetrics 1.0.0
+/// (`# EOF`, counters as `<name>_total`). Prometheus 3 picks its parser by this header and
+/// refuses a scrape without a valid one.
+pub const OPENMETRICS_TEXT: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The probes' answers.
+const PLAIN_TEXT: &str = "text/plain; charset=utf-8";
+
 /// A client that has not sent a request's headers by then is cut off (drip-fed headers
 /// would otherwise hold a connection past the idle timeout).
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
@@ -28,7 +35,7 @@ pub struct Endpoints {
     pub ready: Arc<AtomicBool>,
     /// `/readyz`'s body until then.
     pub not_ready: &'static str,
-    /// `/metrics`: the Prometheus text exposition.
+    /// `/metrics`: the OpenMetrics text exposition ([`OPENMETRICS_TEXT`]).
     pub metrics: Arc<dyn Fn() -> String + Send + Sync>,
 }
 
@@ -43,25 +50,35 @@ impl std::fmt::Debug for Endpoints {
 
 impl Endpoints {
     fn respond(&self, req: &Request<Incoming>) -> Response<Full<Bytes>> {
-        let (status, body) = match req.uri().path() {
-            "/healthz" => (StatusCode::OK, "ok\n".to_string()),
-            "/readyz" if self.ready.load(Ordering::SeqCst) => (StatusCode::OK, "ok\n".into()),
+        let (status, content_type, body) = match req.uri().path() {
+            "/healthz" => (StatusCode::OK, PLAIN_TEXT, "ok\n".to_string()),
+            "/readyz" if self.ready.load(Ordering::SeqCst) => {
+                (StatusCode::OK, PLAIN_TEXT, "ok\n".into())
+            }
             "/readyz" => (
                 StatusCode::SERVICE_UNAVAILABLE,
+                PLAIN_TEXT,
                 format!("{}\n", self.not_ready),
             ),
-            "/metrics" => (StatusCode::OK, (self.metrics)()),
-            _ => (StatusCode::NOT_FOUND, "not found\n".into()),
+            "/metrics" => (StatusCode::OK, OPENMETRICS_TEXT, (self.metrics)()),
+            _ => (StatusCode::NOT_FOUND, PLAIN_TEXT, "not found\n".into()),
         };
         let mut response = Response::new(Full::new(Bytes::from(body)));
         *response.status_mut() = status;
+        response.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static(content_type),
+        );
         response
     }
 }
 
 /// Serves until the future is dropped.
 pub async fn serve(listener: TcpListener, pool: Pool, endpoints: Endpoints) {
-    info!(addr = ?listener.local_addr().ok(), "serving /healthz, /readyz, /metrics");
+    match listener.local_addr() {
+        Ok(addr) => info!(%addr, "serving /healthz, /readyz, /metrics"),
+        Err(e) => info!(error = %e, "serving /healthz, /readyz, /metrics (address unknown)"),
+    }
     let mut connections = std::pin::pin!(conn::incoming(listener, pool));
     while let Some(Ok(stream)) = connections.next().await {
         let endpoints = endpoints.clone();

@@ -1,7 +1,8 @@
 //! What fake-dra's binaries share to run as Kubernetes components, whatever the driver:
 //! flags and their environment twins ([`flags`]), logging ([`logging`]), graceful
 //! shutdown ([`signals`]), the Kubernetes client ([`client`]), accept loops no client can
-//! take down ([`conn`]) and the `/healthz` `/readyz` `/metrics` server ([`health`]).
+//! take down ([`conn`]) and the `/healthz` `/readyz` `/metrics` server ([`health`]), and what each binary says it
+//! is ([`version`]).
 
 pub mod client;
 pub mod conn;
@@ -9,3 +10,4 @@ pub mod flags;
 pub mod health;
 pub mod logging;
 pub mod signals;
+pub mod version;

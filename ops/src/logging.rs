@@ -11,7 +11,8 @@ pub enum LogFormat {
     Json,
 }
 
-/// Installs the global subscriber; call once, first thing in `main`.
+/// Installs the global subscriber and logs the binary's version
+/// ([`version::log_start`](crate::version::log_start)); call once, first thing in `main`.
 pub fn init(format: LogFormat) {
     init_with(format, "info");
 }
@@ -30,4 +31,5 @@ pub fn init_with(format: LogFormat, default_filter: &str) {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
+    crate::version::log_start();
 }

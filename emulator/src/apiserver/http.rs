@@ -17,8 +17,10 @@ use super::fields::{self, FieldValidation};
 use super::registry::ResourceType;
 use super::selectors::{FieldSelector, LabelSelector, Selectors};
 use super::store::{DeleteOptions, PatchType, Store, Target, WriteOptions};
+use super::table::{IncludeObject, Representation};
 
 mod discovery;
+mod logs;
 mod watch_stream;
 
 use discovery::{api_group, group_list, resource_list};
@@ -108,6 +110,14 @@ fn flag(query: &HashMap<String, String>, key: &str) -> bool {
     matches!(query.get(key).map(String::as_str), Some("true" | "1"))
 }
 
+/// The request headers the handlers read.
+#[derive(Debug, Default)]
+struct Headers {
+    content_type: String,
+    user_agent: String,
+    accept: String,
+}
+
 /// Entry point for one request.
 pub async fn handle(
     shared: Arc<Shared>,
@@ -116,32 +126,23 @@ pub async fn handle(
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let query = parse_query(req.uri().query());
-    let content_type = req
-        .headers()
-        .get(hyper::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_string();
-    let user_agent = req
-        .headers()
-        .get(hyper::header::USER_AGENT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_string();
+    let header = |name: hyper::header::HeaderName| {
+        req.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let headers = Headers {
+        content_type: header(hyper::header::CONTENT_TYPE),
+        user_agent: header(hyper::header::USER_AGENT),
+        accept: header(hyper::header::ACCEPT),
+    };
     let body = match read_body(req.into_body()).await {
         Ok(body) => body,
         Err(err) => return Ok(error_response(&err)),
     };
-    let response = route(
-        &shared,
-        &method,
-        &path,
-        &query,
-        &content_type,
-        &user_agent,
-        body,
-    )
-    .await;
+    let response = route(&shared, &method, &path, &query, &headers, body).await;
     tracing::debug!(%method, %path, status = response.status().as_u16(), "emulated apiserver request");
     if method != Method::GET {
         shared.gc.notify_one();
@@ -167,8 +168,7 @@ async fn route(
     method: &Method,
     path: &str,
     query: &HashMap<String, String>,
-    content_type: &str,
-    user_agent: &str,
+    headers: &Headers,
     body: Bytes,
 ) -> Response<Body> {
     let segments: Vec<&str> = path
@@ -222,17 +222,7 @@ async fn route(
         Ok(t) => t,
         Err(e) => return error_response(&e),
     };
-    match serve_resource(
-        shared,
-        method,
-        &target,
-        query,
-        content_type,
-        user_agent,
-        body,
-    )
-    .await
-    {
+    match serve_resource(shared, method, &target, query, headers, body).await {
         Ok(response) => response,
         Err(e) => error_response(&e),
     }
@@ -281,8 +271,9 @@ fn resolve_target(store: &Store, group: &str, version: &str, rest: &[&str]) -> A
         )));
     }
     if let Some(sub) = &subresource {
+        let pod_sub = rt.group.is_empty() && rt.plural == "pods";
         let known = (sub == "status" && rt.status_subresource)
-            || (sub == "binding" && rt.group.is_empty() && rt.plural == "pods");
+            || (matches!(sub.as_str(), "binding" | "log") && pod_sub);
         if !known {
             return Err(ApiError::not_implemented(format!(
                 "the {sub:?} subresource of {}",
@@ -354,11 +345,19 @@ async fn serve_resource(
     method: &Method,
     target: &Target,
     query: &HashMap<String, String>,
-    content_type: &str,
-    user_agent: &str,
+    headers: &Headers,
     body: Bytes,
 ) -> ApiResult<Response<Body>> {
     refuse_unimplemented_params(query)?;
+    let content_type = headers.content_type.as_str();
+    let user_agent = headers.user_agent.as_str();
+    if target.subresource.as_deref() == Some("log") && method != Method::GET {
+        return Err(ApiError::method_not_allowed(format!(
+            "{method} is not supported on pods/log"
+        )));
+    }
+    // What the body is to be (a Table for `kubectl get`), settled before anything is done.
+    let view = View::negotiate(shared, target, &headers.accept, query)?;
     let mut opts = WriteOptions {
         field_manager: query.get("fieldManager").cloned(),
         user_agent: user_agent.to_string(),
@@ -371,7 +370,7 @@ async fn serve_resource(
     };
     let is_collection = target.name.is_none();
     match (method.clone(), is_collection) {
-        (Method::GET, true) if flag(query, "watch") => watch_response(shared, target, query),
+        (Method::GET, true) if flag(query, "watch") => watch_response(shared, target, query, view),
         (Method::GET, true) => {
             let sel = selectors(target, query)?;
             let mut store = shared.lock();
@@ -389,9 +388,15 @@ async fn serve_resource(
                 limit,
                 query.get("continue").map(String::as_str),
             )?;
-            Ok(json_response(200, &list))
+            Ok(json_response(200, &view.render(&list)))
         }
-        (Method::GET, false) => Ok(json_response(200, &shared.lock().get(target)?)),
+        (Method::GET, false) if target.subresource.as_deref() == Some("log") => {
+            logs::pod_log(shared, target, query).await
+        }
+        (Method::GET, false) => Ok(json_response(
+            200,
+            &view.render(&shared.lock().get(target)?),
+        )),
         (Method::POST, true) => {
             let object = decode_json(&body)?;
             opts.duplicate_fields = fields::duplicate_fields(&body);
@@ -399,7 +404,7 @@ async fn serve_resource(
             store.take_warnings();
             let created = store.create(target, object, &opts)?;
             Ok(with_warnings(
-                json_response(201, &created),
+                json_response(201, &view.render(&created)),
                 &store.take_warnings(),
             ))
         }
@@ -413,7 +418,7 @@ async fn serve_resource(
             store.take_warnings();
             let updated = store.update(target, object, &opts)?;
             Ok(with_warnings(
-                json_response(200, &updated),
+                json_response(200, &view.render(&updated)),
                 &store.take_warnings(),
             ))
         }
@@ -445,7 +450,7 @@ async fn serve_resource(
             store.take_warnings();
             let patched = store.patch(target, patch_type, &body, &opts)?;
             Ok(with_warnings(
-                json_response(200, &patched),
+                json_response(200, &view.render(&patched)),
                 &store.take_warnings(),
             ))
         }
@@ -465,6 +470,46 @@ async fn serve_resource(
         (method, _) => Err(ApiError::method_not_allowed(format!(
             "{method} is not supported here"
         ))),
+    }
+}
+
+/// How a response body is rendered: as stored, or as the Table / metadata the `Accept`
+/// header asked for ([`super::table`]).
+#[derive(Debug, Clone)]
+pub(super) struct View {
+    representation: Representation,
+    resource: Option<(ResourceType, String, (u32, u32))>,
+    include: IncludeObject,
+}
+
+impl View {
+    fn negotiate(
+        shared: &Shared,
+        target: &Target,
+        accept: &str,
+        query: &HashMap<String, String>,
+    ) -> ApiResult<Self> {
+        let representation = super::table::negotiate(accept)?;
+        let resource = shared
+            .lock()
+            .types()
+            .find(|t| t.key() == target.key && t.serves(&target.version))
+            .cloned()
+            .map(|t| (t, target.version.clone(), shared.server_version));
+        Ok(Self {
+            representation,
+            resource,
+            include: IncludeObject::from_query(query.get("includeObject").map(String::as_str))?,
+        })
+    }
+
+    pub(super) fn render(&self, body: &Value) -> Value {
+        match (&self.resource, self.representation) {
+            (_, Representation::Object) | (None, _) => body.clone(),
+            (Some((rt, version, server)), representation) => {
+                super::table::represent(representation, rt, version, *server, body, self.include)
+            }
+        }
     }
 }
 

@@ -16,6 +16,7 @@ mod registry;
 mod schema;
 mod selectors;
 mod store;
+mod table;
 mod validation;
 
 use std::net::SocketAddr;

@@ -33,6 +33,9 @@ pub struct ResourceType {
     pub schemas: BTreeMap<String, Value>,
     /// Whether this came from a CustomResourceDefinition (patch and validation rules differ).
     pub custom: bool,
+    /// A CRD version's `additionalPrinterColumns`, as given, per version (what `kubectl
+    /// get` prints for custom resources; see [`super::table`]).
+    pub printer_columns: BTreeMap<String, Vec<Value>>,
     /// The resource whose objects these are, when this type serves another resource's
     /// objects in its own shape: `events.k8s.io/v1` Events are the core Events, stored once
     /// (as kube-apiserver keeps both in `/registry/events`) and converted on every read and
@@ -99,6 +102,7 @@ fn builtin(
         status_subresource,
         schemas: BTreeMap::new(),
         custom: false,
+        printer_columns: BTreeMap::new(),
         stored_as: None,
     }
 }
@@ -360,6 +364,7 @@ pub fn from_crd(crd: &Value) -> ApiResult<ResourceType> {
     let mut served = Vec::new();
     let mut schemas = BTreeMap::new();
     let mut status_subresource = false;
+    let mut printer_columns = BTreeMap::new();
     for v in versions {
         let name = text(v.get("name"), "spec.versions[].name")?;
         if v.pointer("/subresources/scale").is_some() {
@@ -370,6 +375,9 @@ pub fn from_crd(crd: &Value) -> ApiResult<ResourceType> {
         status_subresource |= v.pointer("/subresources/status").is_some();
         if let Some(schema) = v.pointer("/schema/openAPIV3Schema") {
             schemas.insert(name.clone(), schema.clone());
+        }
+        if let Some(columns) = v.get("additionalPrinterColumns").and_then(Value::as_array) {
+            printer_columns.insert(name.clone(), columns.clone());
         }
         if v.get("served").and_then(Value::as_bool).unwrap_or(false) {
             // The storage version is served first so it is what discovery prefers.
@@ -396,6 +404,7 @@ pub fn from_crd(crd: &Value) -> ApiResult<ResourceType> {
         status_subresource,
         schemas,
         custom: true,
+        printer_columns,
         stored_as: None,
     })
 }

@@ -21,8 +21,10 @@ const DEMO_POD: &str = "pod0";
 const DEMO_CONTAINER: &str = "ctr0";
 /// A safety net for the demo; it normally finishes in seconds.
 const DEMO_TIMEOUT: Duration = Duration::from_secs(120);
-/// The sim's own log: its progress, and only warnings from the emulator around it.
-const DEFAULT_LOG_FILTER: &str = "warn,fake_dra_emulator::sim=info";
+/// The sim's own log: its version, its progress, and only warnings from the emulator around it.
+const DEFAULT_LOG_FILTER: &str = "warn,fake_dra_emulator::sim=info,fake_dra_ops::version=info";
+/// How often `run --wait` looks at the pods.
+const WAIT_POLL: Duration = Duration::from_millis(500);
 
 /// The names from before the env rule (`FAKE_DRA_SIM_<FLAG>`), kept one release.
 const RENAMED: &[Renamed] = &[
@@ -119,9 +121,10 @@ struct Args {
     /// Where the binaries are that the deployed workloads' commands name (default: next to this binary).
     #[arg(long, env = "FAKE_DRA_BIN_DIR", global = true)]
     bin_dir: Option<PathBuf>,
-    /// The deploy/ directory whose overlay is installed.
-    #[arg(long, env = "FAKE_DRA_DEPLOY_DIR", default_value = fake_dra_emulator::sim::DEPLOY_DIR, global = true)]
-    deploy_dir: PathBuf,
+    /// The deploy/ directory whose overlay is installed [default: the deploy/ of the source
+    /// tree this binary was built in, found from the binary's place in target/]
+    #[arg(long, env = "FAKE_DRA_DEPLOY_DIR", global = true)]
+    deploy_dir: Option<PathBuf>,
     /// Keep node directories and driver logs here (default: a temporary directory, removed at exit).
     #[arg(long, env = "FAKE_DRA_WORK_DIR", global = true)]
     work_dir: Option<PathBuf>,
@@ -145,7 +148,8 @@ enum Cmd {
         #[arg(long, env = "FAKE_DRA_KEEP_RUNNING")]
         keep_running: bool,
     },
-    /// Apply manifests (files or directories) and print container logs until Ctrl-C.
+    /// Apply manifests (files or directories) and print container logs until Ctrl-C, or
+    /// with --wait until every pod is ready or has succeeded.
     Run {
         /// A manifest file or a directory of them; repeatable (comma-separated in the env).
         #[arg(
@@ -156,7 +160,47 @@ enum Cmd {
             required = true
         )]
         files: Vec<PathBuf>,
+        /// Exit once every pod (outside the driver's namespace) is Ready or Succeeded and
+        /// every Deployment has its replicas ready: 0 then, 1 as soon as a pod fails or a
+        /// container keeps crashing, or when --timeout passes (for scripts and CI).
+        #[arg(long, env = "FAKE_DRA_WAIT")]
+        wait: bool,
+        /// With --wait: how long to wait, e.g. 90s, 5m.
+        #[arg(long, env = "FAKE_DRA_TIMEOUT", default_value = "5m", value_parser = parse_duration)]
+        timeout: Duration,
     },
+}
+
+/// `90s`, `5m`, `1h`, or plain seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let (number, unit) = text
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((text, "s"), |i| text.split_at(i));
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 90s, 5m or 1h"))?;
+    match unit {
+        "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        "h" => Ok(Duration::from_secs(n * 3600)),
+        _ => Err(format!("{text:?} is not a duration like 90s, 5m or 1h")),
+    }
+}
+
+/// The deploy/ directory: given, else the source tree's this binary was built in — found
+/// from the binary itself (`<repo>/target/<profile>/fake-dra-sim`), so a moved checkout
+/// still works — else the path it was built at.
+fn deploy_dir(given: Option<&PathBuf>) -> PathBuf {
+    if let Some(dir) = given {
+        return dir.clone();
+    }
+    let beside = std::env::current_exe().ok().and_then(|exe| {
+        exe.ancestors()
+            .skip(1)
+            .map(|dir| dir.join("deploy"))
+            .find(|dir| dir.join("rendered").is_dir())
+    });
+    beside.unwrap_or_else(|| PathBuf::from(fake_dra_emulator::sim::DEPLOY_DIR))
 }
 
 fn parse_version(text: &str) -> Result<(u32, u32), String> {
@@ -214,6 +258,7 @@ async fn start(args: Args) -> Result<(), String> {
 }
 
 async fn run(args: Args) -> Result<(), String> {
+    let deploy = deploy_dir(args.deploy_dir.as_ref());
     // Every manifest is read and checked before anything starts.
     let manifests: Vec<Manifest> = match &args.command {
         Cmd::Demo { .. } => {
@@ -222,9 +267,9 @@ async fn run(args: Args) -> Result<(), String> {
             } else {
                 DEMO_STRUCTURED
             };
-            manifests::load(&args.deploy_dir.join(demo)).map_err(|e| e.to_string())?
+            manifests::load(&deploy.join(demo)).map_err(|e| e.to_string())?
         }
-        Cmd::Run { files } => {
+        Cmd::Run { files, .. } => {
             let mut all = Vec::new();
             for file in files {
                 all.extend(manifests::load(file).map_err(|e| e.to_string())?);
@@ -257,7 +302,7 @@ async fn run(args: Args) -> Result<(), String> {
             Runtime::Podman => RuntimeChoice::Podman,
             Runtime::Process => RuntimeChoice::Process,
         },
-        deploy_dir: args.deploy_dir.clone(),
+        deploy_dir: deploy.clone(),
         bin_dir: args.bin_dir.clone(),
         work_dir: args.work_dir.clone(),
         plugin_env: args
@@ -267,14 +312,19 @@ async fn run(args: Args) -> Result<(), String> {
             .collect(),
         ..SimConfig::default()
     };
+    // As the API server will take them, strictly, before anything starts.
+    let deployed = manifests::rendered(&deploy, overlay).map_err(|e| e.to_string())?;
+    fake_dra_emulator::sim::check_manifests(config.kubernetes_version(), &deployed, &manifests)
+        .map_err(|e| e.to_string())?;
     let sim = tokio::select! {
         started = Sim::start(config) => started.map_err(|e| e.to_string())?,
         () = fake_dra_ops::signals::shutdown() => return Err("interrupted while starting".into()),
     };
     eprintln!(
-        "fake-dra-sim: cluster up: nodes {}; driver logs in {}",
+        "fake-dra-sim: cluster up: nodes {}; driver logs in {}; for kubectl:\nexport KUBECONFIG={}",
         args.nodes.join(", "),
-        sim.work_dir().join("logs").display()
+        sim.work_dir().join("logs").display(),
+        sim.work_dir().join("kubeconfig").display()
     );
     let outcome = drive(&sim, &args, &manifests).await;
     sim.shutdown().await;
@@ -289,6 +339,16 @@ async fn drive(sim: &Sim, args: &Args, manifests: &[Manifest]) -> Result<(), Str
         Cmd::Demo { keep_running } => Some(keep_running),
         Cmd::Run { .. } => None,
     };
+    let wait = match args.command {
+        Cmd::Run {
+            wait: true,
+            timeout,
+            ..
+        } => Some(tokio::time::Instant::now() + timeout),
+        _ => None,
+    };
+    let client = sim.client().map_err(|e| e.to_string())?;
+    let mut check = tokio::time::interval(WAIT_POLL);
     let deadline = tokio::time::sleep(DEMO_TIMEOUT);
     tokio::pin!(deadline);
     let mut demo_done = false;
@@ -313,6 +373,21 @@ async fn drive(sim: &Sim, args: &Args, manifests: &[Manifest]) -> Result<(), Str
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => eprintln!("fake-dra-sim: {n} log lines dropped"),
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return Ok(()),
             },
+            _ = check.tick(), if wait.is_some() => {
+                match fake_dra_emulator::sim::wait::settled(&client, sim.driver_namespace()).await {
+                    Ok(fake_dra_emulator::sim::wait::Settled::Ready(summary)) => {
+                        eprintln!("fake-dra-sim: {summary}");
+                        return Ok(());
+                    }
+                    Ok(fake_dra_emulator::sim::wait::Settled::Failed(why)) => return Err(why),
+                    Ok(fake_dra_emulator::sim::wait::Settled::NotYet(why)) => {
+                        if wait.is_some_and(|at| tokio::time::Instant::now() >= at) {
+                            return Err(format!("--timeout passed: {why}"));
+                        }
+                    }
+                    Err(e) => tracing::debug!("checking the pods: {e}"),
+                }
+            }
             () = &mut deadline, if demo.is_some() && !demo_done => {
                 return Err(format!("the demo pod {DEMO_NAMESPACE}/{DEMO_POD} printed no FAKE_NODE_NAME within {DEMO_TIMEOUT:?}; see the driver logs under {}", sim.work_dir().join("logs").display()));
             }

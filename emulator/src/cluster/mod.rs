@@ -62,6 +62,55 @@ pub struct NodeDirs {
     pub plugin_dir: PathBuf,
     /// Where the plugin writes CDI specs and the runtime reads them.
     pub cdi_root: PathBuf,
+    /// The containers' log files (`/var/log/pods` on a real node):
+    /// `<ns>_<pod>_<uid>/<container>/<restart>.log`.
+    pub pod_logs: PathBuf,
+}
+
+impl NodeDirs {
+    /// The log file of one run of a container (`kuberuntime.BuildContainerLogsDirectory`
+    /// and `<restartCount>.log`).
+    pub fn container_log(
+        &self,
+        namespace: &str,
+        pod: &str,
+        uid: &str,
+        container: &str,
+        restart: u32,
+    ) -> PathBuf {
+        self.pod_log_dir(namespace, pod, uid)
+            .join(container)
+            .join(format!("{restart}.log"))
+    }
+
+    /// A pod's log directory, removed with the pod.
+    pub fn pod_log_dir(&self, namespace: &str, pod: &str, uid: &str) -> PathBuf {
+        self.pod_logs.join(format!("{namespace}_{pod}_{uid}"))
+    }
+}
+
+/// Pods the kubelets leave alone because something else runs them: the sim runs the
+/// driver's own workloads as host processes (there is no image to run) and reports their
+/// status itself. Those of `namespace` whose labels include `labels`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostRun {
+    pub namespace: String,
+    pub labels: std::collections::BTreeMap<String, String>,
+}
+
+impl HostRun {
+    pub fn matches(
+        &self,
+        namespace: Option<&str>,
+        labels: Option<&std::collections::BTreeMap<String, String>>,
+    ) -> bool {
+        namespace == Some(self.namespace.as_str())
+            && !self.labels.is_empty()
+            && self
+                .labels
+                .iter()
+                .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -75,6 +124,8 @@ pub struct ClusterConfig {
     /// How long after a DRA driver left a kubelet wipes its ResourceSlices (upstream
     /// 30 s, [`kubelet::DEFAULT_WIPING_DELAY`]).
     pub wiping_delay: std::time::Duration,
+    /// Pods the kubelets leave to whoever runs them ([`HostRun`]).
+    pub host_run: Vec<HostRun>,
 }
 
 impl ClusterConfig {
@@ -87,6 +138,7 @@ impl ClusterConfig {
             registry_dir: root.join("plugins_registry"),
             plugin_dir: root.join("plugins"),
             cdi_root: root.join("cdi"),
+            pod_logs: root.join("pods"),
         }
     }
 }
@@ -143,18 +195,25 @@ impl EmulatedCluster {
         components.spawn(workloads::run(server.client()?, changes(&server)));
         let mut kubelets = Vec::new();
         for node in &config.nodes {
-            kubelets.push(kubelet::Kubelet::start(
-                kubelet::KubeletConfig {
-                    node: node.clone(),
-                    dirs: config.node_dirs(node),
-                    runtime: config.runtime.clone(),
-                    logs: logs.clone(),
-                    server_version: version,
-                    wiping_delay: config.wiping_delay,
-                },
-                server.client()?,
-                changes(&server),
-            ));
+            kubelets.push(
+                kubelet::Kubelet::start(
+                    kubelet::KubeletConfig {
+                        node: node.clone(),
+                        dirs: config.node_dirs(node),
+                        runtime: config.runtime.clone(),
+                        logs: logs.clone(),
+                        server_version: version,
+                        wiping_delay: config.wiping_delay,
+                        host_run: config.host_run.clone(),
+                    },
+                    server.client()?,
+                    changes(&server),
+                )
+                .map_err(|source| ClusterError::Dirs {
+                    path: config.node_dirs(node).pod_logs,
+                    source,
+                })?,
+            );
         }
         Ok(Self {
             config,
@@ -267,18 +326,28 @@ pub(crate) async fn level_triggered<F, Fut>(
     }
 }
 
-/// Publishes events.k8s.io/v1 Events as the component named `controller` (kube-scheduler,
-/// kubelet, …), the way `kubectl describe` shows them.
+/// Publishes Events as the component named `controller` (kube-scheduler, kubelet, …), the
+/// way `kubectl describe` shows them: events.k8s.io/v1 as kube-scheduler writes them, or
+/// core/v1 (`source` = component and node, `firstTimestamp`/`lastTimestamp`/`count`) as
+/// the kubelet's legacy recorder does ([`Events::legacy`]).
 ///
-/// Each distinct note is its own Event, as client-go's broadcaster keys aggregation by
-/// message: kube-rs' `Recorder` folds every Event with the same reason into one series and
-/// keeps the first note, which would hide a scheduler's changing reasons.
+/// Each distinct note is its own Event, as client-go keys aggregation by message (kube-rs'
+/// `Recorder` folds every Event with the same reason into one series and keeps the first
+/// note, which would hide a scheduler's changing reasons); the same note again on the same
+/// object is counted in that Event (`series`, or `count` and `lastTimestamp`), which
+/// `kubectl describe` shows as `(x4 over 46s)`.
 #[derive(Clone)]
 pub(crate) struct Events {
     client: kube::Client,
     controller: String,
     instance: String,
+    legacy: bool,
+    /// Events already written, by what they say.
+    seen: Arc<std::sync::Mutex<std::collections::HashMap<String, Written>>>,
 }
+
+/// An Event written: (namespace, name, count so far).
+type Written = (String, String, i32);
 
 impl std::fmt::Debug for Events {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -294,6 +363,16 @@ impl Events {
             client,
             controller: controller.into(),
             instance: instance.unwrap_or_else(|| controller.into()),
+            legacy: false,
+            seen: Arc::default(),
+        }
+    }
+
+    /// The kubelet's recorder: core/v1 Events with `source` `{component, host}`.
+    pub fn legacy(client: kube::Client, component: &str, host: &str) -> Self {
+        Self {
+            legacy: true,
+            ..Self::new(client, component, Some(host.into()))
         }
     }
 
@@ -316,27 +395,118 @@ impl Events {
         use k8s_openapi::api::events::v1::Event;
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
         let namespace = object.namespace.clone().unwrap_or_else(|| "default".into());
-        let event = Event {
-            metadata: ObjectMeta {
-                generate_name: Some(format!("{}.", object.name.as_deref().unwrap_or("event"))),
-                namespace: Some(namespace.clone()),
+        let key = format!(
+            "{}/{}/{}/{}/{type_}/{reason}/{note}",
+            namespace,
+            object.name.as_deref().unwrap_or_default(),
+            object.uid.as_deref().unwrap_or_default(),
+            object.field_path.as_deref().unwrap_or_default()
+        );
+        let now = jiff::Timestamp::now();
+        // client-go's recorders name an Event `<object>.<hex of the time in ns>`, so that
+        // Events list (by name) in the order they happened.
+        let event_name = format!(
+            "{}.{:x}",
+            object.name.as_deref().unwrap_or("event"),
+            now.as_nanosecond()
+        );
+        let repeated = self
+            .seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get_mut(&key)
+            .map(|(ns, name, count)| {
+                *count += 1;
+                (ns.clone(), name.clone(), *count)
+            });
+        if let Some((ns, name, count)) = repeated {
+            self.count_again(&ns, &name, count, now).await;
+            return;
+        }
+        let created = if self.legacy {
+            let event = serde_json::json!({
+                "apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": event_name, "namespace": namespace},
+                "involvedObject": object,
+                "reason": reason, "message": note, "type": type_,
+                "source": {"component": self.controller, "host": self.instance},
+                "firstTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+                "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+                "count": 1,
+                "reportingComponent": self.controller, "reportingInstance": self.instance,
+            });
+            let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+                self.client.clone(),
+                &namespace,
+                &kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::Event>(&()),
+            );
+            match serde_json::from_value(event) {
+                Ok(event) => api
+                    .create(&PostParams::default(), &event)
+                    .await
+                    .map(|e| e.metadata.name),
+                Err(e) => Err(kube::Error::SerdeError(e)),
+            }
+        } else {
+            let event = Event {
+                metadata: ObjectMeta {
+                    name: Some(event_name),
+                    namespace: Some(namespace.clone()),
+                    ..Default::default()
+                },
+                event_time: Some(MicroTime(now)),
+                action: Some(action.into()),
+                reason: Some(reason.into()),
+                note: Some(note),
+                type_: Some(type_.into()),
+                regarding: Some(object),
+                reporting_controller: Some(self.controller.clone()),
+                reporting_instance: Some(self.instance.clone()),
                 ..Default::default()
-            },
-            event_time: Some(MicroTime(jiff::Timestamp::now())),
-            action: Some(action.into()),
-            reason: Some(reason.into()),
-            note: Some(note),
-            type_: Some(type_.into()),
-            regarding: Some(object),
-            reporting_controller: Some(self.controller.clone()),
-            reporting_instance: Some(self.instance.clone()),
-            ..Default::default()
+            };
+            Api::<Event>::namespaced(self.client.clone(), &namespace)
+                .create(&PostParams::default(), &event)
+                .await
+                .map(|e| e.metadata.name)
         };
-        if let Err(error) = Api::<Event>::namespaced(self.client.clone(), &namespace)
-            .create(&PostParams::default(), &event)
-            .await
-        {
-            tracing::debug!(%error, reason, "could not publish an event");
+        match created {
+            Ok(Some(name)) => {
+                self.seen
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert(key, (namespace, name, 1));
+            }
+            Ok(None) => {}
+            Err(error) => tracing::debug!(%error, reason, "could not publish an event"),
+        }
+    }
+
+    /// The same Event once more: `count`/`lastTimestamp` (core/v1, the kubelet's
+    /// correlator) or `series` (events.k8s.io/v1).
+    async fn count_again(&self, namespace: &str, name: &str, count: i32, now: jiff::Timestamp) {
+        let result = if self.legacy {
+            let patch = serde_json::json!({"count": count, "lastTimestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()});
+            Api::<k8s_openapi::api::core::v1::Event>::namespaced(self.client.clone(), namespace)
+                .patch(
+                    name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&patch),
+                )
+                .await
+                .map(drop)
+        } else {
+            let patch = serde_json::json!({"series": {"count": count, "lastObservedTime": now.strftime("%Y-%m-%dT%H:%M:%S.%6fZ").to_string()}});
+            Api::<k8s_openapi::api::events::v1::Event>::namespaced(self.client.clone(), namespace)
+                .patch(
+                    name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&patch),
+                )
+                .await
+                .map(drop)
+        };
+        if let Err(error) = result {
+            tracing::debug!(%error, "could not count an event again");
         }
     }
 }

@@ -118,6 +118,9 @@ async fn pass(
                     reported.insert(key, message);
                 }
             }
+            Err(ScheduleError::Gated(message)) => {
+                tracing::debug!(pod = %key, %message, "pod gated by PreEnqueue: no scheduling attempt")
+            }
             Err(ScheduleError::Api(error)) => {
                 tracing::debug!(pod = key, %error, "scheduling attempt failed")
             }
@@ -128,6 +131,11 @@ async fn pass(
 
 enum ScheduleError {
     Unschedulable(Unschedulable),
+    /// Rejected by the DynamicResources PreEnqueue check (1.28+, `foreachPodResourceClaim`:
+    /// a claim of the pod not created yet, missing, being deleted or not the pod's): the
+    /// pod stays out of the active queue without a scheduling attempt, so without a
+    /// FailedScheduling Event. 1.27 has no PreEnqueue: there PreFilter reports them.
+    Gated(String),
     Api(kube::Error),
 }
 
@@ -161,7 +169,14 @@ async fn schedule(
     let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
     let claims_api: Api<ResourceClaim> = Api::namespaced(client.clone(), &namespace);
 
-    // PreFilter.
+    // PreEnqueue (1.28+) or PreFilter (1.27) for the claims' existence, then PreFilter.
+    let not_yet = |message: String| {
+        if server_version >= (1, 28) {
+            ScheduleError::Gated(message)
+        } else {
+            unschedulable(message)
+        }
+    };
     let mut claims = Vec::new();
     for pod_claim in pod.resource_claims() {
         let from_template = pod_claim.template_name().is_some();
@@ -174,18 +189,16 @@ async fn schedule(
             .as_deref()
             .or_else(|| pod.claim_name(&pod_claim.name))
         else {
-            return Err(unschedulable(format!(
+            return Err(not_yet(format!(
                 "waiting for resource claim {} of the pod to be created",
                 pod_claim.name
             )));
         };
         let Some(claim) = claims_api.get_opt(claim_name).await? else {
-            return Err(unschedulable(format!(
-                "resourceclaim \"{claim_name}\" not found"
-            )));
+            return Err(not_yet(format!("resourceclaim \"{claim_name}\" not found")));
         };
         if claim.is_being_deleted() {
-            return Err(unschedulable(format!(
+            return Err(not_yet(format!(
                 "resourceclaim \"{claim_name}\" is being deleted"
             )));
         }
@@ -197,7 +210,7 @@ async fn schedule(
                 .flatten()
                 .any(|o| o.uid == pod_uid)
         {
-            return Err(unschedulable(format!(
+            return Err(not_yet(format!(
                 "ResourceClaim {claim_name} was not created for the pod"
             )));
         }

@@ -1,6 +1,6 @@
-//! kube-controller-manager's deployment and replicaset controllers
-//! (`pkg/controller/deployment`, `pkg/controller/replicaset`), reduced to what the
-//! scenarios need:
+//! kube-controller-manager's deployment, replicaset and daemonset controllers
+//! (`pkg/controller/deployment`, `pkg/controller/replicaset`, `pkg/controller/daemon`,
+//! the last in [`daemon_set`]), reduced to what the scenarios need:
 //!
 //! - a Deployment owns one ReplicaSet per pod template, named `<deployment>-<hash>` and
 //!   labelled `pod-template-hash`; a template change rolls out with Recreate semantics
@@ -37,9 +37,11 @@ use tokio::sync::broadcast;
 use super::level_triggered;
 use crate::apiserver::WatchEvent;
 
+mod daemon_set;
 mod deployment;
 mod replica_set;
 
+use daemon_set::daemon_sets_pass;
 use deployment::deployments_pass;
 pub use deployment::template_hash;
 use replica_set::replica_sets_pass;
@@ -49,14 +51,18 @@ pub const POD_TEMPLATE_HASH_LABEL: &str = "pod-template-hash";
 /// The rollout number upstream keeps on each ReplicaSet (`kubectl rollout history`).
 pub const REVISION_ANNOTATION: &str = "deployment.kubernetes.io/revision";
 
-/// Runs both controllers until the store goes away.
+/// Runs the three controllers until the store goes away.
 pub async fn run(client: kube::Client, changes: broadcast::Receiver<Arc<WatchEvent>>) {
     let rs_changes = changes.resubscribe();
+    let ds_changes = changes.resubscribe();
     tokio::join!(
         level_triggered("deployment-controller", changes, || deployments_pass(
             &client
         )),
         level_triggered("replicaset-controller", rs_changes, || replica_sets_pass(
+            &client
+        )),
+        level_triggered("daemonset-controller", ds_changes, || daemon_sets_pass(
             &client
         )),
     );

@@ -3,6 +3,7 @@
 //! onto each emulated node's directories), so the deployed configuration is the tested one.
 
 use super::*;
+use crate::cluster::runtime::{Stream, cri_record};
 
 /// How to start one driver process: what the Deployment/DaemonSet container says, mapped
 /// onto this machine.
@@ -11,6 +12,8 @@ pub(super) struct ProcessSpec {
     pub(super) program: PathBuf,
     pub(super) env: Vec<(String, String)>,
     pub(super) log: PathBuf,
+    /// The pod's CRI log file of this run (`kubectl logs`), besides `log`.
+    pub(super) cri_log: Option<PathBuf>,
 }
 
 impl ProcessSpec {
@@ -41,9 +44,63 @@ impl ProcessSpec {
         // A group of its own, as a pod's processes have: killing the group kills the
         // process and its supervisor, and a Ctrl-C at the terminal reaches only the sim,
         // which shuts the drivers down in order.
-        command.stdout(log).stderr(stderr).process_group(0);
-        let child = command.spawn().map_err(starting)?;
+        command.process_group(0);
+        let Some(cri_log) = &self.cri_log else {
+            command.stdout(log).stderr(stderr);
+            return Ok(DriverProcess {
+                child: command.spawn().map_err(starting)?,
+            });
+        };
+        // Both files: the sim's driver log and the pod's, as the runtime writes it.
+        if let Some(dir) = cri_log.parent() {
+            std::fs::create_dir_all(dir).map_err(io("creating the log dir of"))?;
+        }
+        let cri = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(cri_log)
+            .map_err(io("opening"))?;
+        let files = std::sync::Arc::new(std::sync::Mutex::new((log, cri)));
+        command
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = command.spawn().map_err(starting)?;
+        if let Some(out) = child.stdout.take() {
+            tokio::spawn(copy_lines(out, Stream::Stdout, files.clone()));
+        }
+        if let Some(err) = child.stderr.take() {
+            tokio::spawn(copy_lines(err, Stream::Stderr, files));
+        }
         Ok(DriverProcess { child })
+    }
+}
+
+/// Copies a driver's output line by line into its plain log and its CRI log.
+async fn copy_lines(
+    stream: impl tokio::io::AsyncRead + Unpin,
+    which: Stream,
+    files: std::sync::Arc<std::sync::Mutex<(std::fs::File, std::fs::File)>>,
+) {
+    use std::io::Write;
+    use tokio::io::AsyncBufReadExt;
+    let mut reader = tokio::io::BufReader::new(stream);
+    let mut buf = Vec::new();
+    while let Ok(n) = reader.read_until(b'\n', &mut buf).await {
+        if n == 0 {
+            return;
+        }
+        let line = String::from_utf8_lossy(&buf);
+        let mut files = files
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (plain, cri) = &mut *files;
+        let _ = plain.write_all(&buf);
+        let full = line.ends_with('\n');
+        let _ = cri.write_all(
+            cri_record(which, full, line.strip_suffix('\n').unwrap_or(&line)).as_bytes(),
+        );
+        drop(files);
+        buf.clear();
     }
 }
 
@@ -55,30 +112,41 @@ pub(super) struct DriverProcess {
 }
 
 impl DriverProcess {
-    /// `kill -9` of the process (and its supervisor), waiting until it is gone.
-    pub(super) async fn kill(mut self) {
+    /// `kill -9` of the process (and its supervisor), waiting until it is gone; its exit
+    /// code (128 + 9).
+    pub(super) async fn kill(mut self) -> i32 {
         if let Some(pgid) = self.child.id()
             && let Err(e) = lifeline::signal_group("KILL", pgid)
         {
             tracing::warn!("killing a driver process: {e}");
             let _ = self.child.start_kill();
         }
-        let _ = self.child.wait().await;
+        exit_code(self.child.wait().await)
     }
 
-    /// SIGTERM, then SIGKILL if it has not exited within [`TERMINATION_GRACE`].
-    pub(super) async fn terminate(mut self) {
+    /// SIGTERM, then SIGKILL if it has not exited within [`TERMINATION_GRACE`]; its exit code.
+    pub(super) async fn terminate(mut self) -> i32 {
         if let Some(pid) = self.child.id()
             && let Err(e) = lifeline::send_signal("TERM", &[pid])
         {
             tracing::warn!("stopping a driver process: {e}");
         }
-        if tokio::time::timeout(TERMINATION_GRACE, self.child.wait())
-            .await
-            .is_err()
-        {
-            self.kill().await;
+        match tokio::time::timeout(TERMINATION_GRACE, self.child.wait()).await {
+            Ok(status) => exit_code(status),
+            Err(_) => self.kill().await,
         }
+    }
+}
+
+/// As a container's: the code, or 128 + the signal.
+fn exit_code(status: std::io::Result<std::process::ExitStatus>) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Ok(status) => status
+            .code()
+            .or_else(|| status.signal().map(|s| 128 + s))
+            .unwrap_or(-1),
+        Err(_) => -1,
     }
 }
 
@@ -96,8 +164,8 @@ impl Drop for DriverProcess {
 /// The driver's Deployment or DaemonSet, as the sim runs it: its one container, as a
 /// process of the binary its command names.
 pub(super) struct DriverWorkload<'a> {
-    /// The workload's name; its pods are named after it.
-    pub(super) name: String,
+    /// The workload as rendered.
+    pub(super) manifest: &'a Manifest,
     /// Its namespace: what the downward API's `metadata.namespace` gives its pods.
     pub(super) namespace: String,
     /// The binary's file name (the command's last path segment), looked up in the bin dir.
@@ -137,7 +205,7 @@ pub(super) fn driver_workload<'a>(
             )
         })?;
     Ok(DriverWorkload {
-        name: workload.name().to_string(),
+        manifest: workload,
         namespace: workload
             .object
             .pointer("/metadata/namespace")

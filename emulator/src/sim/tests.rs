@@ -21,6 +21,7 @@ fn env_maps_downward_api_host_paths_and_ports() {
         registry_dir: "/n/reg".into(),
         plugin_dir: "/n/plugin".into(),
         cdi_root: "/n/cdi".into(),
+        pod_logs: "/n/pods".into(),
     };
     let pod = PodIdentity {
         name: "p".into(),

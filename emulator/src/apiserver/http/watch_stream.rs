@@ -34,6 +34,7 @@ pub(super) fn watch_response(
     shared: &Arc<Shared>,
     target: &Target,
     query: &HashMap<String, String>,
+    view: View,
 ) -> ApiResult<Response<Body>> {
     let sel = selectors(target, query)?;
     let bookmarks = flag(query, "allowWatchBookmarks");
@@ -83,7 +84,7 @@ pub(super) fn watch_response(
         };
         let mut last_revision = start.revision;
         for (kind, object) in std::mem::take(&mut start.initial) {
-            if !send(event_line(kind.as_str(), &object)).await {
+            if !send(event_line(kind.as_str(), &view.render(&object))).await {
                 return;
             }
         }
@@ -112,7 +113,7 @@ pub(super) fn watch_response(
                         last_revision = event.revision;
                         let rendered = shared.lock().render_event(&event, &target, &sel);
                         if let Some((kind, object)) = rendered
-                            && !send(event_line(kind.as_str(), &object)).await
+                            && !send(event_line(kind.as_str(), &view.render(&object))).await
                         {
                             return;
                         }

@@ -15,6 +15,7 @@
 //! cache comes back from its checkpoint.
 
 mod dra;
+mod logs;
 mod pods;
 mod registration;
 
@@ -82,6 +83,24 @@ impl Release {
     fn monitors_connections(self) -> bool {
         self.0 >= (1, 34)
     }
+
+    /// The notes of the Created and Started Events (`kuberuntime_container.go`
+    /// `startContainer`), which 1.28 and 1.35 reworded.
+    fn container_event_notes(self, container: &str) -> (String, String) {
+        if self.0 < (1, 28) {
+            (
+                format!("Created container {container}"),
+                format!("Started container {container}"),
+            )
+        } else if self.0 < (1, 35) {
+            (
+                format!("Created container: {container}"),
+                format!("Started container {container}"),
+            )
+        } else {
+            ("Container created".into(), "Container started".into())
+        }
+    }
 }
 
 /// A running emulated kubelet. [`Kubelet::shutdown`] stops its containers and leaves the
@@ -91,6 +110,8 @@ pub struct Kubelet {
     node: String,
     tasks: JoinSet<()>,
     ctx: Arc<NodeContext>,
+    /// `/containerLogs` (kube-apiserver's `pods/log` proxies there); outlives restarts.
+    log_server: tokio::task::AbortHandle,
 }
 
 /// One registered instance of a DRA plugin.
@@ -133,6 +154,24 @@ struct NodeContext {
     wiping_delay: Duration,
     /// Pending ResourceSlice wipes by driver.
     pending_wipes: std::sync::Mutex<HashMap<String, tokio::task::AbortHandle>>,
+    /// Log files of container runs that have ended: a `kubectl logs -f` stops there.
+    ended_runs: Arc<std::sync::Mutex<std::collections::HashSet<PathBuf>>>,
+    /// The port of the log endpoint, in the Node's `status.daemonEndpoints`.
+    log_port: u16,
+    /// Pods left to whoever runs them.
+    host_run: Vec<super::HostRun>,
+}
+
+impl NodeContext {
+    /// Marks a run's log file complete.
+    fn run_ended(&self, log: Option<&std::path::Path>) {
+        if let Some(log) = log {
+            self.ended_runs
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(log.to_path_buf());
+        }
+    }
 }
 
 impl std::fmt::Debug for NodeContext {
@@ -155,6 +194,8 @@ pub struct KubeletConfig {
     pub server_version: (u32, u32),
     /// See [`DEFAULT_WIPING_DELAY`]; tests shorten it.
     pub wiping_delay: Duration,
+    /// Pods of this node that something else runs ([`super::HostRun`]).
+    pub host_run: Vec<super::HostRun>,
 }
 
 impl Kubelet {
@@ -162,10 +203,15 @@ impl Kubelet {
         config: KubeletConfig,
         client: kube::Client,
         changes: broadcast::Receiver<Arc<WatchEvent>>,
-    ) -> Self {
+    ) -> std::io::Result<Self> {
         let release = Release(config.server_version);
+        // The kubelet's port (10250 on a node): loopback, any free port.
+        let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+        listener.set_nonblocking(true)?;
+        let log_port = listener.local_addr()?.port();
+        let listener = tokio::net::TcpListener::from_std(listener)?;
         let ctx = Arc::new(NodeContext {
-            events: Events::new(client.clone(), "kubelet", Some(config.node.clone())),
+            events: Events::legacy(client.clone(), "kubelet", &config.node),
             structured: ResourceClient::for_server(client.clone(), config.server_version),
             release,
             node: config.node.clone(),
@@ -180,19 +226,25 @@ impl Kubelet {
             stopping: watch::Sender::new(false),
             wiping_delay: config.wiping_delay,
             pending_wipes: std::sync::Mutex::default(),
+            ended_runs: Arc::default(),
+            log_port,
+            host_run: config.host_run,
         });
+        let log_server = tokio::spawn(logs::serve(ctx.clone(), listener)).abort_handle();
         let mut kubelet = Self {
             node: config.node,
             tasks: JoinSet::new(),
             ctx,
+            log_server,
         };
         kubelet.spawn_loops(changes);
-        kubelet
+        Ok(kubelet)
     }
 
     /// The loops of one kubelet process.
     fn spawn_loops(&mut self, changes: broadcast::Receiver<Arc<WatchEvent>>) {
         let ctx = self.ctx.clone();
+        self.tasks.spawn(report_node_status(ctx.clone()));
         if ctx.structured.is_some() {
             // No driver has registered yet, so none of the node's slices can be trusted
             // (`NewDRAPluginManager`: wipe at startup, all drivers).
@@ -237,6 +289,7 @@ impl Kubelet {
 
     /// Stops every container and the kubelet's loops; prepared claims stay prepared.
     pub async fn shutdown(mut self) {
+        self.log_server.abort();
         self.tasks.abort_all();
         while self.tasks.join_next().await.is_some() {}
         registration::forget_pending_wipes(&self.ctx);
@@ -252,6 +305,64 @@ impl Kubelet {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// The node's status as a kubelet reports it at start (`setNodeStatus`): Ready, its
+/// address and kubelet port (where kube-apiserver finds `/containerLogs`), what it runs on.
+/// Retried until written.
+async fn report_node_status(ctx: Arc<NodeContext>) {
+    let now = crate::apiserver::now_rfc3339();
+    let (major, minor) = ctx.release.0;
+    let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
+    let os_image = read("/etc/os-release")
+        .lines()
+        .find_map(|l| l.strip_prefix("PRETTY_NAME="))
+        .map(|v| v.trim_matches('"').to_string())
+        .unwrap_or_default();
+    let architecture = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    let status = serde_json::json!({"status": {
+        "conditions": [{
+            "type": "Ready", "status": "True", "reason": "KubeletReady",
+            "message": "kubelet is posting ready status",
+            "lastHeartbeatTime": now, "lastTransitionTime": now,
+        }],
+        "addresses": [
+            {"type": "InternalIP", "address": "127.0.0.1"},
+            {"type": "Hostname", "address": ctx.node},
+        ],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": ctx.log_port}},
+        "nodeInfo": {
+            "kubeletVersion": format!("v{major}.{minor}.0-fake-dra-emulator"),
+            "kubeProxyVersion": "",
+            "operatingSystem": "linux",
+            "architecture": architecture,
+            "osImage": os_image,
+            "kernelVersion": read("/proc/sys/kernel/osrelease").trim(),
+            "containerRuntimeVersion": format!("{}://fake-dra-emulator", ctx.runtime.name()),
+            "machineID": "", "systemUUID": "", "bootID": "",
+        },
+    }});
+    let nodes = kube::api::Api::<k8s_openapi::api::core::v1::Node>::all(ctx.client.clone());
+    loop {
+        match nodes
+            .patch_status(
+                &ctx.node,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&status),
+            )
+            .await
+        {
+            Ok(_) => return,
+            Err(error) => {
+                tracing::debug!(node = %ctx.node, %error, "writing the node status failed; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
         }
     }
 }

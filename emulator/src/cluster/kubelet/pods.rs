@@ -39,6 +39,11 @@ pub(super) async fn sync_pods(ctx: &Arc<NodeContext>) -> Result<(), kube::Error>
     let mine: HashMap<String, DraPod> = pods
         .into_iter()
         .filter(|p| p.node_name() == Some(ctx.node.as_str()))
+        .filter(|p| {
+            !ctx.host_run
+                .iter()
+                .any(|h| h.matches(p.metadata.namespace.as_deref(), p.metadata.labels.as_ref()))
+        })
         .filter_map(|p| Some((p.metadata.uid.clone()?, p)))
         .collect();
     let mut workers = ctx.workers.lock().await;
@@ -78,6 +83,12 @@ struct ContainerSlot {
     last_exit: Option<i32>,
     next_start: tokio::time::Instant,
     started_at: String,
+    /// The current run's container id (`<runtime>://<id>-<run>`: the run names its log file).
+    container_id: String,
+    /// `state.terminated` of the current run once it ended.
+    terminated: Option<Value>,
+    /// `lastState.terminated`: the run before the current one.
+    last_terminated: Option<Value>,
 }
 
 struct PodWorker {
@@ -161,6 +172,12 @@ impl PodWorker {
         // The containers are gone; so are their logs once the pod is (the kubelet removes a
         // removed pod's log directory), before a new pod of the same name can print.
         self.ctx.logs.forget(namespace, name);
+        let dir = self.ctx.dirs.pod_log_dir(namespace, name, &self.uid);
+        if let Err(e) = std::fs::remove_dir_all(&dir)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(dir = %dir.display(), "removing the pod's logs: {e}");
+        }
         let params = DeleteParams {
             grace_period_seconds: Some(0),
             preconditions: Some(Preconditions {
@@ -206,27 +223,66 @@ impl PodWorker {
         }
         let policy = restart_policy(pod);
         let now = tokio::time::Instant::now();
+        let release = self.ctx.release;
         for slot in &mut self.containers {
             if let Some(running) = slot.running.as_mut()
                 && let Some(code) = running.try_exit_code()
             {
                 slot.running = None;
                 slot.last_exit = Some(code);
+                slot.terminated =
+                    Some(terminated(code, &slot.started_at, &slot.container_id, None));
+                self.ctx.run_ended(slot.spec.log_path.as_deref());
                 let backoff =
                     Duration::from_secs(1 << slot.restarts.min(4)).min(MAX_RESTART_BACKOFF);
                 slot.next_start = now + backoff;
                 tracing::info!(node = %self.ctx.node, pod = %slot.spec.pod, container = %slot.name, code, "container exited");
+                if will_restart(slot.last_exit, policy) {
+                    let note = format!(
+                        "Back-off restarting failed container {} in pod {}",
+                        slot.name,
+                        pod_full_name(pod)
+                    );
+                    self.ctx
+                        .events
+                        .warn(
+                            container_ref(pod, &slot.name),
+                            "BackOff",
+                            "StartContainer",
+                            note,
+                        )
+                        .await;
+                }
             }
-            let restart = match (slot.last_exit, policy) {
-                (None, _) => slot.running.is_none(),
-                (Some(_), "Always") => true,
-                (Some(code), "OnFailure") => code != 0,
-                (Some(_), _) => false,
+            let restart = match slot.last_exit {
+                None => slot.running.is_none(),
+                exit => will_restart(exit, policy),
             };
             if slot.running.is_none() && restart && now >= slot.next_start {
                 if slot.last_exit.is_some() {
                     slot.restarts += 1;
+                    slot.last_terminated = slot.terminated.take();
                 }
+                let run = slot.restarts;
+                slot.spec.log_path = Some(self.ctx.dirs.container_log(
+                    &slot.spec.namespace,
+                    &slot.spec.pod,
+                    &self.uid,
+                    &slot.name,
+                    run,
+                ));
+                slot.container_id = format!("{}://{}-{run}", self.ctx.runtime.name(), slot.spec.id);
+                slot.started_at = crate::apiserver::now_rfc3339();
+                let reference = container_ref(pod, &slot.name);
+                let (created, started) = release.container_event_notes(&slot.name);
+                let pulled = format!(
+                    "Container image {:?} already present on machine",
+                    image_of(pod, &slot.name)
+                );
+                self.ctx
+                    .events
+                    .normal(reference.clone(), "Pulled", "Pull", pulled)
+                    .await;
                 match self
                     .ctx
                     .runtime
@@ -236,17 +292,29 @@ impl PodWorker {
                     Ok(running) => {
                         slot.running = Some(running);
                         slot.last_exit = None;
-                        slot.started_at = crate::apiserver::now_rfc3339();
-                        let note = format!("Started container {}", slot.name);
-                        self.ctx
-                            .events
-                            .normal(object_ref(pod), "Started", "Start", note)
+                        let events = &self.ctx.events;
+                        events
+                            .normal(reference.clone(), "Created", "Create", created)
                             .await;
+                        events.normal(reference, "Started", "Start", started).await;
                     }
                     Err(error) => {
                         tracing::warn!(pod = %slot.spec.pod, container = %slot.name, %error, "starting the container failed");
+                        let message = error.to_string();
                         slot.last_exit = Some(128);
+                        slot.terminated = Some(terminated(
+                            128,
+                            &slot.started_at,
+                            &slot.container_id,
+                            Some(&message),
+                        ));
+                        self.ctx.run_ended(slot.spec.log_path.as_deref());
                         slot.next_start = now + MAX_RESTART_BACKOFF;
+                        let note = format!("Error: {message}");
+                        self.ctx
+                            .events
+                            .warn(reference, "Failed", "StartContainer", note)
+                            .await;
                     }
                 }
             }
@@ -297,6 +365,8 @@ impl PodWorker {
                     .map_err(|m| Failure::new("CreateContainerConfigError", m))?,
                 cdi_devices,
                 cdi_root: self.ctx.dirs.cdi_root.clone(),
+                // Set per run, when it starts.
+                log_path: None,
             };
             containers.push(ContainerSlot {
                 name: container.name.clone(),
@@ -306,6 +376,9 @@ impl PodWorker {
                 last_exit: None,
                 next_start: tokio::time::Instant::now(),
                 started_at: String::new(),
+                container_id: String::new(),
+                terminated: None,
+                last_terminated: None,
             });
         }
         self.containers = containers;
@@ -336,6 +409,7 @@ impl PodWorker {
                 running.stop().await;
                 slot.last_exit = Some(137);
             }
+            self.ctx.run_ended(slot.spec.log_path.as_deref());
         }
         self.containers.clear();
     }
@@ -371,25 +445,54 @@ impl PodWorker {
 
     fn status(&self, pod: &DraPod, failure: Option<&Failure>) -> Value {
         let policy = restart_policy(pod);
+        let now = tokio::time::Instant::now();
         let statuses: Vec<Value> = self
             .containers
             .iter()
             .map(|slot| {
-                let state = match (&slot.running, slot.last_exit) {
-                    (Some(_), _) => json!({"running": {"startedAt": slot.started_at}}),
-                    (None, Some(code)) => json!({"terminated": {"exitCode": code, "reason": if code == 0 { "Completed" } else { "Error" }}}),
-                    (None, None) => json!({"waiting": {"reason": "ContainerCreating"}}),
+                // As the kubelet reports them (`convertToAPIContainerStatuses`): a run that
+                // ended and will be started again after a back-off is waiting in
+                // CrashLoopBackOff, with the run in lastState.
+                let (state, last) = match (&slot.running, &slot.terminated) {
+                    (Some(_), _) => (
+                        json!({"running": {"startedAt": slot.started_at}}),
+                        slot.last_terminated.clone(),
+                    ),
+                    (None, Some(ended)) if will_restart(slot.last_exit, policy) => {
+                        let wait = slot
+                            .next_start
+                            .saturating_duration_since(now)
+                            .as_secs()
+                            .max(1);
+                        let message = format!(
+                            "back-off {wait}s restarting failed container={} pod={}",
+                            slot.name,
+                            pod_full_name(pod)
+                        );
+                        (
+                            json!({"waiting": {"reason": "CrashLoopBackOff", "message": message}}),
+                            Some(ended.clone()),
+                        )
+                    }
+                    (None, Some(ended)) => {
+                        (json!({"terminated": ended}), slot.last_terminated.clone())
+                    }
+                    (None, None) => (json!({"waiting": {"reason": "ContainerCreating"}}), None),
                 };
-                json!({
+                let mut status = json!({
                     "name": slot.name,
                     "ready": slot.running.is_some(),
                     "started": slot.running.is_some(),
                     "restartCount": slot.restarts,
                     "image": image_of(pod, &slot.name),
                     "imageID": "",
-                    "containerID": format!("{}://{}", self.ctx.runtime.name(), slot.spec.id),
                     "state": state,
-                })
+                    "lastState": last.map_or_else(|| json!({}), |t| json!({"terminated": t})),
+                });
+                if !slot.container_id.is_empty() {
+                    status["containerID"] = json!(slot.container_id);
+                }
+                status
             })
             .collect();
         let all_running =
@@ -399,12 +502,12 @@ impl PodWorker {
                 .containers
                 .iter()
                 .all(|c| c.running.is_none() && c.last_exit.is_some());
-        let will_restart = |c: &ContainerSlot| match (c.last_exit, policy) {
-            (Some(_), "Always") => true,
-            (Some(code), "OnFailure") => code != 0,
-            _ => false,
-        };
-        let phase = if all_exited && !self.containers.iter().any(will_restart) {
+        let phase = if all_exited
+            && !self
+                .containers
+                .iter()
+                .any(|c| will_restart(c.last_exit, policy))
+        {
             if self.containers.iter().all(|c| c.last_exit == Some(0)) {
                 "Succeeded"
             } else {
@@ -458,6 +561,47 @@ impl Failure {
     fn prepare(message: String) -> Self {
         Self::new("FailedPrepareDynamicResources", message)
     }
+}
+
+/// Whether a run that ended with `exit` is started again under `policy`.
+fn will_restart(exit: Option<i32>, policy: &str) -> bool {
+    match (exit, policy) {
+        (Some(_), "Always") => true,
+        (Some(code), "OnFailure") => code != 0,
+        _ => false,
+    }
+}
+
+/// `state.terminated` of a run (`Error`/`Completed`, or `StartError` when it never ran).
+fn terminated(code: i32, started_at: &str, container_id: &str, start_error: Option<&str>) -> Value {
+    let mut ended = json!({
+        "exitCode": code,
+        "reason": if start_error.is_some() { "StartError" } else if code == 0 { "Completed" } else { "Error" },
+        "startedAt": started_at,
+        "finishedAt": crate::apiserver::now_rfc3339(),
+        "containerID": container_id,
+    });
+    if let Some(message) = start_error {
+        ended["message"] = json!(message);
+    }
+    ended
+}
+
+/// `format.Pod`: `<name>_<namespace>(<uid>)`, how the kubelet names a pod in messages.
+fn pod_full_name(pod: &DraPod) -> String {
+    format!(
+        "{}_{}({})",
+        pod.metadata.name.as_deref().unwrap_or_default(),
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.uid.as_deref().unwrap_or_default()
+    )
+}
+
+/// The reference of a container's Events: the pod with `fieldPath: spec.containers{<name>}`.
+fn container_ref(pod: &DraPod, container: &str) -> k8s_openapi::api::core::v1::ObjectReference {
+    let mut reference = object_ref(pod);
+    reference.field_path = Some(format!("spec.containers{{{container}}}"));
+    reference
 }
 
 fn restart_policy(pod: &DraPod) -> &str {

@@ -44,6 +44,7 @@ impl RunningContainer {
             namespace: spec.namespace.clone(),
             pod: spec.pod.clone(),
             container: spec.container.clone(),
+            file: spec.log_path.as_deref().and_then(CriLog::create),
         };
         let podman = matches!(runner, Runner::Podman { .. });
         let mut readers = Vec::new();
@@ -52,11 +53,18 @@ impl RunningContainer {
                 stdout,
                 logs.clone(),
                 origin.clone(),
+                Stream::Stdout,
                 false,
             )));
         }
         if let Some(stderr) = child.stderr.take() {
-            readers.push(tokio::spawn(forward_lines(stderr, logs, origin, podman)));
+            readers.push(tokio::spawn(forward_lines(
+                stderr,
+                logs,
+                origin,
+                Stream::Stderr,
+                podman,
+            )));
         }
         Self {
             child,

@@ -1,4 +1,7 @@
-//! Container logs: lines read from a container's stdout/stderr, fanned out to subscribers.
+//! Container logs: lines read from a container's stdout/stderr, fanned out to subscribers
+//! and written to the run's CRI log file.
+
+use std::io::Write;
 
 use super::*;
 
@@ -7,6 +10,69 @@ pub(super) struct Origin {
     pub(super) namespace: String,
     pub(super) pod: String,
     pub(super) container: String,
+    pub(super) file: Option<CriLog>,
+}
+
+/// Which stream a line came from: the CRI log format records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+impl Stream {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stdout => "stdout",
+            Self::Stderr => "stderr",
+        }
+    }
+}
+
+/// A run's log file in the CRI format containerd writes (`<RFC3339Nano> <stream> <F|P>
+/// <text>`, `F` for a full line, `P` for a part without its newline), shared by the
+/// stdout and stderr readers.
+#[derive(Debug, Clone)]
+pub(super) struct CriLog(Arc<Mutex<std::fs::File>>);
+
+impl CriLog {
+    /// Opens (appending) the file, creating its directories; logs and gives up on failure:
+    /// the in-memory sink still has every line.
+    pub(super) fn create(path: &Path) -> Option<Self> {
+        let open = || -> std::io::Result<std::fs::File> {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+        };
+        match open() {
+            Ok(file) => Some(Self(Arc::new(Mutex::new(file)))),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), "opening the container log file: {e}");
+                None
+            }
+        }
+    }
+
+    fn write(&self, stream: Stream, full: bool, text: &str) {
+        let mut file = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Err(e) = file.write_all(cri_record(stream, full, text).as_bytes()) {
+            tracing::warn!("writing the container log file: {e}");
+        }
+    }
+}
+
+/// One line of a CRI log file, its newline included: `<RFC3339Nano> <stream> <F|P> <text>`.
+pub fn cri_record(stream: Stream, full: bool, text: &str) -> String {
+    let stamp = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S.%fZ");
+    let tag = if full { 'F' } else { 'P' };
+    format!("{stamp} {} {tag} {text}\n", stream.as_str())
 }
 
 /// Copies a stream into the sink line by line (lossy UTF-8, so binary output can't stop it).
@@ -14,6 +80,7 @@ pub(super) async fn forward_lines(
     stream: impl AsyncRead + Unpin,
     logs: LogSink,
     origin: Origin,
+    which: Stream,
     podman_stderr: bool,
 ) {
     let mut reader = BufReader::new(stream);
@@ -24,6 +91,10 @@ pub(super) async fn forward_lines(
             Ok(0) => break,
             Ok(_) => {
                 let line = String::from_utf8_lossy(&buf);
+                if let Some(file) = &origin.file {
+                    let full = line.ends_with('\n');
+                    file.write(which, full, line.strip_suffix('\n').unwrap_or(&line));
+                }
                 let line = line.strip_suffix('\n').unwrap_or(&line);
                 let line = line.strip_suffix('\r').unwrap_or(line);
                 if podman_stderr && line.starts_with("Error: ") {

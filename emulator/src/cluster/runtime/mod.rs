@@ -237,6 +237,10 @@ pub struct ContainerSpec {
     pub cdi_devices: Vec<String>,
     /// The node's CDI spec directory (what /var/run/cdi is on that node).
     pub cdi_root: PathBuf,
+    /// Where this run's output goes in the CRI log format, as containerd writes
+    /// `/var/log/pods/<ns>_<pod>_<uid>/<container>/<restart>.log` (`kubectl logs` reads it
+    /// through the kubelet); `None`: the in-memory sink only.
+    pub log_path: Option<PathBuf>,
 }
 
 impl ContainerSpec {
