@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The out-of-tree example driver (examples/fpga-driver, its own Cargo workspace on the
 # dra-kubelet-plugin library).
-#   test  fmt check, clippy and unit tests, with CARGO_TARGET_DIR at the main target/ so
+#   lock  checks examples/fpga-driver/Cargo.lock still agrees with the workspace crates the
+#         example uses by path (a dependency added to one of them changes it); fast, so CI
+#         runs it before the long steps
+#   test  lock, fmt check, clippy and unit tests, with CARGO_TARGET_DIR at the main target/ so
 #         the dependencies the workspace built are used where their features agree
 #   demo  on a fresh one-node cluster of hack/local-cluster.sh (root): the driver's image
 #         (built here without an engine, as hack/build-image-local.sh builds ours), its
@@ -9,7 +12,7 @@
 #         its FPGA_ variables) and checks /dev/fpga0 is a character device and
 #         FPGA_DEVICE_0=fpga0; tears the cluster down. Needs the busybox and pause images
 #         of hack/build-image-local.sh in IMAGES_DIR (built when missing).
-# Usage: hack/example-fpga.sh test|demo [--keep]
+# Usage: hack/example-fpga.sh lock|test|demo [--keep]
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 example="$ROOT/examples/fpga-driver"
@@ -17,9 +20,18 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 cmd="${1:-}"
 keep=false
 [[ "${2:-}" != --keep ]] || keep=true
+check_lock() {
+  local out
+  if ! out=$(cd "$example" && cargo metadata --locked --format-version 1 2>&1 >/dev/null); then
+    printf '%s\n' "$out" >&2
+    die "examples/fpga-driver/Cargo.lock is out of date with the crates it uses (cargo's words above); update it with: (cd examples/fpga-driver && cargo metadata --offline --format-version 1 >/dev/null), then commit it"
+  fi
+}
 case "$cmd" in
   -h|--help) usage; exit 0 ;;
+  lock) check_lock; exit 0 ;;
   test)
+    check_lock
     cd "$example"
     cargo fmt -- --check
     cargo clippy --locked --all-targets -- -D warnings
@@ -27,7 +39,7 @@ case "$cmd" in
     exit 0
     ;;
   demo) ;;
-  *) die "unknown command '${cmd}' (test or demo; try --help)" ;;
+  *) die "unknown command '${cmd}' (lock, test or demo; try --help)" ;;
 esac
 
 source "$ROOT/hack/kube/lib.sh"
