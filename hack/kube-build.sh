@@ -10,10 +10,14 @@
 #   tools       pause, ociarchive (our own, hack/kube/tools)
 # runc and the CNI plugins are Debian's (apt-get install runc containernetworking-plugins).
 # A group whose go.mod, go.sum, flags and Go version are unchanged since its last build is
-# skipped (stamp files in the bin directory), so a second run does nothing. Prints timings.
+# skipped (stamp files in the bin directory), so a second run does nothing; a group built
+# alike for another release (etcd, containerd, crictl, tools) is copied from there. Prints
+# timings. Go builds run at the lowest CPU priority (nice 19), so a build never slows
+# the machine's other work.
 # Usage: hack/kube-build.sh [--force] [GROUP...]   (default: all groups)
 #   --force  rebuild even if the stamps match
-# Env: KUBE_MODULE (kubernetes = 1.37, the default; kubernetes-1.30 = classic DRA),
+# Env: KUBE_MODULE (kubernetes = 1.37, the default; kubernetes-1.MINOR = another release
+#      line, e.g. kubernetes-1.30 = classic DRA; hack/kube-module.sh writes one),
 #      KUBE_OUT (default target/kube/<version>), GOFLAGS, GOCACHE, GOMODCACHE as for go.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -47,11 +51,26 @@ build_group() {
     echo "== $name: up to date ($bins)"
     return
   fi
+  # etcd, containerd, crictl and the tools are the same for every Kubernetes release: the
+  # binaries of another release's directory with the same stamp are copied, not rebuilt.
+  local other
+  if ! $force; then
+    for other in "$ROOT"/target/kube/*/bin/.stamp-"$name"; do
+      [[ -f "$other" && "$other" != "$stamp" && "$(cat "$other")" == "$key" ]] || continue
+      missing=false
+      for b in $bins; do [[ -x "$(dirname "$other")/$b" ]] || missing=true; done
+      $missing && continue
+      for b in $bins; do cp -f "$(dirname "$other")/$b" "$KUBE_BIN/$b"; done
+      echo "$key" >"$stamp"
+      echo "== $name: copied from $(dirname "$other") (same go.mod, flags and Go)"
+      return
+    done
+  fi
   echo "== $name: building $bins"
   t0=$SECONDS
   (cd "$dir" && go mod download) || die "$name: go mod download failed in $dir (is the Go module proxy reachable? GOPROXY=$(go env GOPROXY))"
   t1=$SECONDS
-  (cd "$dir" && env ${envs[@]+"${envs[@]}"} go build -trimpath -o "$KUBE_BIN/" "$@") || die "$name: go build failed in $dir"
+  (cd "$dir" && env ${envs[@]+"${envs[@]}"} nice -n 19 go build -trimpath -o "$KUBE_BIN/" "$@") || die "$name: go build failed in $dir"
   t2=$SECONDS
   echo "$key" >"$stamp"
   echo "== $name: modules $((t1 - t0)) s, build $((t2 - t1)) s"
