@@ -13,7 +13,8 @@
 # skipped (stamp files in the bin directory), so a second run does nothing; a group built
 # alike for another release (etcd, containerd, crictl, tools) is copied from there. Prints
 # timings. Go builds run at the lowest CPU priority (nice 19), so a build never slows
-# the machine's other work.
+# the machine's other work (.ci/run starts them in the background while cargo works);
+# concurrent runs take turns (flock on target/kube/.build-lock).
 # Usage: hack/kube-build.sh [--force] [GROUP...]   (default: all groups)
 #   --force  rebuild even if the stamps match
 # Env: KUBE_MODULE (kubernetes = 1.37, the default; kubernetes-1.MINOR = another release
@@ -35,6 +36,15 @@ done
 [[ ${#groups[@]} -gt 0 ]] || groups=(tools kubernetes etcd containerd cri-tools)
 need go "Go 1.26 (https://go.dev/doc/install)"
 mkdir -p "$KUBE_BIN"
+# One build at a time per target/kube: a second run (CI's, while .ci/run's background
+# build still runs) waits here, then finds the stamps up to date.
+exec {build_lock}>"$ROOT/target/kube/.build-lock"
+if ! flock -n "$build_lock"; then
+  echo "== waiting for another hack/kube-build.sh (target/kube/.build-lock)"
+  t_wait=$SECONDS
+  flock "$build_lock"
+  echo "== waited $((SECONDS - t_wait)) s"
+fi
 
 # build_group <name> <module dir> <binaries> <env...> -- <go build arguments...>
 # Skips the group when its stamp matches and every binary exists.
