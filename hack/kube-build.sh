@@ -70,7 +70,8 @@ build_group() {
       missing=false
       for b in $bins; do [[ -x "$(dirname "$other")/$b" ]] || missing=true; done
       $missing && continue
-      for b in $bins; do cp -f "$(dirname "$other")/$b" "$KUBE_BIN/$b"; done
+      # Hard links: the same file for every release (a copy across file systems).
+      for b in $bins; do ln -f "$(dirname "$other")/$b" "$KUBE_BIN/$b" 2>/dev/null || cp -f "$(dirname "$other")/$b" "$KUBE_BIN/$b"; done
       echo "$key" >"$stamp"
       echo "== $name: copied from $(dirname "$other") (same go.mod, flags and Go)"
       return

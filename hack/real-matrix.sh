@@ -15,7 +15,9 @@
 # hack/kube/matrix-inputs). Logs and each release's results go to target/real-matrix/.
 # Needs root.
 # Usage: hack/real-matrix.sh [--skip-build] [--demo-only] [--record] [--lock FILE] [RELEASE...]
-#   RELEASE       1.27 ... 1.37 (default: every release line of hack/kube/, oldest first)
+#   RELEASE       1.27 ... 1.37 (default: every release line of hack/kube/, oldest first);
+#                 1.34+DRADeviceTaints[+GATE...] runs that release with those gates on
+#                 (KUBE_FEATURE_GATES for it alone: neither recorded nor compared)
 #   --skip-build  use the binaries and images already built (no go or cargo build)
 #   --demo-only   the seed demo only
 #   --record      rewrite each structured release's observed file instead of comparing
@@ -27,6 +29,8 @@
 #      recorded nor compared), CARGO_TARGET_DIR.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
+# The gates asked for on the command line's environment apply to every release.
+KUBE_FEATURE_GATES_ALL="${KUBE_FEATURE_GATES:-}"
 build=true
 suite=true
 record=false
@@ -63,7 +67,7 @@ if [[ ${#releases[@]} -eq 0 ]]; then
   )
   mapfile -t releases < <(printf '%s\n' "${releases[@]}" | sort -t. -k2,2n -u)
 fi
-for r in "${releases[@]}"; do module_of "$r" >/dev/null; done
+for r in "${releases[@]}"; do module_of "${r%%+*}" >/dev/null; done
 
 OUT="${CARGO_TARGET_DIR:-$ROOT/target}/real-matrix"
 mkdir -p "$OUT"
@@ -125,13 +129,21 @@ declare -A demo_of passed_of failed_of na_of minutes_of note_of
 status=0
 for r in "${releases[@]}"; do
   export KUBE_MODULE
-  KUBE_MODULE="$(module_of "$r")"
-  minor="${r#1.}"
+  KUBE_MODULE="$(module_of "${r%%+*}")"
+  minor="${r%%+*}"
+  minor="${minor#1.}"
+  gates="${KUBE_FEATURE_GATES_ALL:-}"
+  if [[ "$r" == *+* ]]; then
+    extra="${r#*+}"
+    extra="${extra//+/=true,}=true"
+    gates="${gates:+$gates,}$extra"
+  fi
+  export KUBE_FEATURE_GATES="$gates"
   mode=structured; ((minor > 30)) || mode=classic
   log="$OUT/$r"
   mkdir -p "$log"
   t0=$SECONDS
-  echo "== Kubernetes $r ($KUBE_MODULE, $mode DRA)"
+  echo "== Kubernetes $r ($KUBE_MODULE, $mode DRA${gates:+, gates $gates})"
   if $build; then
     "$ROOT/hack/kube-build.sh" >"$log/build.log" 2>&1 || {
       demo_of[$r]="build failed"; note_of[$r]="see $log/build.log"; status=1
@@ -187,7 +199,7 @@ done
 } | tee "$OUT/summary.txt"
 # Every release line passed, on default clusters: CI need not run the matrix again until
 # one of hack/kube/matrix-inputs changes (hack/ci-real-k8s.sh --matrix auto).
-if ((status == 0)) && $all_releases && $suite && [[ -z "${KUBE_FEATURE_GATES:-}" ]]; then
+if ((status == 0)) && $all_releases && $suite && [[ -z "$KUBE_FEATURE_GATES_ALL" ]]; then
   (source "$ROOT/hack/kube/lib.sh" && matrix_inputs_sha256) >"$ROOT/e2e/tests/real/observed/inputs.sha256"
   echo "wrote e2e/tests/real/observed/inputs.sha256 (the matrix's inputs as they passed)"
 fi

@@ -383,6 +383,37 @@ pub async fn device_taints<B: Backend>(b: &mut B, p: &mut Protocol) {
     delete_namespaces(b, &["test4"]).await;
     delete_fault(b, "evict").await;
     wait_devices(b, "no taint left", |d| d.iter().all(|x| x.taints.is_none())).await;
+
+    // Effect None: published for information only, repels nothing. An API server of 1.34
+    // or older with DRADeviceTaints on refuses the effect (and with it the whole slice).
+    apply(
+        b,
+        "apiVersion: fake.resource.3-shake.com/v1alpha1\nkind: DeviceFault\nmetadata: {name: all-none}\nspec:\n  taint: {key: fake.resource.3-shake.com/degraded, effect: None}\n",
+    )
+    .await;
+    p.record(
+        "fault with effect None: status",
+        fault_status(b, "all-none").await,
+    );
+    wait_devices(b, "every device with the None taint", |d| {
+        !d.is_empty()
+            && d.iter()
+                .all(|x| x.taints.iter().flatten().any(|t| t.effect == "None"))
+    })
+    .await;
+    apply(b, &super::scenarios::example("4-count-4.yaml")).await;
+    running(
+        b,
+        p,
+        "test4",
+        "pod0",
+        "ctr0",
+        "pod0 with a None taint on every device",
+    )
+    .await;
+    delete_namespaces(b, &["test4"]).await;
+    delete_fault(b, "all-none").await;
+    wait_devices(b, "no taint left", |d| d.iter().all(|x| x.taints.is_none())).await;
 }
 
 /// A release whose API server drops device taints (gate off): the fault's taint never

@@ -135,13 +135,17 @@ pub fn drop_disabled_fields(
     match plural {
         "resourceslices" => slice(old, new, &on),
         "resourceclaims" => {
-            claim_spec(old.and_then(|o| o.get("spec")), new.get_mut("spec"), &on);
+            claim_spec(
+                old.and_then(|o| o.get("spec")),
+                new.get_mut("spec"),
+                server_version,
+            );
             claim_status(old, new, &on);
         }
         "resourceclaimtemplates" => claim_spec(
             old.and_then(|o| o.pointer("/spec/spec")),
             new.pointer_mut("/spec/spec"),
-            &on,
+            server_version,
         ),
         "deviceclasses" => {
             let in_use = old.is_some_and(|o| o.pointer("/spec/extendedResourceName").is_some());
@@ -215,9 +219,12 @@ fn slice(old: Option<&Value>, new: &mut Value, on: &impl Fn(Gate) -> bool) {
     }
 }
 
-/// `DropDisabledFields` of pkg/api/resourceclaimspec/util.go, on a claim's `spec` (or a
-/// template's `spec.spec`).
-fn claim_spec(old: Option<&Value>, new: Option<&mut Value>, on: &impl Fn(Gate) -> bool) {
+/// `DropDisabledFields` of pkg/api/resourceclaimspec/util.go (1.35+; before, the claim
+/// and template strategies' own `dropDisabledFields`), on a claim's `spec` (or a
+/// template's `spec.spec`). Requests' `tolerations` are dropped from 1.35 only: 1.33 and
+/// 1.34 keep them with `DRADeviceTaints` off.
+fn claim_spec(old: Option<&Value>, new: Option<&mut Value>, server_version: (u32, u32)) {
+    let on = |g: Gate| g.enabled(server_version);
     let Some(new) = new else { return };
     let old_requests: Vec<Value> = items(old, "/devices/requests").cloned().collect();
     let old_uses = |check: &dyn Fn(&Value) -> bool| old_requests.iter().any(check);
@@ -237,7 +244,7 @@ fn claim_spec(old: Option<&Value>, new: Option<&mut Value>, on: &impl Fn(Gate) -
             .is_some_and(|e| non_empty(e, "tolerations"))
             || subrequests(r).iter().any(|s| non_empty(s, "tolerations"))
     });
-    if !on(Gate::DeviceTaints) && !tolerations_in_use {
+    if !on(Gate::DeviceTaints) && server_version >= (1, 35) && !tolerations_in_use {
         for r in items_mut(new, "/devices/requests") {
             if let Some(exactly) = r.get_mut("exactly") {
                 remove(exactly, &["tolerations"]);
@@ -389,6 +396,34 @@ mod tests {
             claim,
             json!({"spec": {"devices": {"requests": [{"name": "a"}, {"name": "b", "exactly": {"deviceClassName": "c"}}]}}, "status": {}})
         );
+        let tolerations = json!({"spec": {"devices": {"requests": [
+            {"name": "b", "exactly": {"deviceClassName": "c", "tolerations": [{"operator": "Exists"}]}}
+        ]}}});
+        let mut kept = tolerations.clone();
+        drop_disabled_fields(
+            "resource.k8s.io",
+            "resourceclaims",
+            None,
+            &mut kept,
+            (1, 34),
+        );
+        assert_eq!(
+            kept, tolerations,
+            "1.34 keeps tolerations with the gate off"
+        );
+        let mut dropped = tolerations.clone();
+        drop_disabled_fields(
+            "resource.k8s.io",
+            "resourceclaims",
+            None,
+            &mut dropped,
+            (1, 35),
+        );
+        assert!(
+            dropped
+                .pointer("/spec/devices/requests/0/exactly/tolerations")
+                .is_none()
+        );
         let mut template = json!({"spec": {"spec": spec}});
         drop_disabled_fields(
             "resource.k8s.io",
@@ -400,7 +435,7 @@ mod tests {
         assert_eq!(
             template["spec"]["spec"]["devices"]["requests"],
             json!([
-                {"name": "a", "firstAvailable": [{"name": "x", "deviceClassName": "c"}]},
+                {"name": "a", "firstAvailable": [{"name": "x", "deviceClassName": "c", "tolerations": [{"operator": "Exists"}]}]},
                 {"name": "b", "exactly": {"deviceClassName": "c", "adminAccess": true}}
             ])
         );
