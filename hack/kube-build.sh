@@ -14,13 +14,18 @@
 #   kind        kind (sigs.k8s.io/kind, for the hack/kind-*.sh scripts)
 # kubeadm, coredns and kind are not in the default groups (the kind scripts build them).
 # runc and the CNI plugins are Debian's (apt-get install runc containernetworking-plugins).
-# A group whose go.mod, go.sum, own .go files, flags and Go version are unchanged since its last build is
-# skipped (stamp files in the bin directory), so a second run does nothing. Prints timings,
-# and while a group builds (13+ minutes cold for kubernetes) its progress every 30 s: the
-# elapsed time, the packages compiled so far of the most there are to build, the latest.
+# A group whose go.mod, go.sum, own .go files, flags and Go version are unchanged since its
+# last build is skipped (stamp files in the bin directory), so a second run does nothing; a
+# group built alike for another release (etcd, containerd, crictl, tools) is hard-linked
+# from there. Go builds run at the lowest CPU priority (nice 19), so a build never slows
+# the machine's other work (.ci/run starts them in the background while cargo works);
+# concurrent runs take turns (flock on target/kube/.build-lock). Prints timings, and while
+# a group builds (13+ minutes cold for kubernetes) its progress every 30 s: the elapsed
+# time, the packages compiled so far of the most there are to build, the latest.
 # Usage: hack/kube-build.sh [--force] [GROUP...]   (default: all groups)
 #   --force  rebuild even if the stamps match
-# Env: KUBE_MODULE (kubernetes = 1.37, the default; kubernetes-1.30 = classic DRA),
+# Env: KUBE_MODULE (kubernetes = 1.37, the default; kubernetes-1.MINOR = another release
+#      line, e.g. kubernetes-1.30 = classic DRA; hack/kube-module.sh writes one),
 #      KUBE_OUT (default target/kube/<version>), GOFLAGS, GOCACHE, GOMODCACHE as for go.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -38,6 +43,15 @@ done
 [[ ${#groups[@]} -gt 0 ]] || groups=(tools kubernetes etcd containerd cri-tools)
 need go "Go 1.26 (https://go.dev/doc/install)"
 mkdir -p "$KUBE_BIN"
+# One build at a time per target/kube: a second run (CI's, while .ci/run's background
+# build still runs) waits here, then finds the stamps up to date.
+exec {build_lock}>"$ROOT/target/kube/.build-lock"
+if ! flock -n "$build_lock"; then
+  echo "== waiting for another hack/kube-build.sh (target/kube/.build-lock)"
+  t_wait=$SECONDS
+  flock "$build_lock"
+  echo "== waited $((SECONDS - t_wait)) s"
+fi
 
 PROGRESS_EVERY="${PROGRESS_EVERY:-30}"
 
@@ -88,6 +102,22 @@ build_group() {
     echo "== $name: up to date ($bins)"
     return
   fi
+  # etcd, containerd, crictl and the tools are the same for every Kubernetes release: the
+  # binaries of another release's directory with the same stamp are copied, not rebuilt.
+  local other
+  if ! $force; then
+    for other in "$ROOT"/target/kube/*/bin/.stamp-"$name"; do
+      [[ -f "$other" && "$other" != "$stamp" && "$(cat "$other")" == "$key" ]] || continue
+      missing=false
+      for b in $bins; do [[ -x "$(dirname "$other")/$b" ]] || missing=true; done
+      $missing && continue
+      # Hard links: the same file for every release (a copy across file systems).
+      for b in $bins; do ln -f "$(dirname "$other")/$b" "$KUBE_BIN/$b" 2>/dev/null || cp -f "$(dirname "$other")/$b" "$KUBE_BIN/$b"; done
+      echo "$key" >"$stamp"
+      echo "== $name: copied from $(dirname "$other") (same go.mod, flags and Go)"
+      return
+    done
+  fi
   echo "== $name: building $bins"
   t0=$SECONDS
   local out total
@@ -100,7 +130,7 @@ build_group() {
   total="$(in_dir "$dir" env ${envs[@]+"${envs[@]}"} go list -deps "$@" 2>/dev/null | grep -c .)" || total=""
   # -v: each package compiled is a line of progress.
   with_progress "$name: go build" "$total" "$out" \
-    in_dir "$dir" env ${envs[@]+"${envs[@]}"} go build -v -trimpath -o "$KUBE_BIN/" "$@" \
+    in_dir "$dir" env ${envs[@]+"${envs[@]}"} nice -n 19 go build -v -trimpath -o "$KUBE_BIN/" "$@" \
     || die "$name: go build failed in $dir"
   rm -f "$out"
   t2=$SECONDS

@@ -19,9 +19,12 @@
 # node IP 10.200.0.1/32 on lo; pods on the bridge fakedra0, 10.244.0.0/24; Services
 # 10.96.0.0/16 (kube-proxy, iptables mode); state and logs in $CLUSTER_DIR (default
 # /var/lib/fake-dra-cluster); the kubelet's root is /var/lib/kubelet (the plugin's paths).
-# Kubernetes 1.37 (structured DRA, on by default) unless KUBE_MODULE=kubernetes-1.30: classic
-# DRA, with the feature gate DynamicResourceAllocation and resource.k8s.io/v1alpha2 turned on.
-# Env: CLUSTER_DIR, NODE_NAME, KUBE_MODULE, KUBE_OUT (binaries: default target/kube/<version>),
+# Kubernetes 1.37 (structured DRA, on by default) unless KUBE_MODULE=kubernetes-1.MINOR names
+# another release line of hack/kube/: 1.34-1.36 as they come; 1.32/1.33 with the gate
+# DynamicResourceAllocation and resource.k8s.io/v1beta1 turned on; 1.27-1.30 (classic DRA)
+# with the gate and resource.k8s.io/v1alpha2.
+# Env: CLUSTER_DIR, NODE_NAME, KUBE_MODULE, KUBE_FEATURE_GATES (more gates, NAME=true,...),
+#      KUBE_OUT (binaries: default target/kube/<version>),
 #      IMAGES_DIR (archives loaded at up: default target/kube/images/*.tar)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -55,14 +58,31 @@ RUNC="${RUNC:-$(command -v runc || echo /usr/sbin/runc)}"
 # puts back the values up saved.
 KUBELET_SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy)
-# Classic DRA (1.27-1.30) is off by default: gate and API group on every component.
-DRA_GATES=()
+# What a release needs turned on for DRA (as hack/kind-up.sh does for kind): classic DRA
+# (1.27-1.30) and structured v1beta1 (1.32/1.33) are behind the DynamicResourceAllocation
+# gate (every component) and their resource.k8s.io version (the API server); 1.34+ serve
+# resource.k8s.io/v1 with DRA on by default. KUBE_FEATURE_GATES (e.g.
+# DRADeviceTaints=true,DRAPartitionableDevices=true) adds gates on every component.
+dra_gates=()
 DRA_APISERVER=()
-KUBELET_GATES=""
 if (($(kube_minor) <= 30)); then
-  DRA_GATES=(--feature-gates DynamicResourceAllocation=true)
+  dra_gates=(DynamicResourceAllocation=true)
   DRA_APISERVER=(--runtime-config resource.k8s.io/v1alpha2=true)
-  KUBELET_GATES=$'featureGates:\n  DynamicResourceAllocation: true'
+elif (($(kube_minor) <= 33)); then
+  dra_gates=(DynamicResourceAllocation=true)
+  DRA_APISERVER=(--runtime-config resource.k8s.io/v1beta1=true)
+fi
+IFS=, read -r -a extra_gates <<<"${KUBE_FEATURE_GATES:-}"
+dra_gates+=(${extra_gates[@]+"${extra_gates[@]}"})
+DRA_GATES=()
+KUBELET_GATES=""
+if ((${#dra_gates[@]} > 0)); then
+  DRA_GATES=(--feature-gates "$(IFS=,; echo "${dra_gates[*]}")")
+  KUBELET_GATES="featureGates:"
+  for g in "${dra_gates[@]}"; do
+    [[ "$g" =~ ^[A-Za-z0-9]+=(true|false)$ ]] || die "KUBE_FEATURE_GATES: '$g' is not NAME=true or NAME=false"
+    KUBELET_GATES+=$'\n'"  ${g%%=*}: ${g#*=}"
+  done
 fi
 
 kctl() { "$KUBE_BIN/kubectl" --kubeconfig "$ADMIN_KUBECONFIG" "$@"; }
@@ -251,7 +271,8 @@ tlsPrivateKeyFile: $PKI/kubelet-serving.key
 containerRuntimeEndpoint: unix://$CONTAINERD_SOCK
 cgroupDriver: cgroupfs
 $failcg
-# Container logs under the work dir (the symlinks in /var/log/containers are fixed).
+# Container logs under the work dir (the symlinks in /var/log/containers are fixed). Kubelets
+# before 1.30 do not know the field (lenient decoding ignores it) and write /var/log/pods.
 podLogsDir: $CLUSTER_DIR/pod-logs
 $KUBELET_GATES
 clusterDomain: cluster.local
@@ -391,7 +412,7 @@ up() {
   # those that were not there before.
   if [[ ! -f "$RUN/preexisting" ]]; then
     local d
-    for d in /run/containerd /var/lib/cni "$KUBELET_ROOT"; do [[ ! -e "$d" ]] || echo "$d"; done >"$RUN/preexisting"
+    for d in /run/containerd /var/lib/cni "$KUBELET_ROOT" /var/log/pods; do [[ ! -e "$d" ]] || echo "$d"; done >"$RUN/preexisting"
     if grep -qx "$KUBELET_ROOT" "$RUN/preexisting"; then
       echo "warning: $KUBELET_ROOT exists already (an earlier cluster not taken down?); down will leave it" >&2
     fi
@@ -570,10 +591,16 @@ down() {
   if node_ip_on_lo; then ip addr del "$NODE_IP/32" dev lo && echo "removed $NODE_IP from lo"; fi
   # The pod cgroups the kubelet made (cgroupfs driver), deepest first.
   find /sys/fs/cgroup/*/kubepods -depth -type d -exec rmdir {} \; 2>/dev/null || true
-  # The kubelet's links to the container logs (the logs themselves stay in pod-logs/).
-  local l
+  # The kubelet's links to the container logs (the logs themselves stay in pod-logs/; a
+  # kubelet before 1.30 wrote /var/log/pods, removed below when up made it).
+  local l own_pod_logs=false
+  grep -qsx /var/log/pods "$RUN/preexisting" || own_pod_logs=true
   for l in /var/log/containers/*.log; do
-    if [[ -L "$l" && "$(readlink "$l")" == "$CLUSTER_DIR/pod-logs/"* ]]; then rm -f "$l"; fi
+    [[ -L "$l" ]] || continue
+    case "$(readlink "$l")" in
+      "$CLUSTER_DIR/pod-logs/"*) rm -f "$l" ;;
+      /var/log/pods/*) ! $own_pod_logs || rm -f "$l" ;;
+    esac
   done
   rmdir /var/log/containers 2>/dev/null || true
   local u d
@@ -591,7 +618,7 @@ down() {
     'index($2, a "/") == 1 || index($2, b "/") == 1 || index($2, c "/") == 1 { print $2 }' /proc/self/mounts)"
   [[ -z "$left" ]] || die "still mounted, state not removed (unmount and run down again): $left"
   rm -f /var/lib/cni/results/fake-dra-* 2>/dev/null || true
-  for d in /run/containerd /var/lib/cni "$KUBELET_ROOT"; do
+  for d in /run/containerd /var/lib/cni "$KUBELET_ROOT" /var/log/pods; do
     if [[ -e "$d" ]] && ! grep -qx "$d" "$RUN/preexisting" 2>/dev/null; then rm -rf "$d"; fi
   done
   rm -rf "$CLUSTER_DIR/etcd" "$CLUSTER_DIR/containerd" "$CLUSTER_DIR/cni" "$PKI" "$RUN" \

@@ -9,11 +9,13 @@
 # Exit 0 only if pod0 ran and saw eight distinct devices. Needs root.
 # --mode classic does the same on Kubernetes 1.30 (KUBE_MODULE=kubernetes-1.30) with the
 # classic overlay (controller + plugin, NodeAllocationState) and deploy/examples/.
+# KUBE_MODULE=kubernetes-1.MINOR runs another release line of hack/kube/ (the mode follows
+# from it: classic up to 1.30, structured from 1.32; 1.32/1.33 through v1beta1).
 # Usage: hack/real-k8s-demo.sh [--mode structured|classic] [--keep] [--skip-build]
 #   --keep        leave the cluster running (hack/local-cluster.sh down removes it)
 #   --skip-build  use the binaries and images already built
 set -euo pipefail
-mode=structured
+mode=""
 keep=false
 build=true
 while [[ $# -gt 0 ]]; do
@@ -26,12 +28,18 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 case "$mode" in
+  "") ;;
   structured) ;;
-  classic) export KUBE_MODULE=kubernetes-1.30 ;;
+  classic) export KUBE_MODULE="${KUBE_MODULE:-kubernetes-1.30}" ;;
   *) echo "error: unknown mode '$mode' (structured or classic)" >&2; exit 1 ;;
 esac
 source "$(dirname "$0")/lib.sh"
 source "$ROOT/hack/kube/lib.sh"
+release_mode=structured
+(($(kube_minor) > 30)) || release_mode=classic
+[[ -n "$mode" ]] || mode="$release_mode"
+[[ "$mode" == "$release_mode" ]] \
+  || die "--mode $mode does not fit Kubernetes $KUBE_VERSION (KUBE_MODULE=$KUBE_MODULE): it has $release_mode DRA"
 [[ "$(id -u)" == 0 ]] || die "must run as root (hack/local-cluster.sh mounts and makes network interfaces)"
 NODE_NAME="${NODE_NAME:-fake-dra-node}"
 export NODE_NAME

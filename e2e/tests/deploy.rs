@@ -403,7 +403,7 @@ fn structured_overlay_confines_slice_writes_to_the_plugins_node() {
         .map(|v| v["expression"].as_str().unwrap().to_owned() + "\n")
         .collect();
     for needle in [
-        "request.userInfo.extra[?'authentication.kubernetes.io/node-name']",
+        "request.userInfo.?extra[?'authentication.kubernetes.io/node-name']",
         "oldObject",
         "spec.?nodeName",
         "variables.userNodeName == variables.objectNodeName",

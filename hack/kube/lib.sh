@@ -32,6 +32,18 @@ KUBE_BIN="$KUBE_OUT/bin"
 # kube_minor: 37 for v1.37.2.
 kube_minor() { local v="${KUBE_VERSION#v1.}"; echo "${v%%.*}"; }
 
+# matrix_inputs_sha256: one hash over the files hack/kube/matrix-inputs names (git
+# pathspecs): CI compares it with e2e/tests/real/observed/inputs.sha256, written when the
+# whole version matrix last passed (hack/real-matrix.sh), to say whether it is due.
+matrix_inputs_sha256() {
+  local patterns files
+  mapfile -t patterns < <(grep -v -e '^#' -e '^[[:space:]]*$' "$KUBE_MODULES/matrix-inputs")
+  files="$(cd "$ROOT" && git ls-files -- "${patterns[@]}")" || die "git ls-files failed in $ROOT"
+  [[ -n "$files" ]] || die "hack/kube/matrix-inputs names no file git knows"
+  # shellcheck disable=SC2086  # one argument per file (paths without spaces)
+  (cd "$ROOT" && sha256sum $files) | sha256sum | cut -d' ' -f1
+}
+
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
   echo "hack/kube/lib.sh: helpers sourced by the real-Kubernetes scripts; nothing to run"
   exit 0

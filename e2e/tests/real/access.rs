@@ -102,9 +102,15 @@ pub async fn rbac_equals_the_api_access_table<B: Backend>(b: &mut B, p: &mut Pro
     }
 }
 
-fn slice_yaml(name: &str, node: &str) -> String {
+/// A slice of `node` in the version the cluster serves (`v1beta1` on 1.32/1.33).
+fn slice_yaml(cluster: &RealCluster, name: &str, node: &str) -> String {
+    let (version, device) = if cluster.release().serves_v1() {
+        ("v1", "{name: fake-0}")
+    } else {
+        ("v1beta1", "{name: fake-0, basic: {}}")
+    };
     format!(
-        r#"apiVersion: resource.k8s.io/v1
+        r#"apiVersion: resource.k8s.io/{version}
 kind: ResourceSlice
 metadata: {{name: {name}}}
 spec:
@@ -112,9 +118,34 @@ spec:
   nodeName: {node}
   pool: {{name: {node}, generation: 1, resourceSliceCount: 1}}
   devices:
-    - name: fake-0
+    - {device}
 "#
     )
+}
+
+/// A kubeconfig of the cluster's admin impersonating `user` with the extra
+/// `key: [value]`: the kubeconfig's `as-user-extra` works with the kubectl of every
+/// release (the `--as-user-extra` flag only from 1.35).
+fn impersonating(
+    cluster: &RealCluster,
+    user: &str,
+    extra: (&str, &str),
+) -> tempfile::NamedTempFile {
+    let admin = std::fs::read_to_string(cluster.layout().kubeconfig())
+        .unwrap_or_else(|e| panic!("admin kubeconfig: {e}"));
+    let mut config: serde_json::Value =
+        serde_yaml_ng::from_str(&admin).unwrap_or_else(|e| panic!("admin kubeconfig: {e}"));
+    for u in config["users"].as_array_mut().into_iter().flatten() {
+        u["user"]["as"] = serde_json::json!(user);
+        u["user"]["as-user-extra"] = serde_json::json!({extra.0: [extra.1]});
+    }
+    let file = tempfile::NamedTempFile::new().unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        file.path(),
+        serde_yaml_ng::to_string(&config).unwrap_or_else(|e| panic!("{e}")),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    file
 }
 
 /// The admission policy of deploy/structured: with the plugin pod's own token, a slice
@@ -183,7 +214,7 @@ pub async fn slices_of_another_node_are_denied<B: Backend>(b: &mut B, p: &mut Pr
         .kubectl_as(
             &[&token_flag],
             &["create", "-f", "-"],
-            &slice_yaml("fake-e2e-other", "other-node"),
+            &slice_yaml(cluster, "fake-e2e-other", "other-node"),
         )
         .expect_err("a slice of another node must be denied");
     assert!(
@@ -196,7 +227,7 @@ pub async fn slices_of_another_node_are_denied<B: Backend>(b: &mut B, p: &mut Pr
     let own = cluster.kubectl_as(
         &[&token_flag],
         &["create", "--dry-run=server", "-f", "-"],
-        &slice_yaml("fake-e2e-own", &node),
+        &slice_yaml(cluster, "fake-e2e-own", &node),
     );
     p.record(
         "token: create a slice of its own node (server dry run)",
@@ -215,12 +246,9 @@ pub async fn slices_of_another_node_are_denied<B: Backend>(b: &mut B, p: &mut Pr
         .next()
         .unwrap_or_default()
         .to_string();
-    let elsewhere = [
-        "--as",
-        PLUGIN_SA,
-        "--as-user-extra",
-        &format!("{NODE_NAME_EXTRA}=other-node"),
-    ];
+    let kubeconfig = impersonating(cluster, PLUGIN_SA, (NODE_NAME_EXTRA, "other-node"));
+    let kubeconfig_flag = format!("--kubeconfig={}", kubeconfig.path().display());
+    let elsewhere = [kubeconfig_flag.as_str()];
     let attempt = |args: &[&str]| {
         let mut all: Vec<&str> = args.to_vec();
         all.extend_from_slice(&elsewhere);
@@ -264,7 +292,7 @@ pub async fn slices_of_another_node_are_denied<B: Backend>(b: &mut B, p: &mut Pr
     let nowhere = cluster
         .kubectl_stdin(
             &["create", "-f", "-", "--as", PLUGIN_SA],
-            &slice_yaml("fake-e2e-nowhere", &node),
+            &slice_yaml(cluster, "fake-e2e-nowhere", &node),
         )
         .expect_err("without a node, nothing");
     p.record("impersonated without a node: create", &nowhere);

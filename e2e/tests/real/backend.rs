@@ -9,7 +9,7 @@ use std::time::Duration;
 use fake_dra_emulator::sim::{Sim, SimConfig};
 
 use super::cluster::{DRIVER_NAMESPACE, PLUGIN_LABEL, RealCluster};
-use super::protocol::RECORDED_ON;
+use super::protocol::Release;
 
 /// The file names of our CDI specs start so (the common spec included).
 pub const CDI_PREFIX: &str = "k8s.fake.resource.3-shake.com-fake_";
@@ -20,6 +20,10 @@ pub trait Backend {
     fn client(&self) -> kube::Client;
     /// The one node.
     fn node(&self) -> String;
+    /// The Kubernetes release served, with its feature gates.
+    fn release(&self) -> Release;
+    /// What a failed scenario leaves behind, for the log (pods, claims, events, ...).
+    fn diagnose(&self);
     /// The real cluster, for what only it can do (RBAC, admission, impersonation).
     fn real(&self) -> Option<&RealCluster>;
     /// Applies manifests as `kubectl apply -f` does; `Err` is what the user is told.
@@ -65,12 +69,27 @@ impl Backend for RealCluster {
         RealCluster::node(self).to_string()
     }
 
+    fn release(&self) -> Release {
+        RealCluster::release(self)
+    }
+
+    fn diagnose(&self) {
+        RealCluster::diagnose(self);
+    }
+
     fn real(&self) -> Option<&RealCluster> {
         Some(self)
     }
 
+    /// `kubectl apply -f -`; on 1.32/1.33 the `resource.k8s.io/v1` documents are rewritten
+    /// to `v1beta1` first, as a user does with hack/v1beta1.sh.
     async fn apply(&self, yaml: &str) -> Result<(), String> {
-        self.kubectl_stdin(&["apply", "-f", "-"], yaml).map(|_| ())
+        let yaml = if self.release().serves_v1() {
+            yaml.to_string()
+        } else {
+            self.to_v1beta1(yaml)?
+        };
+        self.kubectl_stdin(&["apply", "-f", "-"], &yaml).map(|_| ())
     }
 
     async fn logs(&self, namespace: &str, pod: &str, container: &str) -> Vec<String> {
@@ -185,19 +204,20 @@ fn plugin_container(cluster: &RealCluster) -> (String, String, u64) {
     )
 }
 
-/// The emulator with the real cluster's node name and Kubernetes minor version.
+/// The emulator with the real cluster's node name, at a release.
 #[derive(Debug)]
 pub struct Emulated {
     sim: Sim,
     node: String,
+    release: Release,
 }
 
 impl Emulated {
-    pub async fn start(node: &str) -> Self {
+    pub async fn start(node: &str, release: &Release) -> Self {
         let sim = Sim::start(SimConfig {
             nodes: vec![node.to_string()],
             overlay: "structured".into(),
-            server_version: Some(RECORDED_ON),
+            server_version: Some(release.version),
             ..SimConfig::default()
         })
         .await
@@ -209,6 +229,7 @@ impl Emulated {
         Self {
             sim,
             node: node.to_string(),
+            release: release.clone(),
         }
     }
 
@@ -230,6 +251,17 @@ impl Backend for Emulated {
 
     fn node(&self) -> String {
         self.node.clone()
+    }
+
+    fn release(&self) -> Release {
+        self.release.clone()
+    }
+
+    fn diagnose(&self) {
+        eprintln!(
+            "--- the emulator's driver logs are in {}",
+            self.sim.work_dir().join("logs").display()
+        );
     }
 
     fn real(&self) -> Option<&RealCluster> {

@@ -16,6 +16,8 @@ use std::time::Duration;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
+use super::protocol::Release;
+
 /// Set to `1` to leave the cluster running after the suite (for a look with kubectl);
 /// `hack/local-cluster.sh down` removes it.
 pub const KEEP_ENV: &str = "FAKE_DRA_KEEP_REAL_CLUSTER";
@@ -101,6 +103,31 @@ fn run(mut command: Command, what: &str) -> CmdResult {
         .trim()
         .to_string()),
         Err(e) => Err(format!("cannot run {what}: {e}")),
+    }
+}
+
+/// Like [`run`], with `stdin` written to the command; the error is its stderr.
+fn run_with_stdin(mut command: Command, stdin: &str, what: &str) -> CmdResult {
+    use std::io::Write;
+    command
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = command
+        .spawn()
+        .map_err(|e| format!("cannot run {what}: {e}"))?;
+    if let Some(mut input) = child.stdin.take() {
+        input
+            .write_all(stdin.as_bytes())
+            .map_err(|e| format!("{what} stdin: {e}"))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("{what}: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
     }
 }
 
@@ -305,6 +332,24 @@ impl RealCluster {
         &self.layout
     }
 
+    /// The release hack/local-cluster.sh runs (`KUBE_MODULE`) with the gates set by hand
+    /// (`KUBE_FEATURE_GATES`, which hack/local-cluster.sh passes to every component).
+    pub fn release(&self) -> Release {
+        let version = self.layout.get("KUBE_VERSION");
+        let gates = std::env::var(super::protocol::FEATURE_GATES_ENV).unwrap_or_default();
+        Release::parse(version, &gates)
+            .unwrap_or_else(|| panic!("hack/local-cluster.sh env: KUBE_VERSION {version:?}"))
+    }
+
+    /// The `resource.k8s.io/v1` documents of `yaml` as `v1beta1` (hack/v1beta1.sh).
+    pub fn to_v1beta1(&self, yaml: &str) -> CmdResult {
+        run_with_stdin(
+            self.command(repo().join("hack/v1beta1.sh")),
+            yaml,
+            "hack/v1beta1.sh",
+        )
+    }
+
     fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         command(program, &self.layout, &self.images_dir, &self.path)
     }
@@ -318,26 +363,9 @@ impl RealCluster {
 
     /// `kubectl ARGS` with `stdin` (e.g. `apply -f -`).
     pub fn kubectl_stdin(&self, args: &[&str], stdin: &str) -> CmdResult {
-        use std::io::Write;
         let mut c = self.command(self.layout.kube_bin().join("kubectl"));
-        c.args(args)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        let mut child = c.spawn().map_err(|e| format!("cannot run kubectl: {e}"))?;
-        if let Some(mut input) = child.stdin.take() {
-            input
-                .write_all(stdin.as_bytes())
-                .map_err(|e| format!("kubectl stdin: {e}"))?;
-        }
-        let out = child
-            .wait_with_output()
-            .map_err(|e| format!("kubectl: {e}"))?;
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        } else {
-            Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
-        }
+        c.args(args);
+        run_with_stdin(c, stdin, "kubectl")
     }
 
     /// `kubectl` as someone else, with only the flags given (no admin credentials):
@@ -452,7 +480,7 @@ impl Drop for RealCluster {
 
 impl RealCluster {
     /// What a failing run prints before the cluster goes.
-    fn diagnose(&self) {
+    pub fn diagnose(&self) {
         let show = |what: &str, r: CmdResult| {
             eprintln!(
                 "--- {what}\n{}",

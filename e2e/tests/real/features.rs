@@ -12,7 +12,8 @@ use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::api::{Api, DeleteParams, ListParams};
 
 use super::backend::Backend;
-use super::protocol::{Protocol, env_names};
+use super::protocol::{Gate, Protocol, env_names};
+use super::resources;
 use super::scenarios::{
     apply, claim_of, delete_namespaces, events_of, get_pod, held, namespace_yaml, node_slices,
     pending_with, phase, pod_yaml, running, wait_until,
@@ -108,6 +109,16 @@ where
     .await;
 }
 
+/// Deletes a DeviceClass (in the version the cluster serves) and waits until it is gone.
+pub(super) async fn delete_device_class<B: Backend>(b: &B, name: &str) {
+    use k8s_openapi::api::resource::v1::DeviceClass;
+    resources::delete::<DeviceClass, B>(b, None, name).await;
+    wait_until(&format!("DeviceClass {name} gone"), || async {
+        (!resources::exists::<DeviceClass, B>(b, name).await).then_some(())
+    })
+    .await;
+}
+
 async fn delete_fault<B: Backend>(b: &B, name: &str) {
     delete_cluster_object::<B, fake_dra_api::fault::DeviceFault>(b, name).await;
 }
@@ -135,6 +146,9 @@ async fn wait_devices<B: Backend>(
 /// subrequest's four, and the container naming the request sees them.
 pub async fn prioritized_list<B: Backend>(b: &mut B, p: &mut Protocol) {
     p.scenario("prioritized-list");
+    if !p.requires(&[Gate::PrioritizedList]) {
+        return;
+    }
     apply(b, &feature("prioritized-list.yaml")).await;
     if let Outcome::Running(env) = runs_or_is_refused(b, p, ("prioritized", "pod0"), "pod0").await {
         assert_eq!(devices(&env).len(), 4, "{env:?}");
@@ -149,6 +163,9 @@ pub async fn prioritized_list<B: Backend>(b: &mut B, p: &mut Protocol) {
 /// adminAccess: a monitor sees all the devices another pod holds, without holding them.
 pub async fn admin_access<B: Backend>(b: &mut B, p: &mut Protocol) {
     p.scenario("admin-access");
+    if !p.requires(&[Gate::AdminAccess]) {
+        return;
+    }
     apply(b, &feature("admin-access.yaml")).await;
     let owner = running(b, p, "admin", "pod0", "ctr0", "pod0").await;
     assert_eq!(devices(&owner).len(), 8);
@@ -168,6 +185,9 @@ pub async fn admin_access<B: Backend>(b: &mut B, p: &mut Protocol) {
 /// An extended resource backed by a DeviceClass: the scheduler makes the claim.
 pub async fn extended_resource<B: Backend>(b: &mut B, p: &mut Protocol) {
     p.scenario("extended-resource");
+    if !p.requires(&[Gate::ExtendedResource]) {
+        return;
+    }
     apply(b, &feature("extended-resource.yaml")).await;
     if let Outcome::Running(env) = runs_or_is_refused(b, p, ("extended", "pod0"), "pod0").await {
         assert_eq!(devices(&env).len(), 2, "{env:?}");
@@ -186,11 +206,7 @@ pub async fn extended_resource<B: Backend>(b: &mut B, p: &mut Protocol) {
         assert!(claim.starts_with("pod0-extended-resources-"), "{status}");
     }
     delete_namespaces(b, &["extended"]).await;
-    delete_cluster_object::<B, k8s_openapi::api::resource::v1::DeviceClass>(
-        b,
-        "fake-extended.3-shake.com",
-    )
-    .await;
+    delete_device_class(b, "fake-extended.3-shake.com").await;
 }
 
 // --- the gpu profile ---------------------------------------------------------------------
@@ -226,6 +242,22 @@ pub async fn gpu_profile<B: Backend>(b: &mut B, p: &mut Protocol) {
             .sum::<usize>(),
     );
 
+    if p.requires_for(
+        "pods",
+        &[Gate::PartitionableDevices, Gate::ConsumableCapacity],
+    ) {
+        gpu_pods(b, p).await;
+    }
+    b.set_plugin_env(&[("FAKE_DRA_PROFILE", "fake"), ("FAKE_DRA_GPUS", "")])
+        .await;
+    wait_devices(b, "the fake devices published again", |d| {
+        d.len() == 8 && d.iter().all(|x| x.name.starts_with("fake-"))
+    })
+    .await;
+}
+
+/// The partitions and shares of the gpu profile's devices.
+async fn gpu_pods<B: Backend>(b: &mut B, p: &mut Protocol) {
     apply(b, &feature("gpu-partitions.yaml")).await;
     if let Outcome::Running(env) =
         runs_or_is_refused(b, p, ("gpu-partitions", "part"), "part").await
@@ -287,12 +319,6 @@ pub async fn gpu_profile<B: Backend>(b: &mut B, p: &mut Protocol) {
         .await;
     }
     delete_namespaces(b, &["gpu-shares"]).await;
-    b.set_plugin_env(&[("FAKE_DRA_PROFILE", "fake"), ("FAKE_DRA_GPUS", "")])
-        .await;
-    wait_devices(b, "the fake devices published again", |d| {
-        d.len() == 8 && d.iter().all(|x| x.name.starts_with("fake-"))
-    })
-    .await;
 }
 
 // --- DeviceFaults ------------------------------------------------------------------------
@@ -302,6 +328,9 @@ pub async fn gpu_profile<B: Backend>(b: &mut B, p: &mut Protocol) {
 /// controller; the emulator says it does not evict).
 pub async fn device_taints<B: Backend>(b: &mut B, p: &mut Protocol) {
     p.scenario("device-taints");
+    if !p.requires_for("taints", &[Gate::DeviceTaints]) {
+        return taints_dropped(b, p).await;
+    }
     apply(
         b,
         "apiVersion: fake.resource.3-shake.com/v1alpha1\nkind: DeviceFault\nmetadata: {name: all-noschedule}\nspec:\n  taint: {key: fake.resource.3-shake.com/maintenance, effect: NoSchedule}\n",
@@ -354,11 +383,118 @@ pub async fn device_taints<B: Backend>(b: &mut B, p: &mut Protocol) {
     delete_namespaces(b, &["test4"]).await;
     delete_fault(b, "evict").await;
     wait_devices(b, "no taint left", |d| d.iter().all(|x| x.taints.is_none())).await;
+
+    // Effect None: published for information only, repels nothing. An API server of 1.34
+    // or older with DRADeviceTaints on refuses the effect (and with it the whole slice).
+    apply(
+        b,
+        "apiVersion: fake.resource.3-shake.com/v1alpha1\nkind: DeviceFault\nmetadata: {name: all-none}\nspec:\n  taint: {key: fake.resource.3-shake.com/degraded, effect: None}\n",
+    )
+    .await;
+    p.record(
+        "fault with effect None: status",
+        fault_status(b, "all-none").await,
+    );
+    wait_devices(b, "every device with the None taint", |d| {
+        !d.is_empty()
+            && d.iter()
+                .all(|x| x.taints.iter().flatten().any(|t| t.effect == "None"))
+    })
+    .await;
+    apply(b, &super::scenarios::example("4-count-4.yaml")).await;
+    running(
+        b,
+        p,
+        "test4",
+        "pod0",
+        "ctr0",
+        "pod0 with a None taint on every device",
+    )
+    .await;
+    delete_namespaces(b, &["test4"]).await;
+    delete_fault(b, "all-none").await;
+    wait_devices(b, "no taint left", |d| d.iter().all(|x| x.taints.is_none())).await;
+}
+
+/// A release whose API server drops device taints (gate off): the fault's taint never
+/// reaches the stored slice, and a new pod gets the "tainted" devices.
+async fn taints_dropped<B: Backend>(b: &mut B, p: &mut Protocol) {
+    let generation = |slices: &[k8s_openapi::api::resource::v1::ResourceSlice]| {
+        slices
+            .iter()
+            .map(|s| s.spec.pool.generation)
+            .max()
+            .unwrap_or_default()
+    };
+    let before = generation(&node_slices(b).await);
+    apply(
+        b,
+        "apiVersion: fake.resource.3-shake.com/v1alpha1\nkind: DeviceFault\nmetadata: {name: all-noschedule}\nspec:\n  taint: {key: fake.resource.3-shake.com/maintenance, effect: NoSchedule}\n",
+    )
+    .await;
+    let slices = wait_until("the slices written again with the fault", || async {
+        let slices = node_slices(b).await;
+        (generation(&slices) > before).then_some(slices)
+    })
+    .await;
+    p.record(
+        "devices with a taint as stored",
+        slices
+            .iter()
+            .flat_map(|s| s.spec.devices.iter().flatten())
+            .filter(|d| d.taints.as_ref().is_some_and(|t| !t.is_empty()))
+            .count(),
+    );
+    p.record("fault status", fault_status(b, "all-noschedule").await);
+    apply(b, &super::scenarios::example("4-count-4.yaml")).await;
+    let env = running(
+        b,
+        p,
+        "test4",
+        "pod0",
+        "ctr0",
+        "pod0 with the fault in place",
+    )
+    .await;
+    assert_eq!(devices(&env).len(), 4);
+    delete_namespaces(b, &["test4"]).await;
+    delete_fault(b, "all-noschedule").await;
+}
+
+/// What the node's plugin wrote into a fault's status: its effects and problems.
+async fn fault_status<B: Backend>(b: &B, name: &str) -> String {
+    let api: Api<fake_dra_api::fault::DeviceFault> = Api::all(b.client());
+    let node = b.node();
+    wait_until(
+        &format!("the plugin's status entry in DeviceFault {name}"),
+        || async {
+            let fault = api.get_opt(name).await.ok()??;
+            let generation = fault.metadata.generation.unwrap_or_default();
+            let entry = fault
+                .status?
+                .nodes
+                .into_iter()
+                .find(|n| n.node == node && n.observed_generation == generation)?;
+            Some(format!(
+                "effects: {}; problems: {}",
+                entry.effects.join(", "),
+                if entry.problems.is_empty() {
+                    "none".to_string()
+                } else {
+                    entry.problems.join("; ")
+                }
+            ))
+        },
+    )
+    .await
 }
 
 /// Health through the kubelet's health stream shows in the pod's status.
 pub async fn device_health<B: Backend>(b: &mut B, p: &mut Protocol) {
     p.scenario("device-health");
+    if !p.requires(&[Gate::ResourceHealthStatus]) {
+        return;
+    }
     apply(b, &super::scenarios::example("4-count-4.yaml")).await;
     running(b, p, "test4", "pod0", "ctr0", "pod0").await;
     let c = claim_of(b, "test4", "pod0", "fake").await;
@@ -482,6 +618,12 @@ pub async fn prepare_fault<B: Backend>(b: &mut B, p: &mut Protocol) {
 /// a failure condition makes it give the allocation up.
 pub async fn binding_conditions<B: Backend>(b: &mut B, p: &mut Protocol) {
     p.scenario("binding-conditions");
+    if !p.requires(&[
+        Gate::DeviceBindingConditions,
+        Gate::ResourceClaimDeviceStatus,
+    ]) {
+        return;
+    }
     apply(b, &fault_example("binding-conditions.yaml")).await;
     wait_devices(b, "the devices with binding conditions", |d| {
         !d.is_empty() && d.iter().all(|x| x.binding_conditions.is_some())
@@ -555,6 +697,9 @@ pub async fn binding_conditions<B: Backend>(b: &mut B, p: &mut Protocol) {
 /// Conditions and data in the claim's status.devices, written by the plugin.
 pub async fn device_status<B: Backend>(b: &mut B, p: &mut Protocol) {
     p.scenario("device-status");
+    if !p.requires(&[Gate::ResourceClaimDeviceStatus]) {
+        return;
+    }
     apply(
         b,
         "apiVersion: fake.resource.3-shake.com/v1alpha1\nkind: DeviceFault\nmetadata: {name: status}\nspec:\n  deviceStatus:\n    conditions: [{type: Ready, status: \"True\", reason: Configured}]\n    data: {firmware: \"1.2.3\"}\n",
@@ -568,10 +713,7 @@ pub async fn device_status<B: Backend>(b: &mut B, p: &mut Protocol) {
         .name
         .unwrap_or_default();
     let entries = wait_until("status.devices of pod0's claim", || async {
-        let c = Api::<ResourceClaim>::namespaced(b.client(), "test4")
-            .get(&name)
-            .await
-            .ok()?;
+        let c: ResourceClaim = resources::get_opt(b, "test4", &name).await?;
         let d = c.status?.devices?;
         (d.len() == 4).then_some(d)
     })
@@ -658,11 +800,8 @@ pub async fn fleet_mode<B: Backend>(b: &mut B, p: &mut Protocol) {
             .await
             .ok()?
             .items;
-        let slices = Api::<k8s_openapi::api::resource::v1::ResourceSlice>::all(b.client())
-            .list(&ListParams::default())
-            .await
-            .ok()?
-            .items;
+        let slices =
+            resources::list::<k8s_openapi::api::resource::v1::ResourceSlice, B>(b, None).await;
         let pools = fleet
             .iter()
             .filter(|n| slices.iter().any(|s| s.spec.node_name == n.metadata.name))

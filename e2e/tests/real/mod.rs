@@ -7,4 +7,6 @@ pub mod backend;
 pub mod cluster;
 pub mod features;
 pub mod protocol;
+pub mod resources;
+pub mod rules;
 pub mod scenarios;

@@ -14,6 +14,7 @@ use kube::api::{Api, DeleteParams, ListParams};
 
 use super::backend::Backend;
 use super::protocol::{Protocol, env_names};
+use super::resources;
 use crate::common::{DRIVER, TWO_REQUESTS, devices, distinct, examples_dir, exported};
 
 /// A safety net for every wait: the real cluster normally answers in seconds. Never an
@@ -46,7 +47,7 @@ pub(super) fn example(name: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-pub(super) async fn apply<B: Backend>(b: &B, yaml: &str) {
+pub async fn apply<B: Backend>(b: &B, yaml: &str) {
     if let Err(e) = b.apply(yaml).await {
         panic!("{}: applying failed: {e}\n{yaml}", b.name());
     }
@@ -202,14 +203,7 @@ pub(super) async fn pending_with<B: Backend>(
 }
 
 pub(super) async fn claims<B: Backend>(b: &B, namespace: Option<&str>) -> Vec<ResourceClaim> {
-    let api: Api<ResourceClaim> = match namespace {
-        Some(ns) => Api::namespaced(b.client(), ns),
-        None => Api::all(b.client()),
-    };
-    api.list(&ListParams::default())
-        .await
-        .unwrap_or_else(|e| panic!("resourceclaims: {e}"))
-        .items
+    resources::list(b, namespace).await
 }
 
 /// (pool, device) of our driver in a claim's allocation.
@@ -231,10 +225,9 @@ pub(super) fn held(claim: &ResourceClaim) -> Vec<(String, String)> {
 }
 
 pub(super) async fn claim<B: Backend>(b: &B, namespace: &str, name: &str) -> ResourceClaim {
-    Api::<ResourceClaim>::namespaced(b.client(), namespace)
-        .get(name)
+    resources::get_opt(b, namespace, name)
         .await
-        .unwrap_or_else(|e| panic!("resourceclaim {namespace}/{name}: {e}"))
+        .unwrap_or_else(|| panic!("resourceclaim {namespace}/{name} not found"))
 }
 
 /// The claim a pod's `resourceClaims` entry resolved to.
@@ -292,11 +285,8 @@ pub(super) async fn assert_no_device_twice<B: Backend>(b: &B) {
 
 pub(super) async fn node_slices<B: Backend>(b: &B) -> Vec<ResourceSlice> {
     let node = b.node();
-    Api::<ResourceSlice>::all(b.client())
-        .list(&ListParams::default())
+    resources::list::<ResourceSlice, B>(b, None)
         .await
-        .unwrap_or_else(|e| panic!("resourceslices: {e}"))
-        .items
         .into_iter()
         .filter(|s| s.spec.driver == DRIVER && s.spec.node_name.as_deref() == Some(node.as_str()))
         .collect()
@@ -326,7 +316,7 @@ pub(super) fn cdi_spec_of(b: &impl Backend, claim: &ResourceClaim) -> bool {
 
 /// Deletes the namespaces and waits until they are gone (their claims deleted) and the
 /// node has unprepared their claims, so the next scenario finds those devices free.
-pub(super) async fn delete_namespaces<B: Backend>(b: &B, names: &[&str]) {
+pub async fn delete_namespaces<B: Backend>(b: &B, names: &[&str]) {
     let mut uids = Vec::new();
     for name in names {
         uids.extend(
@@ -396,7 +386,7 @@ spec:
     )
 }
 
-pub(super) fn namespace_yaml(name: &str) -> String {
+pub fn namespace_yaml(name: &str) -> String {
     format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {name}}}\n")
 }
 
@@ -771,27 +761,27 @@ pub async fn over_request_and_freed_devices<B: Backend>(b: &mut B, p: &mut Proto
 pub async fn bad_opaque_parameters<B: Backend>(b: &mut B, p: &mut Protocol) {
     p.scenario("bad-opaque-parameters");
     apply(b, &namespace_yaml("bad")).await;
-    let not_an_object = claim_yaml(
+    // Created through the API (the same client on both clusters), so the message is the
+    // API server's own, not kubectl's rewording of it.
+    let not_an_object: serde_json::Value = serde_yaml_ng::from_str(&claim_yaml(
         "ResourceClaim",
         "bad",
         "string",
         "fake.3-shake.com",
         1,
         Some("\"split=2\""),
-    );
-    let refused = b.apply(&not_an_object).await;
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let refused = resources::create::<ResourceClaim, B>(b, Some("bad"), not_an_object).await;
     p.record(
-        "parameters as a string: apply",
+        "parameters as a string: create",
         match &refused {
-            Ok(()) => "accepted".to_string(),
-            Err(e) => format!("refused: {}", e.lines().last().unwrap_or_default()),
+            Ok(_) => "accepted".to_string(),
+            Err(e) => format!("refused: {e}"),
         },
     );
     if refused.is_ok() {
-        Api::<ResourceClaim>::namespaced(b.client(), "bad")
-            .delete("string", &DeleteParams::default())
-            .await
-            .unwrap_or_else(|e| panic!("delete claim string: {e}"));
+        resources::delete::<ResourceClaim, B>(b, Some("bad"), "string").await;
     }
 
     apply(
@@ -901,10 +891,7 @@ spec:
     let note = pending_with(b, p, ("color", "pod0"), "FailedScheduling", "color", "pod0").await;
     assert!(note.contains("color"), "{note}");
     delete_namespaces(b, &["color"]).await;
-    Api::<DeviceClass>::all(b.client())
-        .delete("fake-e2e-color", &DeleteParams::default())
-        .await
-        .unwrap_or_else(|e| panic!("delete DeviceClass: {e}"));
+    resources::delete::<DeviceClass, B>(b, None, "fake-e2e-color").await;
 }
 
 /// Containers naming one request of a claim see that request's devices only; one naming
@@ -1050,4 +1037,77 @@ pub async fn nothing_left<B: Backend>(b: &mut B, p: &mut Protocol) {
     })
     .await;
     p.record("CDI specs", specs.join(" "));
+}
+
+/// Puts the cluster back after a failed scenario: the fleet and every DeviceFault go,
+/// every namespace a scenario made and every DeviceClass but the driver's, the plugin
+/// publishes the fake devices again, and nothing stays prepared.
+pub async fn reset<B: Backend>(b: &mut B) {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let fleet = Api::<Deployment>::namespaced(b.client(), super::cluster::DRIVER_NAMESPACE);
+    if let Err(e) = fleet
+        .delete("fake-dra-fleet", &DeleteParams::default())
+        .await
+        && !matches!(&e, kube::Error::Api(s) if s.code == 404)
+    {
+        panic!("delete the fleet: {e}");
+    }
+    let faults: Api<fake_dra_api::fault::DeviceFault> = Api::all(b.client());
+    for fault in faults
+        .list(&ListParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("devicefaults: {e}"))
+        .items
+    {
+        let name = fault.metadata.name.unwrap_or_default();
+        let _ = faults.delete(&name, &DeleteParams::default()).await;
+    }
+    let keep = [
+        "default",
+        "kube-system",
+        "kube-public",
+        "kube-node-lease",
+        super::cluster::DRIVER_NAMESPACE,
+    ];
+    let namespaces: Vec<String> = Api::<Namespace>::all(b.client())
+        .list(&ListParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("namespaces: {e}"))
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .filter(|n| !keep.contains(&n.as_str()))
+        .collect();
+    let names: Vec<&str> = namespaces.iter().map(String::as_str).collect();
+    delete_namespaces(b, &names).await;
+    for class in resources::list::<DeviceClass, B>(b, None).await {
+        let name = class.metadata.name.unwrap_or_default();
+        if name != "fake.3-shake.com" {
+            super::features::delete_device_class(b, &name).await;
+        }
+    }
+    let fake_devices = |slices: &[ResourceSlice]| {
+        let devices: Vec<_> = slices
+            .iter()
+            .flat_map(|s| s.spec.devices.iter().flatten())
+            .collect();
+        devices.len() == 8 && devices.iter().all(|d| d.name.starts_with("fake-"))
+    };
+    if !fake_devices(&node_slices(b).await) {
+        b.set_plugin_env(&[("FAKE_DRA_PROFILE", "fake"), ("FAKE_DRA_GPUS", "")])
+            .await;
+    }
+    wait_until("the fake devices published, untainted", || async {
+        let slices = node_slices(b).await;
+        let untainted = slices
+            .iter()
+            .flat_map(|s| s.spec.devices.iter().flatten())
+            .all(|d| d.taints.is_none() && d.binding_conditions.is_none());
+        (fake_devices(&slices) && untainted).then_some(())
+    })
+    .await;
+    wait_until("only the common CDI spec left", || async {
+        (b.cdi_specs().len() == 1).then_some(())
+    })
+    .await;
 }

@@ -185,10 +185,16 @@ impl FieldCause {
         }
     }
 
+    /// `Required value`, with `: <detail>` when there is one (apimachinery's `ErrorBody`).
     pub fn required(field: impl Into<String>, detail: impl std::fmt::Display) -> Self {
+        let detail = detail.to_string();
         Self {
             reason: "FieldValueRequired",
-            message: format!("Required value: {detail}"),
+            message: if detail.is_empty() {
+                "Required value".to_string()
+            } else {
+                format!("Required value: {detail}")
+            },
             field: field.into(),
         }
     }

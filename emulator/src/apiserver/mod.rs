@@ -9,6 +9,7 @@
 pub mod conversion;
 mod error;
 pub mod fields;
+pub mod gates;
 mod http;
 mod managed;
 mod openapi;

@@ -3,8 +3,11 @@
 //! The emulator does not carry kube-apiserver's whole validation; it carries the rules a
 //! classic DRA driver or scheduler is constrained by, so a driver that breaks them fails here
 //! as it would on a cluster. Source: pkg/apis/resource/validation/validation.go (v1alpha2,
-//! Kubernetes 1.28–1.30; resource/v1 and v1beta1, 1.32–1.34, for structured DRA),
-//! pkg/apis/core/validation (Pod claims) and apimachinery's ObjectMeta validation.
+//! Kubernetes 1.28–1.30; resource/v1 and v1beta1, 1.32–1.37, for structured DRA; the rules
+//! that changed between releases in [`release`]), pkg/apis/core/validation (Pod claims) and
+//! apimachinery's ObjectMeta validation.
+
+mod release;
 
 use serde_json::Value;
 
@@ -82,7 +85,7 @@ pub fn validate_write(
         ("resource.k8s.io", "resourceclaims") => {
             resource_claim(old, new, structured, &mut causes);
             if structured {
-                structured_claim_spec(new.get("spec"), "spec", &mut causes);
+                structured_claim_spec(new.get("spec"), "spec", old.is_none(), &mut causes);
                 let results = len_at(new, "/status/allocation/devices/results");
                 if results > ALLOCATION_RESULTS_MAX {
                     causes.push(FieldCause::too_many(
@@ -94,10 +97,24 @@ pub fn validate_write(
             }
         }
         ("resource.k8s.io", "resourceclaimtemplates") if structured => {
-            structured_claim_spec(new.pointer("/spec/spec"), "spec.spec", &mut causes);
+            structured_claim_spec(
+                new.pointer("/spec/spec"),
+                "spec.spec",
+                old.is_none(),
+                &mut causes,
+            );
         }
-        ("resource.k8s.io", "resourceslices") => resource_slice(new, &mut causes),
+        ("resource.k8s.io", "resourceslices") => {
+            resource_slice(new, &mut causes);
+            release::slice(new.get("spec"), server_version, &mut causes);
+        }
         ("resource.k8s.io", "deviceclasses") => {
+            release::opaque_config(
+                new.pointer("/spec/config"),
+                "spec.config",
+                old.is_none(),
+                &mut causes,
+            );
             selectors(
                 new.pointer("/spec/selectors"),
                 "spec.selectors",
@@ -370,8 +387,14 @@ fn selectors(list: Option<&Value>, path: &str, causes: &mut Vec<FieldCause>) {
     }
 }
 
-/// `validateResourceClaimSpec` of v1, for the parts the emulator's scheduler relies on.
-fn structured_claim_spec(spec: Option<&Value>, path: &str, causes: &mut Vec<FieldCause>) {
+/// `validateResourceClaimSpec` of v1, for the parts the emulator's scheduler relies on
+/// and the opaque parameters (`created`: the write creates the object).
+fn structured_claim_spec(
+    spec: Option<&Value>,
+    path: &str,
+    created: bool,
+    causes: &mut Vec<FieldCause>,
+) {
     let Some(spec) = spec else { return };
     if spec.get("resourceClassName").is_some() || spec.get("parametersRef").is_some() {
         causes.push(FieldCause::invalid(
@@ -471,6 +494,12 @@ fn structured_claim_spec(spec: Option<&Value>, path: &str, causes: &mut Vec<Fiel
             causes,
         );
     }
+    release::opaque_config(
+        spec.pointer("/devices/config"),
+        &format!("{path}.devices.config"),
+        created,
+        causes,
+    );
 }
 
 /// `ValidateResourceSlice` of v1: what a driver publishing slices can get wrong.

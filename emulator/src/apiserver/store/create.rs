@@ -178,6 +178,8 @@ impl Store {
         {
             schema::admit(schema, &mut body, &rt.kind_group(), &name)?;
         }
+        self.drop_disabled_fields(&rt, None, &mut body);
+        self.authorized_for_admin(&rt, &namespace, &body)?;
         validation::validate_write(&rt, None, &body, self.server_version)?;
         if rt.group == "apiextensions.k8s.io" && rt.plural == "customresourcedefinitions" {
             self.register_crd(&mut body)?;

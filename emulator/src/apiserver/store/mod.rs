@@ -11,6 +11,7 @@ use tokio::sync::broadcast;
 use super::conversion;
 use super::error::{ApiError, ApiResult, FieldCause};
 use super::fields::{self, FieldIssues, FieldPath, FieldValidation};
+use super::gates;
 use super::managed::ManagedFields;
 use super::registry::{self, ResourceKey, ResourceType};
 use super::schema;
@@ -262,6 +263,85 @@ fn name_suffix() -> String {
 impl Default for Store {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// The namespace label that lets claims in it ask for `adminAccess`
+/// (`resource.DRAAdminNamespaceLabelKey`).
+const ADMIN_ACCESS_LABEL: &str = "resource.kubernetes.io/admin-access";
+
+impl Store {
+    /// `AuthorizedForAdmin` of pkg/registry/resource/utils.go, for a claim or template
+    /// being created in `namespace`: a request with `adminAccess: true` needs the
+    /// namespace's `resource.kubernetes.io/admin-access: "true"` label.
+    fn authorized_for_admin(
+        &self,
+        rt: &ResourceType,
+        namespace: &str,
+        obj: &Value,
+    ) -> ApiResult<()> {
+        let requests = match (rt.group.as_str(), rt.plural.as_str()) {
+            ("resource.k8s.io", "resourceclaims") => obj.pointer("/spec/devices/requests"),
+            ("resource.k8s.io", "resourceclaimtemplates") => {
+                obj.pointer("/spec/spec/devices/requests")
+            }
+            _ => return Ok(()),
+        };
+        let Some(i) = requests
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .position(|r| r.pointer("/exactly/adminAccess") == Some(&Value::Bool(true)))
+        else {
+            return Ok(());
+        };
+        let key = ResourceKey {
+            group: String::new(),
+            plural: "namespaces".into(),
+        };
+        let labelled = self
+            .objects
+            .get(&key)
+            .and_then(|m| m.get(&(String::new(), namespace.to_string())))
+            .and_then(|ns| ns.object.pointer("/metadata/labels"))
+            .and_then(|l| l.get(ADMIN_ACCESS_LABEL))
+            .and_then(Value::as_str)
+            == Some("true");
+        if labelled {
+            return Ok(());
+        }
+        let cause = FieldCause::forbidden(
+            format!("spec.devices.requests[{i}].adminAccess"),
+            format!(
+                "admin access to devices requires the `{ADMIN_ACCESS_LABEL}: true` label on the containing namespace"
+            ),
+        );
+        Err(ApiError::invalid(
+            &rt.kind_group(),
+            meta_str(obj, "name").unwrap_or_default(),
+            vec![cause],
+        ))
+    }
+
+    /// Removes the fields of the DRA features whose gates are off in the emulated release,
+    /// as kube-apiserver's strategies do before validating a write (see [`gates`]): the
+    /// write succeeds without them, and only the log says so.
+    fn drop_disabled_fields(&self, rt: &ResourceType, old: Option<&Value>, new: &mut Value) {
+        if rt.group != "resource.k8s.io" {
+            return;
+        }
+        let before = new.clone();
+        gates::drop_disabled_fields(&rt.group, &rt.plural, old, new, self.server_version);
+        let dropped = gates::dropped(&before, new);
+        if !dropped.is_empty() {
+            let (major, minor) = self.server_version;
+            tracing::debug!(
+                kind = %rt.kind,
+                name = meta_str(new, "name").unwrap_or_default(),
+                ?dropped,
+                "dropped fields whose feature gate is off by default in Kubernetes {major}.{minor}"
+            );
+        }
     }
 }
 

@@ -125,6 +125,7 @@ impl Store {
         if rt.group.is_empty() && rt.plural == "pods" {
             validation::prune_pod_claims(&mut new, self.server_version);
         }
+        self.drop_disabled_fields(rt, Some(&old.object), &mut new);
         validation::validate_write(rt, Some(&old.object), &new, self.server_version)?;
         // An update that changes nothing is not written and bumps nothing (GuaranteedUpdate
         // short-circuits on identical bytes), so controllers do not feed their own loops.

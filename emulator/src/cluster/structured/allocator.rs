@@ -143,21 +143,36 @@ pub(super) enum Slot {
     },
 }
 
-/// Compiled programs, kept across nodes and pods of one scheduling pass.
+/// Compiled programs, kept across nodes and pods of one scheduling pass, and how the
+/// emulated release's allocator words their errors.
 #[derive(Default)]
-pub struct Programs(HashMap<String, Result<Arc<cel::Program>, String>>);
+pub struct Programs {
+    compiled: HashMap<String, Result<Arc<cel::Program>, String>>,
+    /// From 1.37 a CEL runtime error names the device and gets `EnhanceRuntimeError`'s
+    /// hint (k8s.io/dynamic-resource-allocation v0.37 `structured/internal/*/allocator_*.go`,
+    /// `selectorsMatch`); up to 1.36 it is `<whose>: selector #<i>: CEL runtime error: <e>`.
+    runtime_errors_name_the_device: bool,
+}
 
 impl std::fmt::Debug for Programs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Programs")
-            .field("count", &self.0.len())
+            .field("count", &self.compiled.len())
             .finish()
     }
 }
 
 impl Programs {
+    /// Programs evaluated as the allocator of Kubernetes `server_version` does.
+    pub fn for_release(server_version: (u32, u32)) -> Self {
+        Self {
+            compiled: HashMap::new(),
+            runtime_errors_name_the_device: server_version >= (1, 37),
+        }
+    }
+
     fn get(&mut self, expression: &str) -> Result<Arc<cel::Program>, String> {
-        self.0
+        self.compiled
             .entry(expression.to_string())
             .or_insert_with(|| compile(expression).map(Arc::new))
             .clone()
@@ -183,13 +198,20 @@ pub(super) fn selector_matches(
             AllocateError::Cel(format!("{whose}: selector #{i}: CEL compile error: {e}"))
         })?;
         let ok = evaluate(&program, expression, &id.driver, device).map_err(|e| {
-            AllocateError::Cel(format!(
-                "{whose}: selector #{i} on device {}/{}/{}: CEL runtime error: {}",
-                id.driver,
-                id.pool,
-                id.device,
-                enhance_runtime_error(&e)
-            ))
+            AllocateError::Cel(if programs.runtime_errors_name_the_device {
+                format!(
+                    "{whose}: selector #{i} on device {}/{}/{}: CEL runtime error: {}",
+                    id.driver,
+                    id.pool,
+                    id.device,
+                    enhance_runtime_error(&e)
+                )
+            } else {
+                format!(
+                    "{whose}: selector #{i}: CEL runtime error: {}",
+                    cel_go_error(&e)
+                )
+            })
         })?;
         if !ok {
             return Ok(false);
@@ -198,13 +220,18 @@ pub(super) fn selector_matches(
     Ok(true)
 }
 
+/// A CEL runtime error of the `cel` crate as cel-go words it.
+fn cel_go_error(error: &str) -> String {
+    match error.strip_prefix("No such key: ") {
+        Some(key) => format!("no such key: {key}"),
+        None => error.to_string(),
+    }
+}
+
 /// A CEL runtime error as cel-go words it, with the hint upstream's
 /// `cel.EnhanceRuntimeError` adds to a missing map key (k8s.io/dynamic-resource-allocation/cel).
 pub(super) fn enhance_runtime_error(error: &str) -> String {
-    let error = match error.strip_prefix("No such key: ") {
-        Some(key) => format!("no such key: {key}"),
-        None => error.to_string(),
-    };
+    let error = cel_go_error(error);
     if error.contains("no such key:") {
         format!(
             "{error}. consider using CEL optional chaining (.? followed by orValue()) or guarding the check with has() for optional fields"

@@ -65,6 +65,7 @@ const SEARCH_BUDGET: usize = 100_000;
 pub struct ResourceClient {
     client: kube::Client,
     version: &'static str,
+    server_version: (u32, u32),
 }
 
 impl std::fmt::Debug for ResourceClient {
@@ -83,12 +84,21 @@ impl ResourceClient {
     /// `None` when the release serves classic DRA (`v1alpha2`) or is not emulated.
     pub fn for_server(client: kube::Client, server_version: (u32, u32)) -> Option<Self> {
         let version = *resource_api_versions(server_version).ok()?.first()?;
-        (version != "v1alpha2").then_some(Self { client, version })
+        (version != "v1alpha2").then_some(Self {
+            client,
+            version,
+            server_version,
+        })
     }
 
     /// The version requests go through.
     pub fn version(&self) -> &'static str {
         self.version
+    }
+
+    /// The emulated release (major, minor).
+    pub fn server_version(&self) -> (u32, u32) {
+        self.server_version
     }
 
     fn api<T: k8s_openapi::Resource>(&self, namespace: Option<&str>) -> Api<DynamicObject> {

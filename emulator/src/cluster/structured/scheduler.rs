@@ -88,7 +88,7 @@ pub(super) async fn pass(
         classes,
         slices,
         load,
-        programs: Programs::default(),
+        programs: Programs::for_release(api.server_version()),
     };
     // kube-controller-manager's device-taint-eviction-controller evicts the pods of claims
     // allocated a device with an untolerated NoExecute taint; the emulator has none, and
@@ -347,6 +347,12 @@ pub(super) async fn schedule(
                 &patch,
             )
             .await?;
+        }
+        // Nothing deallocated: up to 1.36 the plugin's PostFilter still says so
+        // (`fwk.NewStatus(Unschedulable, "still not schedulable")`); 1.37's returns a
+        // status without a message (deallocateOrDeletePodClaims).
+        if post_filter.is_empty() && api.server_version() < (1, 37) {
+            post_filter.push("still not schedulable".to_string());
         }
         let mut details: Vec<String> = reasons
             .iter()
