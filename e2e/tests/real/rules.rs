@@ -61,10 +61,14 @@ fn outcome(result: Result<Value, String>, fields: &[(&str, &str)]) -> String {
     }
 }
 
+/// An object to write, named for the protocol, with the fields whose fate is recorded
+/// (name, JSON pointer in the stored object).
+type Probe<'a> = (&'a str, Value, &'a [(&'a str, &'a str)]);
+
 pub async fn api_rules<B: Backend>(b: &mut B, p: &mut Protocol) {
     p.scenario("api-rules");
     let node = b.node();
-    let slices: [(&str, Value, &[(&str, &str)]); 7] = [
+    let slices: [Probe; 7] = [
         (
             "taint NoSchedule",
             tainted(1, "NoSchedule"),
@@ -126,7 +130,7 @@ pub async fn api_rules<B: Backend>(b: &mut B, p: &mut Protocol) {
 
     apply(b, &namespace_yaml(NAMESPACE)).await;
     let class = "fake.3-shake.com";
-    let claims: [(&str, Value, &[(&str, &str)]); 4] = [
+    let claims: [Probe; 4] = [
         (
             "firstAvailable",
             json!({"name": "r", "firstAvailable": [{"name": "a", "deviceClassName": class}]}),
