@@ -91,6 +91,18 @@ impl FaultKind {
         }
     }
 
+    /// Whether the fault ends the plugin's process: then "plugin back" needs a new one
+    /// (the pod's Ready condition lags behind a kill by up to the probe period).
+    fn replaces_plugin(self) -> bool {
+        !matches!(
+            self,
+            Self::KubeletRestart
+                | Self::ApiserverRestart
+                | Self::ApiserverDownLong
+                | Self::ContainerdRestart
+        )
+    }
+
     pub fn parse(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|k| k.name() == name)
     }
@@ -122,6 +134,10 @@ pub async fn run(soak: Arc<Soak>) {
         n += 1;
         let at = soak.elapsed();
         soak.log(format!("fault #{n}: {}", kind.name()));
+        let before = plugin_pod(&soak.client)
+            .await
+            .map(|p| p.container_id)
+            .unwrap_or_default();
         let injected = inject(&soak, kind, &mut rng).await;
         lock(&soak.report).fault(kind.name()).injected += 1;
         let line = match injected {
@@ -137,7 +153,8 @@ pub async fn run(soak: Arc<Soak>) {
                 )
             }
             Ok((end, what)) => {
-                let recovered = recover(&soak, kind, end).await;
+                let old = kind.replaces_plugin().then_some(before.as_str());
+                let recovered = recover(&soak, kind, end, old).await;
                 let mut report = lock(&soak.report);
                 let stats = report.fault(kind.name());
                 let took = match recovered {
@@ -389,15 +406,20 @@ async fn crash_point(soak: &Soak, point: &str) -> Result<String, String> {
     })
 }
 
-/// Waits until the plugin is Ready and the node's slices list every device, then until
-/// a pod with a claim created at that moment runs and printed its env; returns both
-/// times, from `end`.
-async fn recover(soak: &Arc<Soak>, kind: FaultKind, end: Instant) -> Option<(Duration, Duration)> {
+/// Waits until the plugin is Ready (in a new container if the fault ended the `old` one)
+/// and the node's slices list every device, then until a pod with a claim created at that
+/// moment runs and printed its env; returns both times, from `end`.
+async fn recover(
+    soak: &Arc<Soak>,
+    kind: FaultKind,
+    end: Instant,
+    old: Option<&str>,
+) -> Option<(Duration, Duration)> {
     let devices = soak.config.devices as usize;
     let plugin_back = loop {
-        let ready = plugin_pod(&soak.client)
-            .await
-            .is_ok_and(|p| p.ready && p.crash_point.is_none());
+        let ready = plugin_pod(&soak.client).await.is_ok_and(|p| {
+            p.ready && p.crash_point.is_none() && old.is_none_or(|old| p.container_id != old)
+        });
         let slices = workload::published_parents(&soak.client, &soak.node)
             .await
             .is_ok_and(|ids| ids.len() == devices);
