@@ -5,12 +5,15 @@
 # (built here if they are missing), runs hack/real-k8s-demo.sh (a fresh one-node cluster,
 # the structured overlay, the seed demo, teardown), then the real-cluster e2e suite
 # (e2e/tests/real_cluster.rs, FAKE_DRA_REQUIRE_REAL_K8S=1: its own cluster, 16 scenarios,
-# compared with the recorded protocol, teardown). Prints the time of each stage. Needs root.
+# compared with the recorded protocol, teardown), then the chaos soak at its CI size
+# (hack/soak.sh --ci, docs/soak.md: its own cluster, faults of every kind, teardown).
+# Prints the time of each stage. Needs root.
 # Run it after `cargo test --workspace`: it packs the binaries that left in target/debug
 # (a separate `cargo build -p ... --bin ...` would recompile for 3.5 minutes, because the
 # features unify differently without the test targets).
-# Usage: hack/ci-real-k8s.sh [--cargo-profile dev|release] [--no-suite]
-#   --no-suite  the demo only (not the e2e suite)
+# Usage: hack/ci-real-k8s.sh [--cargo-profile dev|release] [--no-suite] [--no-soak]
+#   --no-suite  the demo only (not the e2e suite, nor the soak)
+#   --no-soak   not the chaos soak
 # Cold (empty Go caches) the Go builds take about 18.5 minutes on 2 cores; warm, the demo
 # takes under a minute and the suite about 5 minutes.
 set -euo pipefail
@@ -18,11 +21,13 @@ source "$(dirname "$0")/lib.sh"
 source "$ROOT/hack/kube/lib.sh"
 profile=dev
 suite=true
+soak=true
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
     --cargo-profile) profile="${2:?--cargo-profile needs a value}"; shift 2 ;;
-    --no-suite) suite=false; shift ;;
+    --no-suite) suite=false; soak=false; shift ;;
+    --no-soak) soak=false; shift ;;
     *) die "unknown argument: $1 (try --help)" ;;
   esac
 done
@@ -75,5 +80,12 @@ if $suite; then
     (cd "$ROOT" && FAKE_DRA_REQUIRE_REAL_K8S=1 cargo test --locked --workspace --test real_cluster -- scenarios_on_the_real_cluster)
   fi
   echo "== real-cluster e2e suite: $((SECONDS - t1)) s"
+fi
+if $soak; then
+  # The soak test executable of the same `cargo test --workspace` (hack/soak.sh finds it);
+  # its report also goes to target/soak/report.txt.
+  t1=$SECONDS
+  "$ROOT/hack/soak.sh" --ci
+  echo "== chaos soak (hack/soak.sh --ci): $((SECONDS - t1)) s"
 fi
 echo "== ci-real-k8s: $((SECONDS - t0)) s"

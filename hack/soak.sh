@@ -27,14 +27,18 @@
 #                     crash-unprepare-after-spec
 #   --fault-gap S     mean pause between a fault's recovery and the next; default 20
 #   --quiet S         the churn goes on S seconds after the last fault; default 60
-#   --ci              the CI size: --size 150 --fault-gap 3 --quiet 30 --seed 19, every
-#                     fault kind once (flags after it override)
+#   --fault-window S  faults start only in the first S seconds of the churn, whether or not
+#                     every kind came; default 0 (no limit: every kind at least once)
+#   --ci              the CI size: --size 100 --fault-window 120 --fault-gap 3 --quiet 20
+#                     --seed <the commit's first 8 hex digits>: the faults the seed's order
+#                     puts first (2-5 kinds), so successive commits cover every kind; flags
+#                     after it override
 # Env: CARGO_TARGET_DIR. Only one cluster fits on the machine: the soak skips nothing and
 # fails if one already runs.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
-size=1000 duration="" seed="" devices=96 concurrency=16 faults=all gap=20 quiet=60 report=""
+size=1000 duration="" seed="" devices=96 concurrency=16 faults=all gap=20 quiet=60 window=0 report=""
 minutes_or() {
   case "$1" in
     *h) echo $((${1%h} * 3600)) ;;
@@ -57,8 +61,15 @@ while [[ $# -gt 0 ]]; do
     --faults) faults="${2:?--faults needs a list}"; shift 2 ;;
     --fault-gap) whole "$1" "${2:-}"; gap="$2"; shift 2 ;;
     --quiet) whole "$1" "${2:-}"; quiet="$2"; shift 2 ;;
+    --fault-window) whole "$1" "${2:-}"; window="$2"; shift 2 ;;
     --report) report="${2:?--report needs a file}"; shift 2 ;;
-    --ci) size=150 gap=3 quiet=30 seed=19; shift ;;
+    --ci)
+      size=100 window=120 gap=3 quiet=20
+      # The commit picks the faults: reproducible per commit, all kinds over commits.
+      if head="$(git -C "$ROOT" rev-parse --short=8 HEAD 2>/dev/null)" && [[ "$head" =~ ^[0-9a-f]{8}$ ]]; then
+        seed=$((16#$head))
+      fi
+      shift ;;
     *) die "unknown argument: $1 (try --help)" ;;
   esac
 done
@@ -79,7 +90,7 @@ if [[ -z "$exe" || ! -x "$target/debug/fake-dra-kubelet-plugin" ]]; then
   [[ -n "$exe" ]] || die "no soak test executable in $target/debug/deps after cargo test --no-run"
 fi
 
-echo "soak: size $size, duration ${duration:-0} s, seed $seed, $devices devices, concurrency $concurrency, faults $faults (gap $gap s, quiet $quiet s)"
+echo "soak: size $size, duration ${duration:-0} s, seed $seed, $devices devices, concurrency $concurrency, faults $faults (gap $gap s, window ${window} s, quiet $quiet s)"
 echo "soak: $exe"
 t0=$SECONDS
 rc=0
@@ -88,6 +99,7 @@ rc=0
   env FAKE_DRA_SOAK=1 FAKE_DRA_SOAK_SIZE="$size" FAKE_DRA_SOAK_DURATION="${duration:-0}" \
     FAKE_DRA_SOAK_SEED="$seed" FAKE_DRA_SOAK_DEVICES="$devices" FAKE_DRA_SOAK_CONCURRENCY="$concurrency" \
     FAKE_DRA_SOAK_FAULTS="$faults" FAKE_DRA_SOAK_FAULT_GAP="$gap" FAKE_DRA_SOAK_QUIET="$quiet" \
+    FAKE_DRA_SOAK_FAULT_WINDOW="$window" \
     ${report:+"FAKE_DRA_SOAK_REPORT=$report"} \
     "$exe" soak_on_the_real_cluster --exact --nocapture --test-threads 1
 ) || rc=$?

@@ -109,7 +109,8 @@ impl FaultKind {
 }
 
 /// Injects faults until the soak has enough: 85 % of its lifecycles, every kind at least
-/// once, and all but the quiet time of its duration. Then marks the faults stopped.
+/// once, and all but the quiet time of its duration; or until the fault window is over.
+/// Then marks the faults stopped.
 pub async fn run(soak: Arc<Soak>) {
     let c = &soak.config;
     let mut rng = Rng::stream(c.seed, "faults");
@@ -117,9 +118,11 @@ pub async fn run(soak: Arc<Soak>) {
     let mut seen = BTreeSet::new();
     let mut n = 0;
     while !c.faults.is_empty() {
-        let enough = soak.lifecycles() * 100 >= c.size * 85
-            && seen.len() == c.faults.iter().collect::<BTreeSet<_>>().len()
-            && soak.elapsed() + c.quiet >= c.duration;
+        let window_over = !c.fault_window.is_zero() && soak.elapsed() >= c.fault_window;
+        let enough = window_over
+            || soak.lifecycles() * 100 >= c.size * 85
+                && seen.len() == c.faults.iter().collect::<BTreeSet<_>>().len()
+                && soak.elapsed() + c.quiet >= c.duration;
         if enough || soak.churn_stopped() {
             break;
         }
@@ -127,6 +130,14 @@ pub async fn run(soak: Arc<Soak>) {
         if order.is_empty() {
             order = c.faults.clone();
             rng.shuffle(&mut order);
+            soak.log(format!(
+                "fault order of this round: {}",
+                order
+                    .iter()
+                    .map(|k| k.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
             order.reverse();
         }
         let Some(kind) = order.pop() else { break };
@@ -361,19 +372,16 @@ fn wipe_cdi(soak: &Soak) -> Result<usize, String> {
 /// The plugin restarted with a crash point, until it crashed there (or a minute went
 /// by without a call reaching it), then without.
 async fn crash_point(soak: &Soak, point: &str) -> Result<String, String> {
-    let ds = "daemonset/fake-dra-kubelet-plugin";
-    kubectl(
-        soak,
-        &[
-            "-n",
-            DRIVER_NAMESPACE,
-            "set",
-            "env",
-            ds,
-            &format!("FAKE_DRA_TEST_CRASH_POINT={point}"),
-        ],
-    )
-    .await?;
+    // `kubectl set env`: what an operator types; the DaemonSet rolls its pod.
+    let set_env = |assignment: String| async move {
+        let ds = "daemonset/fake-dra-kubelet-plugin";
+        kubectl(
+            soak,
+            &["-n", DRIVER_NAMESPACE, "set", "env", ds, &assignment],
+        )
+        .await
+    };
+    set_env(format!("FAKE_DRA_TEST_CRASH_POINT={point}")).await?;
     let deadline = Instant::now() + Duration::from_secs(90);
     let mut crashed = false;
     while Instant::now() < deadline {
@@ -387,18 +395,7 @@ async fn crash_point(soak: &Soak, point: &str) -> Result<String, String> {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    kubectl(
-        soak,
-        &[
-            "-n",
-            DRIVER_NAMESPACE,
-            "set",
-            "env",
-            ds,
-            "FAKE_DRA_TEST_CRASH_POINT-",
-        ],
-    )
-    .await?;
+    set_env("FAKE_DRA_TEST_CRASH_POINT-".to_string()).await?;
     Ok(if crashed {
         format!("the plugin aborted at {point}; crash point off again")
     } else {

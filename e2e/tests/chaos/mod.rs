@@ -7,6 +7,7 @@
 //! checks them: [`observer`]), the workload ([`workload`]), the faults ([`faults`]), the
 //! plugin's process ([`plugin`]). They share one [`Soak`].
 
+pub mod checks;
 pub mod faults;
 pub mod ledger;
 pub mod observer;
@@ -41,6 +42,9 @@ pub struct Config {
     pub faults: Vec<FaultKind>,
     /// The mean pause between a fault's recovery and the next fault.
     pub fault_gap: Duration,
+    /// Faults start only this long into the churn (0: no limit); then not every kind
+    /// needs to have come.
+    pub fault_window: Duration,
     /// The churn goes on this long after the last fault.
     pub quiet: Duration,
     /// A pod not Running after this long is checked for an Event naming why.
@@ -103,6 +107,7 @@ impl Config {
             concurrency: concurrency as usize,
             faults,
             fault_gap: Duration::from_secs(num("FAKE_DRA_SOAK_FAULT_GAP", 20)?),
+            fault_window: Duration::from_secs(num("FAKE_DRA_SOAK_FAULT_WINDOW", 0)?),
             quiet: Duration::from_secs(num("FAKE_DRA_SOAK_QUIET", 60)?),
             pod_deadline: Duration::from_secs(num("FAKE_DRA_SOAK_POD_DEADLINE", 180)?),
             report_file: std::env::var_os("FAKE_DRA_SOAK_REPORT")
@@ -244,10 +249,10 @@ pub async fn run(cluster: Arc<RealCluster>, config: Config) -> Report {
             );
         }
     }
-    observer::failures_after_faults(&soak).await;
+    checks::failures_after_faults(&soak).await;
     soak.log("churn over; deleting the workload");
     workload::uninstall(&soak).await;
-    observer::final_checks(&soak).await;
+    checks::final_checks(&soak).await;
     soak.stop_watching.store(true, Ordering::SeqCst);
     for task in watchers {
         let _ = task.await;
