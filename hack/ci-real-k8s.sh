@@ -9,7 +9,9 @@
 # fresh cluster: a pod sees /dev/fpga0), then the real-cluster e2e suite on the newest
 # release (e2e/tests/real_cluster.rs, FAKE_DRA_REQUIRE_REAL_K8S=1: its own cluster,
 # compared with its recorded protocol, teardown), then the Helm chart on a fresh cluster
-# (hack/helm-real-k8s.sh: install, seed demo, uninstall). The whole version matrix
+# (hack/helm-real-k8s.sh: install, seed demo, uninstall), then the chaos soak at its CI
+# size (hack/soak.sh --ci, docs/soak.md: its own cluster, faults of every kind, teardown).
+# The whole version matrix
 # (hack/real-matrix.sh: every release line of hack/kube/, the suite on each structured one)
 # runs instead of the suite on demand (--matrix always). It does not fit in CI's hour on a
 # fresh machine (nine release builds, a suite of about 20 minutes per structured release),
@@ -19,8 +21,9 @@
 # Run it after `cargo test --workspace`: it packs the binaries that left in target/debug
 # (a separate `cargo build -p ... --bin ...` would recompile for 3.5 minutes, because the
 # features unify differently without the test targets).
-# Usage: hack/ci-real-k8s.sh [--cargo-profile dev|release] [--no-suite] [--matrix auto|always|never]
-#   --no-suite  the demos only (not the e2e suite, not the matrix)
+# Usage: hack/ci-real-k8s.sh [--cargo-profile dev|release] [--no-suite] [--no-soak] [--matrix auto|always|never]
+#   --no-suite  the demos only (not the e2e suite, not the matrix, not the soak)
+#   --no-soak   not the chaos soak
 #   --matrix    auto (default): the newest release's suite, and a note when the matrix's inputs
 #               changed since it was recorded; always: the whole matrix; never: no note
 # Env: FAKE_DRA_CI_MATRIX (as --matrix)
@@ -33,11 +36,13 @@ source "$ROOT/hack/kube/lib.sh"
 profile=dev
 suite=true
 matrix="${FAKE_DRA_CI_MATRIX:-auto}"
+soak=true
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
     --cargo-profile) profile="${2:?--cargo-profile needs a value}"; shift 2 ;;
-    --no-suite) suite=false; shift ;;
+    --no-suite) suite=false; soak=false; shift ;;
+    --no-soak) soak=false; shift ;;
     --matrix) matrix="${2:?--matrix needs auto, always or never}"; shift 2 ;;
     *) die "unknown argument: $1 (try --help)" ;;
   esac
@@ -126,4 +131,12 @@ fi
 t1=$SECONDS
 "$ROOT/hack/helm-real-k8s.sh"
 echo "== helm on the real cluster: $((SECONDS - t1)) s"
+
+if $soak; then
+  # The soak test executable of the same `cargo test --workspace` (hack/soak.sh finds it);
+  # its report also goes to target/soak/report.txt.
+  t1=$SECONDS
+  "$ROOT/hack/soak.sh" --ci
+  echo "== chaos soak (hack/soak.sh --ci): $((SECONDS - t1)) s"
+fi
 echo "== ci-real-k8s: $((SECONDS - t0)) s"

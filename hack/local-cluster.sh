@@ -10,11 +10,16 @@
 #   status   says which components run, and shows the node and the pods
 #   load ARCHIVE...  imports OCI image archives into containerd (namespace k8s.io)
 #   kubeconfig       prints the path of the admin kubeconfig
-#   restart-kubelet  stops the kubelet (SIGTERM; containers keep running) and starts it
-#                    again with the same flags
+#   restart COMPONENT [--down-for SECONDS]
+#                    stops one component (SIGTERM; containers keep running through a kubelet
+#                    or containerd restart), leaves it stopped SECONDS (default 0), starts it
+#                    again with the same flags as up and waits until it serves; COMPONENT is
+#                    one of etcd kube-apiserver (or apiserver) kube-controller-manager
+#                    kube-scheduler containerd kubelet kube-proxy
+#   restart-kubelet  restart kubelet
 #   crictl ARGS...   crictl on this cluster's containerd
 #   env              the cluster's paths as shell assignments (KUBECONFIG, KUBE_BIN, ...)
-# Usage: hack/local-cluster.sh up|down|status|load ARCHIVE...|kubeconfig|restart-kubelet|crictl ARGS...|env
+# Usage: hack/local-cluster.sh up|down|status|load ARCHIVE...|kubeconfig|restart COMPONENT [--down-for SECONDS]|restart-kubelet|crictl ARGS...|env
 # Layout (docs/real-kubernetes.md): node "$NODE_NAME" (default fake-dra-node) with the
 # node IP 10.200.0.1/32 on lo; pods on the bridge fakedra0, 10.244.0.0/24; Services
 # 10.96.0.0/16 (kube-proxy, iptables mode); state and logs in $CLUSTER_DIR (default
@@ -319,6 +324,71 @@ start_kubelet() {
     --node-ip "$NODE_IP" --root-dir "$KUBELET_ROOT" --v=2
 }
 
+# The command line of each component, for up and restart alike (one place, the same flags).
+start_etcd() {
+  start etcd "$KUBE_BIN/etcd" --name default --data-dir "$CLUSTER_DIR/etcd" \
+    --listen-client-urls "http://$ETCD_CLIENT" --advertise-client-urls "http://$ETCD_CLIENT" \
+    --listen-peer-urls "http://$ETCD_PEER" --initial-advertise-peer-urls "http://$ETCD_PEER" \
+    --initial-cluster "default=http://$ETCD_PEER" --listen-metrics-urls "" --log-level warn
+}
+
+start_apiserver() {
+  start kube-apiserver "$KUBE_BIN/kube-apiserver" \
+    --etcd-servers "http://$ETCD_CLIENT" \
+    --bind-address "$NODE_IP" --advertise-address "$NODE_IP" --secure-port 6443 \
+    --service-cluster-ip-range "$SERVICE_CIDR" \
+    --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
+    --client-ca-file "$PKI/ca.crt" \
+    --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" --kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
+    --kubelet-certificate-authority "$PKI/ca.crt" --kubelet-preferred-address-types InternalIP \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
+    --authorization-mode Node,RBAC \
+    --enable-admission-plugins NodeRestriction,ValidatingAdmissionPolicy \
+    --allow-privileged=true --profiling=false --v=1 ${DRA_GATES[@]+"${DRA_GATES[@]}"} ${DRA_APISERVER[@]+"${DRA_APISERVER[@]}"}
+}
+
+# KUBE_API_QPS: the client rate limit of kube-controller-manager and kube-scheduler (their
+# defaults, 20 and 50 requests/s, when unset); hack/fleet-bench.sh raises it so that the
+# scheduler, not a client limiter, is measured. A restart uses the value up saw.
+client_qps() {
+  local qps="${KUBE_API_QPS:-}"
+  [[ -n "$qps" || ! -f "$RUN/kube-api-qps" ]] || qps="$(cat "$RUN/kube-api-qps")"
+  [[ -z "$qps" ]] || echo "--kube-api-qps $qps --kube-api-burst $((qps * 2))"
+}
+
+start_controller_manager() {
+  local qps
+  read -r -a qps <<<"$(client_qps)"
+  start kube-controller-manager "$KUBE_BIN/kube-controller-manager" \
+    --kubeconfig "$CLUSTER_DIR/controller-manager.kubeconfig" \
+    --authentication-kubeconfig "$CLUSTER_DIR/controller-manager.kubeconfig" \
+    --authorization-kubeconfig "$CLUSTER_DIR/controller-manager.kubeconfig" \
+    --bind-address 127.0.0.1 --leader-elect=false --use-service-account-credentials=true \
+    --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
+    --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
+    --controllers '*' --profiling=false --v=1 ${DRA_GATES[@]+"${DRA_GATES[@]}"} ${qps[@]+"${qps[@]}"}
+}
+
+start_scheduler() {
+  local qps
+  read -r -a qps <<<"$(client_qps)"
+  start kube-scheduler "$KUBE_BIN/kube-scheduler" \
+    --kubeconfig "$CLUSTER_DIR/scheduler.kubeconfig" \
+    --authentication-kubeconfig "$CLUSTER_DIR/scheduler.kubeconfig" \
+    --authorization-kubeconfig "$CLUSTER_DIR/scheduler.kubeconfig" \
+    --bind-address 127.0.0.1 --leader-elect=false --profiling=false --v=1 ${DRA_GATES[@]+"${DRA_GATES[@]}"} ${qps[@]+"${qps[@]}"}
+}
+
+# containerd finds its shim next to itself only through PATH.
+start_containerd() {
+  start containerd env PATH="$KUBE_BIN:$PATH" "$KUBE_BIN/containerd" --config "$CLUSTER_DIR/containerd/config.toml"
+}
+
+start_proxy() {
+  start kube-proxy "$KUBE_BIN/kube-proxy" --config "$CLUSTER_DIR/kube-proxy.yaml" --v=1
+}
+
 tcp_open() { (exec 3<>"/dev/tcp/${1%:*}/${1##*:}") 2>/dev/null; }
 port_free() { ! tcp_open "$1"; }
 
@@ -418,51 +488,19 @@ up() {
     fi
   fi
 
-  start etcd "$KUBE_BIN/etcd" --name default --data-dir "$CLUSTER_DIR/etcd" \
-    --listen-client-urls "http://$ETCD_CLIENT" --advertise-client-urls "http://$ETCD_CLIENT" \
-    --listen-peer-urls "http://$ETCD_PEER" --initial-advertise-peer-urls "http://$ETCD_PEER" \
-    --initial-cluster "default=http://$ETCD_PEER" --listen-metrics-urls "" --log-level warn
+  # KUBE_API_QPS as up saw it, so that restart gives the same flags.
+  echo "${KUBE_API_QPS:-}" >"$RUN/kube-api-qps"
+  start_etcd
   wait_for etcd 30 tcp_open "$ETCD_CLIENT" || die "etcd did not start; see $LOGS/etcd.log"
 
-  start kube-apiserver "$KUBE_BIN/kube-apiserver" \
-    --etcd-servers "http://$ETCD_CLIENT" \
-    --bind-address "$NODE_IP" --advertise-address "$NODE_IP" --secure-port 6443 \
-    --service-cluster-ip-range "$SERVICE_CIDR" \
-    --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
-    --client-ca-file "$PKI/ca.crt" \
-    --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" --kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
-    --kubelet-certificate-authority "$PKI/ca.crt" --kubelet-preferred-address-types InternalIP \
-    --service-account-issuer https://kubernetes.default.svc.cluster.local \
-    --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
-    --authorization-mode Node,RBAC \
-    --enable-admission-plugins NodeRestriction,ValidatingAdmissionPolicy \
-    --allow-privileged=true --profiling=false --v=1 ${DRA_GATES[@]+"${DRA_GATES[@]}"} ${DRA_APISERVER[@]+"${DRA_APISERVER[@]}"}
+  start_apiserver
   wait_for kube-apiserver 120 kctl get --raw /readyz || die "kube-apiserver did not become ready; see $LOGS/kube-apiserver.log"
   echo "kube-apiserver ready after $((SECONDS - t0)) s"
 
-  # KUBE_API_QPS: the client rate limit of kube-controller-manager and kube-scheduler
-  # (their defaults, 20 and 50 requests/s, when unset); hack/fleet-bench.sh raises it so
-  # that the scheduler, not a client limiter, is measured.
-  local CLIENT_QPS=()
-  if [[ -n "${KUBE_API_QPS:-}" ]]; then
-    CLIENT_QPS=(--kube-api-qps "$KUBE_API_QPS" --kube-api-burst "$((KUBE_API_QPS * 2))")
-  fi
-  start kube-controller-manager "$KUBE_BIN/kube-controller-manager" \
-    --kubeconfig "$CLUSTER_DIR/controller-manager.kubeconfig" \
-    --authentication-kubeconfig "$CLUSTER_DIR/controller-manager.kubeconfig" \
-    --authorization-kubeconfig "$CLUSTER_DIR/controller-manager.kubeconfig" \
-    --bind-address 127.0.0.1 --leader-elect=false --use-service-account-credentials=true \
-    --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
-    --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
-    --controllers '*' --profiling=false --v=1 ${DRA_GATES[@]+"${DRA_GATES[@]}"} ${CLIENT_QPS[@]+"${CLIENT_QPS[@]}"}
-  start kube-scheduler "$KUBE_BIN/kube-scheduler" \
-    --kubeconfig "$CLUSTER_DIR/scheduler.kubeconfig" \
-    --authentication-kubeconfig "$CLUSTER_DIR/scheduler.kubeconfig" \
-    --authorization-kubeconfig "$CLUSTER_DIR/scheduler.kubeconfig" \
-    --bind-address 127.0.0.1 --leader-elect=false --profiling=false --v=1 ${DRA_GATES[@]+"${DRA_GATES[@]}"} ${CLIENT_QPS[@]+"${CLIENT_QPS[@]}"}
+  start_controller_manager
+  start_scheduler
 
-  # containerd finds its shim next to itself only through PATH.
-  start containerd env PATH="$KUBE_BIN:$PATH" "$KUBE_BIN/containerd" --config "$CLUSTER_DIR/containerd/config.toml"
+  start_containerd
   wait_for containerd 30 "$KUBE_BIN/crictl" --runtime-endpoint "unix://$CONTAINERD_SOCK" version || die "containerd did not start; see $LOGS/containerd.log"
   local a
   shopt -s nullglob
@@ -476,7 +514,7 @@ up() {
     || die "the sandbox image $SANDBOX_IMAGE is not in the CRI image service after loading $IMAGES_DIR/pause.tar; containerd's images: $(ctr_images); see $LOGS/containerd.log"
 
   start_kubelet
-  start kube-proxy "$KUBE_BIN/kube-proxy" --config "$CLUSTER_DIR/kube-proxy.yaml" --v=1
+  start_proxy
 
   wait_for node 120 kctl get node "$NODE_NAME" || die "node $NODE_NAME did not register; see $LOGS/kubelet.log"
   wait_for "node $NODE_NAME to be Ready" 120 node_ready || die "node $NODE_NAME is not Ready; see $LOGS/kubelet.log"
@@ -626,19 +664,79 @@ down() {
   echo "cluster down in $((SECONDS - t0)) s (logs kept in $LOGS)"
 }
 
-# --- restart-kubelet, crictl, env -------------------------------------------------------
+# --- restart, crictl, env -------------------------------------------------------
 
-# restart_kubelet: SIGTERM to the kubelet (its containers keep running, as when systemd
-# restarts it), then the same command line again; waits until it serves again (healthz
-# through the API server's node proxy, so also its serving certificate).
-restart_kubelet() {
+# cri_ready: containerd's CRI says the runtime and the pod network are ready (prints its
+# conditions otherwise).
+cri_ready() {
+  local c
+  c="$("$KUBE_BIN/crictl" --runtime-endpoint "unix://$CONTAINERD_SOCK" info -o go-template \
+    --template '{{range .status.conditions}}{{.type}}={{.status}} {{end}}' 2>&1)" || { echo "$c"; return 1; }
+  [[ "$c" == *"RuntimeReady=true"* && "$c" == *"NetworkReady=true"* ]] || { echo "$c"; return 1; }
+}
+
+# restart <component> [--down-for SECONDS]: SIGTERM to the component (SIGKILL after 15 s;
+# containers keep running through a kubelet or containerd restart, their shims outlive
+# containerd), SECONDS with it stopped (default 0), then the same command line as up.
+# Waits, with a deadline, until it serves again, and prints what it saw when it does not:
+#   etcd, kube-apiserver            the API server's /readyz
+#   kube-controller-manager,
+#   kube-scheduler, kube-proxy      their port (10257, 10259, healthz 10256) accepts
+#   containerd                      crictl version, then the CRI's RuntimeReady and
+#                                   NetworkReady, then the node Ready
+#   kubelet                         its healthz through the API server's node proxy (also
+#                                   its serving certificate)
+restart() {
   [[ "$(id -u)" == 0 ]] || die "must run as root"
-  running kubelet || die "the kubelet does not run (hack/local-cluster.sh up)"
-  stop kubelet
-  start_kubelet
-  wait_for "the restarted kubelet" 120 kctl get --raw "/api/v1/nodes/$NODE_NAME/proxy/healthz" \
-    || die "the restarted kubelet does not answer; see $LOGS/kubelet.log"
-  echo "kubelet restarted (pid $(pid_of kubelet))"
+  local name="" down_for=0
+  while [[ $# -gt 0 ]]; do
+    case "$1" in
+      --down-for) down_for="${2:-}"; shift 2 || die "--down-for needs a number of seconds" ;;
+      -*) die "unknown flag for restart: $1 (try --help)" ;;
+      *) [[ -z "$name" ]] || die "restart takes one component, got '$name' and '$1'"; name="$1"; shift ;;
+    esac
+  done
+  [[ "$down_for" =~ ^[0-9]+$ ]] || die "--down-for takes whole seconds, got '$down_for'"
+  [[ "$name" != apiserver ]] || name=kube-apiserver
+  [[ -n "$name" && " ${COMPONENTS[*]} " == *" $name "* ]] \
+    || die "restart needs a component, one of: ${COMPONENTS[*]} (got '${name}')"
+  running "$name" || die "$name does not run (hack/local-cluster.sh up)"
+  local t0=$SECONDS t1
+  stop "$name"
+  if ((down_for > 0)); then
+    echo "$name stays stopped for $down_for s"
+    sleep "$down_for"
+  fi
+  t1=$SECONDS
+  case "$name" in
+    etcd)
+      start_etcd
+      wait_for "the restarted etcd" 30 tcp_open "$ETCD_CLIENT" || die "the restarted etcd does not listen; see $LOGS/etcd.log"
+      wait_for "kube-apiserver ready again with etcd" 120 kctl get --raw /readyz || die "kube-apiserver is not ready after the etcd restart; see $LOGS/kube-apiserver.log" ;;
+    kube-apiserver)
+      start_apiserver
+      wait_for "the restarted kube-apiserver to be ready" 120 kctl get --raw /readyz || die "the restarted kube-apiserver is not ready; see $LOGS/kube-apiserver.log" ;;
+    kube-controller-manager)
+      start_controller_manager
+      wait_for "the restarted kube-controller-manager" 60 tcp_open 127.0.0.1:10257 || die "see $LOGS/kube-controller-manager.log" ;;
+    kube-scheduler)
+      start_scheduler
+      wait_for "the restarted kube-scheduler" 60 tcp_open 127.0.0.1:10259 || die "see $LOGS/kube-scheduler.log" ;;
+    kube-proxy)
+      start_proxy
+      wait_for "the restarted kube-proxy" 60 tcp_open 127.0.0.1:10256 || die "see $LOGS/kube-proxy.log" ;;
+    containerd)
+      start_containerd
+      wait_for "the restarted containerd" 30 "$KUBE_BIN/crictl" --runtime-endpoint "unix://$CONTAINERD_SOCK" version \
+        || die "the restarted containerd does not answer; see $LOGS/containerd.log"
+      wait_for "the CRI runtime and pod network ready" 60 cri_ready || die "containerd's CRI is not ready; see $LOGS/containerd.log"
+      wait_for "node $NODE_NAME to be Ready" 120 node_ready || die "node $NODE_NAME is not Ready after the containerd restart; see $LOGS/kubelet.log" ;;
+    kubelet)
+      start_kubelet
+      wait_for "the restarted kubelet" 120 kctl get --raw "/api/v1/nodes/$NODE_NAME/proxy/healthz" \
+        || die "the restarted kubelet does not answer; see $LOGS/kubelet.log" ;;
+  esac
+  echo "$name restarted (pid $(pid_of "$name")): stopped for $((t1 - t0)) s, serving $((SECONDS - t1)) s after its start"
 }
 
 # env: the cluster's paths as shell assignments, for tools that drive it (the Rust e2e
@@ -671,7 +769,8 @@ case "$cmd" in
   status) status ;;
   load) shift; [[ $# -gt 0 ]] || die "load needs at least one image archive"; for a in "$@"; do load "$a"; done ;;
   kubeconfig) echo "$ADMIN_KUBECONFIG" ;;
-  restart-kubelet) restart_kubelet ;;
+  restart) shift; restart "$@" ;;
+  restart-kubelet) restart kubelet ;;
   crictl) shift; exec "$KUBE_BIN/crictl" --runtime-endpoint "unix://$CONTAINERD_SOCK" "$@" ;;
   env) print_env ;;
   "") usage; exit 2 ;;

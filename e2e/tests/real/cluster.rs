@@ -395,9 +395,14 @@ impl RealCluster {
 
     /// `hack/local-cluster.sh restart-kubelet`.
     pub fn restart_kubelet(&self) -> CmdResult {
+        self.local_cluster(&["restart-kubelet"])
+    }
+
+    /// `hack/local-cluster.sh ARGS` (e.g. `restart kube-apiserver --down-for 40`).
+    pub fn local_cluster(&self, args: &[&str]) -> CmdResult {
         let mut c = self.command(repo().join("hack/local-cluster.sh"));
-        c.arg("restart-kubelet");
-        run(c, "hack/local-cluster.sh restart-kubelet")
+        c.args(args);
+        run(c, &format!("hack/local-cluster.sh {}", args.join(" ")))
     }
 }
 
