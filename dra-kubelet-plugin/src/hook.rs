@@ -7,6 +7,7 @@
 //! real driver that watches its hardware reports genuine health through
 //! [`FaultHook::health`] the same way.
 
+use crate::slices::TaintRules;
 use std::fmt::Debug;
 
 use futures::future::BoxFuture;
@@ -28,8 +29,8 @@ pub struct HookContext {
     pub field_manager: String,
     /// The names of the node's devices in its pool.
     pub devices: Vec<String>,
-    /// The most taints the serving release allows on one device.
-    pub max_taints: usize,
+    /// What the serving release accepts of a device's taints.
+    pub taint_rules: TaintRules,
 }
 
 impl std::fmt::Debug for HookContext {
@@ -39,7 +40,7 @@ impl std::fmt::Debug for HookContext {
             .field("node_name", &self.node_name)
             .field("field_manager", &self.field_manager)
             .field("devices", &self.devices)
-            .field("max_taints", &self.max_taints)
+            .field("taint_rules", &self.taint_rules)
             .finish_non_exhaustive()
     }
 }
@@ -103,9 +104,10 @@ pub trait FaultHook: Debug + Send + Sync + 'static {
     }
 
     /// The node's devices as they are published: the profile's, with what the hook adds
-    /// (taints, at most `max_taints` a device; binding conditions).
-    fn overlay(&self, devices: Vec<SliceDevice>, max_taints: usize) -> Vec<SliceDevice> {
-        let _ = max_taints;
+    /// (taints, within `taint_rules`; binding conditions). Taints the rules refuse are
+    /// dropped after the overlay anyway; a hook says why where its user looks.
+    fn overlay(&self, devices: Vec<SliceDevice>, taint_rules: TaintRules) -> Vec<SliceDevice> {
+        let _ = taint_rules;
         devices
     }
 

@@ -294,13 +294,28 @@ impl SlicePublisher {
         }
     }
 
-    /// What to publish now: the profile's devices with the hook's overlay.
+    /// What to publish now: the profile's devices with the hook's overlay, without the
+    /// taints the serving release would refuse the whole slice for.
     fn effective(&self) -> Desired {
         let mut desired = self.desired.clone();
-        desired.devices = self.hook.overlay(
-            std::mem::take(&mut desired.devices),
-            slices::max_taints(desired.layout),
-        );
+        let rules = slices::TaintRules::of(desired.layout);
+        desired.devices = self
+            .hook
+            .overlay(std::mem::take(&mut desired.devices), rules);
+        for d in &mut desired.devices {
+            let before = d.taints.len();
+            d.taints.retain(|t| rules.allows(t.effect));
+            d.taints.truncate(rules.max_per_device);
+            if d.taints.len() != before {
+                tracing::warn!(
+                    device = %d.name,
+                    dropped = before - d.taints.len(),
+                    "taints left out: this Kubernetes release accepts at most {} a device{}",
+                    rules.max_per_device,
+                    if rules.effect_none { "" } else { ", and only the effects NoSchedule and NoExecute" }
+                );
+            }
+        }
         desired
     }
 

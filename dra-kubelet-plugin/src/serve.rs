@@ -117,7 +117,7 @@ pub(crate) async fn run<D: DeviceProfile>(
             node_name: plugin.node_name.clone(),
             field_manager: plugin.field_manager_or_default(),
             devices: device_names.clone(),
-            max_taints: slices::max_taints(layout),
+            taint_rules: slices::TaintRules::of(layout),
         }),
     };
 

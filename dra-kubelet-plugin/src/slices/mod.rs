@@ -90,9 +90,32 @@ impl Limits {
     }
 }
 
-/// Taints a device may carry in `layout`.
-pub fn max_taints(layout: CounterLayout) -> usize {
-    Limits::of(layout).taints
+/// What the serving release accepts of a device's taints. A slice write breaking them is
+/// refused whole, so what breaks them is left out and said where the taint came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaintRules {
+    /// Taints one device may carry (`ResourceSliceMaxDeviceTaintsPerDevice`: 4 up to 1.34,
+    /// 16 from 1.35).
+    pub max_per_device: usize,
+    /// Whether the effect `None` is accepted: kube-apiserver's validation
+    /// (pkg/apis/resource/validation, `validateDeviceTaint`) accepts only `NoSchedule`
+    /// and `NoExecute` up to 1.34; 1.35 added `None`.
+    pub effect_none: bool,
+}
+
+impl TaintRules {
+    /// The rules of a server with `layout`.
+    pub fn of(layout: CounterLayout) -> Self {
+        Self {
+            max_per_device: Limits::of(layout).taints,
+            effect_none: layout == CounterLayout::Separate,
+        }
+    }
+
+    /// Whether a taint with `effect` may be published.
+    pub fn allows(self, effect: crate::profile::TaintEffect) -> bool {
+        effect != crate::profile::TaintEffect::None || self.effect_none
+    }
 }
 
 /// What one slice of the pool lists.

@@ -385,7 +385,8 @@ pub async fn device_taints<B: Backend>(b: &mut B, p: &mut Protocol) {
     wait_devices(b, "no taint left", |d| d.iter().all(|x| x.taints.is_none())).await;
 
     // Effect None: published for information only, repels nothing. An API server of 1.34
-    // or older with DRADeviceTaints on refuses the effect (and with it the whole slice).
+    // or older with DRADeviceTaints on refuses the effect (and with it the whole slice), so
+    // there the plugin leaves the taint out and the fault's status says why.
     apply(
         b,
         "apiVersion: fake.resource.3-shake.com/v1alpha1\nkind: DeviceFault\nmetadata: {name: all-none}\nspec:\n  taint: {key: fake.resource.3-shake.com/degraded, effect: None}\n",
@@ -395,12 +396,27 @@ pub async fn device_taints<B: Backend>(b: &mut B, p: &mut Protocol) {
         "fault with effect None: status",
         fault_status(b, "all-none").await,
     );
-    wait_devices(b, "every device with the None taint", |d| {
-        !d.is_empty()
-            && d.iter()
-                .all(|x| x.taints.iter().flatten().any(|t| t.effect == "None"))
-    })
-    .await;
+    if b.release().minor() >= 35 {
+        wait_devices(b, "every device with the None taint", |d| {
+            !d.is_empty()
+                && d.iter()
+                    .all(|x| x.taints.iter().flatten().any(|t| t.effect == "None"))
+        })
+        .await;
+    } else {
+        let stored: Vec<_> = node_slices(b)
+            .await
+            .into_iter()
+            .flat_map(|s| s.spec.devices.unwrap_or_default())
+            .collect();
+        p.record(
+            "devices with a None taint as stored",
+            stored
+                .iter()
+                .filter(|x| x.taints.iter().flatten().any(|t| t.effect == "None"))
+                .count(),
+        );
+    }
     apply(b, &super::scenarios::example("4-count-4.yaml")).await;
     running(
         b,

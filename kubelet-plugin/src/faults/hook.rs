@@ -8,6 +8,7 @@ use std::sync::Arc;
 use dra_kubelet_plugin::claim::ClaimRef;
 use dra_kubelet_plugin::hook::{FaultHook, HealthStatus, HookContext, Refusal};
 use dra_kubelet_plugin::profile::SliceDevice;
+use dra_kubelet_plugin::slices::TaintRules;
 use fake_dra_api::fault;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
@@ -44,7 +45,7 @@ impl FaultHook for DeviceFaults {
         let reporter = tokio::spawn(super::report(
             context.client.clone(),
             self.view.clone(),
-            context.max_taints,
+            context.taint_rules,
         ));
         let view = self.view.clone();
         let node = context.node_name.clone();
@@ -95,10 +96,10 @@ impl FaultHook for DeviceFaults {
         })
     }
 
-    fn overlay(&self, devices: Vec<SliceDevice>, max_taints: usize) -> Vec<SliceDevice> {
+    fn overlay(&self, devices: Vec<SliceDevice>, taint_rules: TaintRules) -> Vec<SliceDevice> {
         self.view
             .current()
-            .overlay(&devices, &self.driver, max_taints)
+            .overlay(&devices, &self.driver, taint_rules)
     }
 
     fn health(&self, device: &str) -> (HealthStatus, Option<String>) {

@@ -20,16 +20,17 @@ use fake_dra_api::fault::{
 };
 
 use dra_kubelet_plugin::profile::{BindingConditions, DeviceTaint, SliceDevice, TaintEffect};
+use dra_kubelet_plugin::slices::TaintRules;
 
 /// Keeps this node's entries in the faults' status current: after every change of the
 /// faults, what [`NodeFaults::reports`] says. Never returns on its own.
-pub async fn report(client: kube::Client, view: watch::NodeView, max_taints: usize) {
+pub async fn report(client: kube::Client, view: watch::NodeView, taint_rules: TaintRules) {
     let mut writer = watch::StatusWriter::new(client, view.node());
     let mut changes = view.faults();
     loop {
         let faults: Vec<Fault> = changes.borrow_and_update().as_ref().clone();
         writer
-            .write(&faults, &view.current().reports(max_taints))
+            .write(&faults, &view.current().reports(taint_rules))
             .await;
         if changes.changed().await.is_err() {
             return;
@@ -163,11 +164,14 @@ impl NodeFaults {
     }
 
     /// The taints of `device`, at most `max` (the first faults' when there are more).
-    pub fn taints(&self, device: &str, max: usize) -> Vec<DeviceTaint> {
+    pub fn taints(&self, device: &str, max: usize, rules: TaintRules) -> Vec<DeviceTaint> {
         let mut taints: Vec<DeviceTaint> = Vec::new();
         for t in self.on_device(device).filter_map(|f| f.spec.taint.as_ref()) {
             let effect = taint_effect(t.effect);
-            if !taints.iter().any(|x| x.key == t.key && x.effect == effect) && taints.len() < max {
+            if rules.allows(effect)
+                && !taints.iter().any(|x| x.key == t.key && x.effect == effect)
+                && taints.len() < max
+            {
                 taints.push(DeviceTaint {
                     key: t.key.clone(),
                     value: t.value.clone().filter(|v| !v.is_empty()),
@@ -263,19 +267,23 @@ impl NodeFaults {
         )
     }
 
-    /// The node's devices as published with the faults: taints (at most `max_taints` a
-    /// device) and binding conditions.
+    /// The node's devices as published with the faults: taints (as the serving release
+    /// accepts them) and binding conditions.
     pub fn overlay(
         &self,
         devices: &[SliceDevice],
         driver: &str,
-        max_taints: usize,
+        rules: TaintRules,
     ) -> Vec<SliceDevice> {
         devices
             .iter()
             .map(|d| {
                 let mut d = d.clone();
-                for t in self.taints(&d.name, max_taints.saturating_sub(d.taints.len())) {
+                for t in self.taints(
+                    &d.name,
+                    rules.max_per_device.saturating_sub(d.taints.len()),
+                    rules,
+                ) {
                     if !d
                         .taints
                         .iter()
@@ -298,7 +306,7 @@ impl NodeFaults {
 
     /// This node's entry for each fault selecting it (invalid ones included), for the
     /// faults' status: the devices it applies to, the effects in force, the problems.
-    pub fn reports(&self, max_taints: usize) -> Vec<(String, NodeFaultStatus)> {
+    pub fn reports(&self, rules: TaintRules) -> Vec<(String, NodeFaultStatus)> {
         let mut out = Vec::new();
         for (f, reason) in &self.invalid {
             out.push((
@@ -392,13 +400,21 @@ impl NodeFaults {
                         .find(|o| o.spec.device_status.is_some() && shares_device(o)),
                 );
             }
-            if let Some(t) = &spec.taint {
+            if let Some(t) = &spec.taint
+                && !rules.allows(taint_effect(t.effect))
+            {
+                problems.push(format!(
+                    "taint {} not published: the effect None needs Kubernetes 1.35 or later (this release accepts only NoSchedule and NoExecute)",
+                    t.key
+                ));
+            } else if let Some(t) = &spec.taint {
                 let effect = taint_effect(t.effect);
+                let max_taints = rules.max_per_device;
                 let dropped: Vec<&String> = devices
                     .iter()
                     .filter(|d| {
                         !self
-                            .taints(d, max_taints)
+                            .taints(d, max_taints, rules)
                             .iter()
                             .any(|x| x.key == t.key && x.effect == effect)
                     })

@@ -34,6 +34,14 @@ fn call(action: CallAction, delay: Option<u32>) -> Option<CallFault> {
     })
 }
 
+/// `max` taints a device, the effect None allowed (1.35+).
+fn rules(max: usize) -> TaintRules {
+    TaintRules {
+        max_per_device: max,
+        effect_none: true,
+    }
+}
+
 fn names(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
@@ -152,16 +160,16 @@ fn taints_add_up_and_are_published_within_the_limit() {
             ..Default::default()
         })
         .collect();
-    let published = n.overlay(&plain, "drv", 4);
+    let published = n.overlay(&plain, "drv", rules(4));
     assert_eq!(published[0].taints.len(), 2, "k1 and k2, k2 once");
     assert_eq!(published[1].taints.len(), 1);
     assert_eq!(published[1].taints[0].effect, TaintEffect::NoExecute);
     // With room for one taint a device, fault a's (first by name) shows on fake-0 and b's
     // is reported dropped there.
-    let one = n.overlay(&plain, "drv", 1);
+    let one = n.overlay(&plain, "drv", rules(1));
     assert_eq!(one[0].taints.len(), 1);
     assert_eq!(one[0].taints[0].key, "k1");
-    let reports = n.reports(1);
+    let reports = n.reports(rules(1));
     let b = &reports.iter().find(|(f, _)| f == "b").unwrap().1;
     assert!(
         b.problems[0].contains("not published on fake-0:"),
@@ -181,6 +189,57 @@ fn taints_add_up_and_are_published_within_the_limit() {
             .1
             .problems
             .is_empty()
+    );
+}
+
+#[test]
+fn a_none_taint_is_left_out_where_the_release_refuses_it_and_the_status_says_why() {
+    let faults = [
+        fault(
+            "a-none",
+            DeviceFaultSpec {
+                taint: taint("info", TaintEffectSpec::None),
+                ..Default::default()
+            },
+        ),
+        fault(
+            "b-noschedule",
+            DeviceFaultSpec {
+                taint: taint("k", TaintEffectSpec::NoSchedule),
+                ..Default::default()
+            },
+        ),
+    ];
+    let n = NodeFaults::resolve("n", &devices(), &faults);
+    let plain: Vec<SliceDevice> = devices()
+        .into_iter()
+        .map(|name| SliceDevice {
+            name,
+            ..Default::default()
+        })
+        .collect();
+    // 1.34: NoSchedule and NoExecute only (a None taint would fail the whole slice write).
+    let on_1_34 = TaintRules::of(dra_kubelet_plugin::slices::CounterLayout::WithDevices);
+    let published = n.overlay(&plain, "drv", on_1_34);
+    for d in &published {
+        let effects: Vec<TaintEffect> = d.taints.iter().map(|t| t.effect).collect();
+        assert_eq!(effects, vec![TaintEffect::NoSchedule], "{}", d.name);
+    }
+    let reports: BTreeMap<String, NodeFaultStatus> = n.reports(on_1_34).into_iter().collect();
+    assert_eq!(
+        reports["a-none"].problems,
+        vec![
+            "taint info not published: the effect None needs Kubernetes 1.35 or later (this release accepts only NoSchedule and NoExecute)"
+        ]
+    );
+    assert!(reports["b-noschedule"].problems.is_empty());
+    // 1.35+: published.
+    let on_1_35 = TaintRules::of(dra_kubelet_plugin::slices::CounterLayout::Separate);
+    assert_eq!(n.overlay(&plain, "drv", on_1_35)[0].taints.len(), 2);
+    assert!(
+        n.reports(on_1_35)
+            .iter()
+            .all(|(_, r)| r.problems.is_empty())
     );
 }
 
@@ -206,7 +265,7 @@ fn binding_faults_give_the_devices_binding_conditions() {
             ..Default::default()
         })
         .collect();
-    let out = n.overlay(&plain, "fake.resource.3-shake.com", 4);
+    let out = n.overlay(&plain, "fake.resource.3-shake.com", rules(4));
     assert_eq!(out[1].binding, None);
     assert_eq!(
         out[2].binding,
@@ -279,7 +338,7 @@ fn conflicts_unknown_devices_and_invalid_specs_are_reported_per_fault() {
         "GetInfo fails on node n by DeviceFault a"
     );
     assert_eq!(n.device_status("fake-3").unwrap().0, "e");
-    let reports: BTreeMap<String, NodeFaultStatus> = n.reports(4).into_iter().collect();
+    let reports: BTreeMap<String, NodeFaultStatus> = n.reports(rules(4)).into_iter().collect();
     assert_eq!(reports.len(), 5);
     assert!(reports["a"].problems.is_empty());
     assert_eq!(reports["a"].effects, ["health", "getInfo"]);
@@ -320,7 +379,7 @@ fn prepare_faults_conflict_only_when_their_claims_overlap() {
             fault("c", on("x")),
         ],
     );
-    let reports: BTreeMap<String, NodeFaultStatus> = n.reports(4).into_iter().collect();
+    let reports: BTreeMap<String, NodeFaultStatus> = n.reports(rules(4)).into_iter().collect();
     assert!(reports["b"].problems.is_empty());
     assert!(reports["c"].problems[0].contains("prepare is also set by DeviceFault a"));
 }

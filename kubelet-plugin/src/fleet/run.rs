@@ -261,7 +261,7 @@ pub async fn run(
         client.clone(),
         faults.clone(),
         device_names.clone(),
-        slices::max_taints(layout),
+        slices::TaintRules::of(layout),
     ));
     let claim_task = {
         let names = device_names.clone();
@@ -438,7 +438,7 @@ impl Publisher {
             devices: node_faults.overlay(
                 &base,
                 &self.config.driver_name,
-                slices::max_taints(self.layout),
+                slices::TaintRules::of(self.layout),
             ),
             counter_sets,
             layout: self.layout,
@@ -852,7 +852,7 @@ async fn report_faults(
     client: Client,
     faults: fault_watch::Faults,
     device_names: Arc<RwLock<BTreeMap<String, Vec<String>>>>,
-    max_taints: usize,
+    taint_rules: slices::TaintRules,
 ) {
     let mut writer = StatusWriter::new(client, "fleet");
     let mut changes = faults.clone();
@@ -862,7 +862,8 @@ async fn report_faults(
         let names = device_names.read().map(|n| n.clone()).unwrap_or_default();
         let mut reports: BTreeMap<String, fake_dra_api::fault::NodeFaultStatus> = BTreeMap::new();
         for (node, devices) in &names {
-            for (fault, entry) in NodeFaults::resolve(node, devices, &current).reports(max_taints) {
+            for (fault, entry) in NodeFaults::resolve(node, devices, &current).reports(taint_rules)
+            {
                 let r =
                     reports
                         .entry(fault)
