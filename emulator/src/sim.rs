@@ -210,6 +210,7 @@ impl Sim {
             server_version: config.kubernetes_version(),
             kubeconfig_dir: Some(work_dir.clone()),
             crds: Vec::new(),
+            all_dra_gates_on: false,
         })
         .await?;
         let kubeconfig = server.kubeconfig().to_path_buf();

@@ -108,7 +108,10 @@ pub fn inject(cdi_root: &Path, ids: &[String]) -> Vec<String> {
 pub const CLAIM_NS: &str = "default";
 
 /// The emulated apiserver of Kubernetes `version` (which decides the `resource.k8s.io`
-/// versions served) with `crds` installed and `namespaces` created.
+/// versions served and the slice layout) with every DRA feature gate on (the plugin's
+/// features are tested on each release's layout; what a default cluster of a release
+/// drops is the real-cluster suite's and the emulator's concern), `crds` installed and
+/// `namespaces` created.
 pub async fn start_api_with(
     version: (u32, u32),
     crds: Vec<String>,
@@ -119,6 +122,7 @@ pub async fn start_api_with(
     let api = ApiServer::start_with(ApiServerOptions {
         server_version: version,
         crds,
+        all_dra_gates_on: true,
         ..Default::default()
     })
     .await

@@ -73,6 +73,10 @@ pub struct ApiServerOptions {
     /// with the server. `fake-dra-sim` names its work directory, so that a killed sim
     /// leaves nothing outside it.
     pub kubeconfig_dir: Option<PathBuf>,
+    /// Every DRA feature gate on, as `--feature-gates=DRADeviceTaints=true,...` turns them
+    /// on in kube-apiserver: no field of a DRA feature is dropped on write, whatever the
+    /// release's defaults (tests of a release's layout with its optional features).
+    pub all_dra_gates_on: bool,
 }
 
 impl Default for ApiServerOptions {
@@ -81,6 +85,7 @@ impl Default for ApiServerOptions {
             server_version: (1, 30),
             crds: Vec::new(),
             kubeconfig_dir: None,
+            all_dra_gates_on: false,
         }
     }
 }
@@ -104,6 +109,7 @@ impl ApiServer {
     pub async fn start_with(options: ApiServerOptions) -> Result<Self, StartError> {
         let mut store =
             Store::for_version(options.server_version).map_err(StartError::UnsupportedVersion)?;
+        store.all_dra_gates_on = options.all_dra_gates_on;
         install_crds(&mut store, &options.crds)?;
         let (watch_epoch, _) = watch::channel(0);
         let shared = Arc::new(Shared {

@@ -184,6 +184,8 @@ pub struct Store {
     /// The Kubernetes release emulated: it decides the kinds and versions served and the
     /// Pod layout accepted.
     server_version: (u32, u32),
+    /// Every DRA gate on ([`super::ApiServerOptions::all_dra_gates_on`]).
+    pub(crate) all_dra_gates_on: bool,
     /// `Warning` headers for the response to the current write ([`Store::take_warnings`]).
     warnings: Vec<String>,
 }
@@ -327,7 +329,7 @@ impl Store {
     /// as kube-apiserver's strategies do before validating a write (see [`gates`]): the
     /// write succeeds without them, and only the log says so.
     fn drop_disabled_fields(&self, rt: &ResourceType, old: Option<&Value>, new: &mut Value) {
-        if rt.group != "resource.k8s.io" {
+        if rt.group != "resource.k8s.io" || self.all_dra_gates_on {
             return;
         }
         let before = new.clone();
@@ -373,6 +375,7 @@ impl Store {
             faults: Vec::new(),
             snapshots: VecDeque::new(),
             server_version,
+            all_dra_gates_on: false,
             warnings: Vec::new(),
         };
         for rt in types {
