@@ -19,8 +19,15 @@ const DRIVER: &str = "fake.resource.3-shake.com";
 const CLASS: &str = "fake.3-shake.com";
 
 async fn server(version: (u32, u32)) -> (ApiServer, kube::Client) {
+    server_with(version, false).await
+}
+
+/// With `all_gates`, every DRA feature gate on (the scheduler's features on a release's
+/// API, whatever its defaults).
+async fn server_with(version: (u32, u32), all_gates: bool) -> (ApiServer, kube::Client) {
     let server = ApiServer::start_with(ApiServerOptions {
         server_version: version,
+        all_dra_gates_on: all_gates,
         ..ApiServerOptions::default()
     })
     .await
@@ -385,10 +392,14 @@ async fn pods_take_the_claim_layout_of_their_release() {
 // ---------------------------------------------------------------------------------------
 // The scheduler's allocator and the resourceclaim controller
 
-/// A 1.34 control plane without kubelets: nodes `n1` (models M1, M1, M2, M2) and `n2`
-/// (M1 ×4), the DeviceClass of the driver with a class config, scheduler and controller.
-async fn control_plane() -> (ApiServer, kube::Client, tokio::task::JoinSet<()>) {
-    let (server, client) = server((1, 34)).await;
+/// A control plane of `version` with every DRA gate on, without kubelets: nodes `n1`
+/// (models M1, M1, M2, M2) and `n2` (M1 ×4), the DeviceClass of the driver with a class
+/// config, scheduler and controller. The scheduler's words follow the release (1.37's
+/// where a test compares them).
+async fn control_plane(
+    version: (u32, u32),
+) -> (ApiServer, kube::Client, tokio::task::JoinSet<()>) {
+    let (server, client) = server_with(version, true).await;
     let nodes: Api<Node> = Api::all(client.clone());
     for (node, models) in [
         ("n1", ["M1", "M1", "M2", "M2"]),
@@ -429,12 +440,12 @@ async fn control_plane() -> (ApiServer, kube::Client, tokio::task::JoinSet<()>) 
     tasks.spawn(scheduler::run(
         server.client().unwrap(),
         server.store().subscribe(),
-        (1, 34),
+        version,
     ));
     tasks.spawn(claims::run(
         server.client().unwrap(),
         server.store().subscribe(),
-        (1, 34),
+        version,
     ));
     (server, client, tasks)
 }
@@ -520,7 +531,7 @@ fn results(claim: &Value) -> Vec<(String, String, String)> {
 
 #[tokio::test]
 async fn model_selection_count_config_and_release() {
-    let (_server, client, _tasks) = control_plane().await;
+    let (_server, client, _tasks) = control_plane((1, 34)).await;
     let expression = format!("device.attributes[\"{DRIVER}\"].model == \"M2\"");
     api(&client, "v1", "ResourceClaim", Some("default"))
         .create(
@@ -596,7 +607,7 @@ async fn model_selection_count_config_and_release() {
 
 #[tokio::test]
 async fn no_device_is_allocated_twice_and_over_requests_stay_pending() {
-    let (_server, client, _tasks) = control_plane().await;
+    let (_server, client, _tasks) = control_plane((1, 37)).await;
     api(&client, "v1", "ResourceClaimTemplate", Some("default"))
         .create(
             &PostParams::default(),
@@ -683,7 +694,7 @@ async fn no_device_is_allocated_twice_and_over_requests_stay_pending() {
 
 #[tokio::test]
 async fn allocation_mode_all_takes_every_matching_device_of_one_node() {
-    let (_server, client, _tasks) = control_plane().await;
+    let (_server, client, _tasks) = control_plane((1, 34)).await;
     let expression = format!(
         "device.attributes[\"{DRIVER}\"].model == \"M1\" && device.attributes[\"{DRIVER}\"].index >= 0"
     );
@@ -732,7 +743,7 @@ async fn allocation_mode_all_takes_every_matching_device_of_one_node() {
 
 #[tokio::test]
 async fn unsatisfiable_requests_and_cel_errors_are_reported() {
-    let (_server, client, _tasks) = control_plane().await;
+    let (_server, client, _tasks) = control_plane((1, 37)).await;
     api(&client, "v1", "ResourceClaimTemplate", Some("default"))
         .create(
             &PostParams::default(),
@@ -816,7 +827,16 @@ async fn republish(client: &kube::Client, node: &str, devices: Vec<Value>) {
     let slices = api(client, "v1", "ResourceSlice", None);
     let name = format!("{node}-{DRIVER}");
     let mut current = slices.get(&name).await.unwrap();
+    // A device drawing on counters needs the counter set in the same slice (1.34's
+    // validation of sharedCounters).
+    let counters = devices.iter().any(|d| d.get("consumesCounters").is_some());
     current.data["spec"]["devices"] = json!(devices);
+    if counters {
+        current.data["spec"]["sharedCounters"] =
+            json!([{"name": "s", "counters": {"c": {"value": "1"}}}]);
+    } else if let Some(spec) = current.data["spec"].as_object_mut() {
+        spec.remove("sharedCounters");
+    }
     current.data["spec"]["pool"]["generation"] = json!(2);
     slices
         .replace(&name, &PostParams::default(), &current)
@@ -826,7 +846,7 @@ async fn republish(client: &kube::Client, node: &str, devices: Vec<Value>) {
 
 #[tokio::test]
 async fn device_taints_keep_new_claims_off_unless_tolerated() {
-    let (_server, client, _tasks) = control_plane().await;
+    let (_server, client, _tasks) = control_plane((1, 37)).await;
     let taint = json!([{"key": "fake.resource.3-shake.com/unhealthy", "effect": "NoSchedule"}]);
     let info = json!([{"key": "note", "effect": "None"}]);
     for node in ["n1", "n2"] {
@@ -926,7 +946,7 @@ async fn device_taints_keep_new_claims_off_unless_tolerated() {
 
 #[tokio::test]
 async fn device_features_the_emulator_does_not_implement_are_refused_by_name() {
-    let (_server, client, _tasks) = control_plane().await;
+    let (_server, client, _tasks) = control_plane((1, 34)).await;
     let shapes = [
         (
             "counters",
