@@ -92,3 +92,16 @@ fn an_inventory_that_is_no_regular_file_is_refused_at_once() {
         );
     }
 }
+
+#[test]
+fn create_nodes_past_the_limit_is_refused() {
+    for n in ["10001", "18446744073709551615", "lots"] {
+        let err = refusal(&["fleet", "--create-nodes", n]);
+        assert!(
+            err.contains(&format!(
+                "invalid value '{n}' for '--create-nodes <CREATE_NODES>': must be a whole number from 0 to 10000"
+            )),
+            "{err}"
+        );
+    }
+}
