@@ -31,7 +31,14 @@ pub enum ManifestError {
     },
     #[error("{path}: {message}")]
     Overlay { path: PathBuf, message: String },
+    /// Not a regular file, or too large.
+    #[error(transparent)]
+    File(#[from] fake_dra_ops::files::FileError),
 }
+
+/// Largest manifest file read (`-f`): far above any real one (kube-apiserver takes at most
+/// 3 MiB per object), far below what would exhaust memory.
+pub const MAX_MANIFEST_BYTES: u64 = 64 << 20;
 
 /// One object of a manifest, with where it came from (for error messages).
 #[derive(Debug, Clone)]
@@ -175,7 +182,7 @@ pub fn load(path: &Path) -> Result<Vec<Manifest>, ManifestError> {
         }
         return Ok(out);
     }
-    let text = std::fs::read_to_string(path).map_err(io)?;
+    let text = fake_dra_ops::files::read_text("-f", path, MAX_MANIFEST_BYTES)?;
     parse(&text, &path.display().to_string())
 }
 
@@ -208,6 +215,21 @@ pub fn rendered(deploy_dir: &Path, overlay: &str) -> Result<Vec<Manifest>, Manif
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_device_or_fifo_is_refused_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let zero = dir.path().join("zero.yaml");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        let err = load(&zero).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "-f '{}' is a character device, not a regular file",
+                zero.display()
+            )
+        );
+    }
 
     #[test]
     fn parses_documents_and_names_the_broken_one() {

@@ -92,15 +92,9 @@ pub enum InventoryError {
         entry: String,
         reason: String,
     },
-    /// The file cannot be read.
-    #[error("reading inventory file {file}: {source}")]
-    Read {
-        file: String,
-        source: std::io::Error,
-    },
-    /// The file is too large.
-    #[error("inventory file {file} is {size} bytes; at most {MAX_FILE_BYTES}")]
-    TooLarge { file: String, size: u64 },
+    /// The file cannot be read: missing, not a regular file, too large.
+    #[error(transparent)]
+    Read(#[from] fake_dra_ops::files::FileError),
     /// Not YAML or JSON of the file's shape (unknown fields included).
     #[error("inventory file {file}: {reason}")]
     Parse { file: String, reason: String },
@@ -270,23 +264,11 @@ pub enum NodeDevices {
     },
 }
 
-/// Reads and checks the inventory file at `path`.
+/// Reads and checks the inventory file at `path` (`--inventory`): a regular file of at
+/// most [`MAX_FILE_BYTES`].
 pub fn load(path: &Path) -> Result<InventoryFile, InventoryError> {
-    let file = path.display().to_string();
-    let size = std::fs::metadata(path)
-        .map_err(|source| InventoryError::Read {
-            file: file.clone(),
-            source,
-        })?
-        .len();
-    if size > MAX_FILE_BYTES {
-        return Err(InventoryError::TooLarge { file, size });
-    }
-    let text = std::fs::read_to_string(path).map_err(|source| InventoryError::Read {
-        file: file.clone(),
-        source,
-    })?;
-    parse(&text, &file)
+    let text = fake_dra_ops::files::read_text("--inventory", path, MAX_FILE_BYTES)?;
+    parse(&text, &path.display().to_string())
 }
 
 /// Parses and checks an inventory file's text (YAML, or JSON, which is YAML too);

@@ -137,8 +137,9 @@ struct FleetArgs {
     /// The DRA driver name.
     #[arg(long, env = "FAKE_DRA_DRIVER_NAME", default_value = fake_dra_api::DEFAULT_DRIVER_NAME)]
     driver_name: String,
-    /// Create this many Node objects, <node-name-prefix><i>, Ready, with heartbeats.
-    #[arg(long, env = "FAKE_DRA_CREATE_NODES", default_value_t = 0)]
+    /// Create this many Node objects, <node-name-prefix><i>, Ready, with heartbeats; at
+    /// most 10000 (docs/fleet.md).
+    #[arg(long, env = "FAKE_DRA_CREATE_NODES", default_value_t = 0, value_parser = parse_create_nodes)]
     create_nodes: usize,
     /// Name prefix of the created nodes.
     #[arg(
@@ -247,6 +248,15 @@ const RENAMED: &[Renamed] = &[
         new: "FAKE_DRA_CONNECTION_IDLE_TIMEOUT",
     },
 ];
+
+/// `--create-nodes`: a whole number up to [`fleet::MAX_CREATE_NODES`].
+fn parse_create_nodes(s: &str) -> Result<usize, String> {
+    let max = fleet::MAX_CREATE_NODES;
+    match s.parse::<u64>() {
+        Ok(n) if n <= max as u64 => Ok(n as usize),
+        _ => Err(format!("must be a whole number from 0 to {max}")),
+    }
+}
 
 fn fail(e: &dyn std::fmt::Display) -> ExitCode {
     tracing::error!(error = %e, "kubelet plugin failed");

@@ -1,11 +1,12 @@
 //! What fake-dra's binaries share to run as Kubernetes components, whatever the driver:
 //! flags and their environment twins ([`flags`]), logging ([`logging`]), graceful
 //! shutdown ([`signals`]), the Kubernetes client ([`client`]), accept loops no client can
-//! take down ([`conn`]) and the `/healthz` `/readyz` `/metrics` server ([`health`]), and what each binary says it
+//! take down ([`conn`]), reading the files users name, bounded ([`files`]), and the `/healthz` `/readyz` `/metrics` server ([`health`]), and what each binary says it
 //! is ([`version`]).
 
 pub mod client;
 pub mod conn;
+pub mod files;
 pub mod flags;
 pub mod health;
 pub mod logging;

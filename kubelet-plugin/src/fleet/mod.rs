@@ -26,6 +26,11 @@ pub const FLEET_LABEL: &str = "fake.resource.3-shake.com/fleet";
 /// nodes: pods that do not tolerate it never land on a node no kubelet runs.
 pub const DEFAULT_TAINT: &str = "fake.resource.3-shake.com/fleet=true:NoSchedule";
 
+/// Most nodes `--create-nodes` creates: one process renews every created node's Lease
+/// each heartbeat interval (10000 Leases in 20 s is 500 writes a second) and keeps a
+/// pool per node; larger fleets are several processes with their own prefixes.
+pub const MAX_CREATE_NODES: usize = 10_000;
+
 /// The namespace of node heartbeats.
 pub const LEASE_NAMESPACE: &str = "kube-node-lease";
 

@@ -440,12 +440,15 @@ fn load_reads_the_file_and_names_it() {
     let missing = dir.path().join("missing.yaml");
     let err = load(&missing).unwrap_err().to_string();
     assert!(
-        err.starts_with(&format!("reading inventory file {}", missing.display())),
+        err.starts_with(&format!("--inventory '{}': ", missing.display())),
         "{err}"
     );
     std::fs::write(&path, format!("{EXAMPLE}\n#{}", "x".repeat(1 << 20))).unwrap();
     let err = load(&path).unwrap_err().to_string();
-    assert!(err.contains("bytes; at most 1048576"), "{err}");
+    assert!(
+        err.ends_with("is larger than 1048576 bytes, the limit"),
+        "{err}"
+    );
     std::fs::write(&path, "apiVersion: [").unwrap();
     let err = load(&path).unwrap_err().to_string();
     assert!(

@@ -1,0 +1,107 @@
+//! Hostile or careless start-up input to the real binary, node and fleet mode: what it
+//! refuses before it talks to any API server, and the exact words it uses.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Guards against a hang only (a FIFO waited on, /dev/zero read without end).
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// What the binary said on stderr and whether it failed, within [`LIMIT`]; a run past
+/// the limit is killed and fails the test.
+fn refusal(args: &[&str]) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fake-dra-kubelet-plugin"))
+        .args(args)
+        // No API server is needed: everything here is refused before a client exists.
+        .env("KUBECONFIG", "/nonexistent/kubeconfig")
+        .env("RUST_LOG", "off")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{args:?}: still running after {LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "{args:?} succeeded: {stderr}");
+    stderr
+}
+
+fn node(inventory: &Path) -> Vec<String> {
+    ["--node-name", "node-1", "--inventory"]
+        .into_iter()
+        .map(String::from)
+        .chain([inventory.display().to_string()])
+        .collect()
+}
+
+fn fleet(inventory: &Path) -> Vec<String> {
+    ["fleet", "--create-nodes", "2", "--inventory"]
+        .into_iter()
+        .map(String::from)
+        .chain([inventory.display().to_string()])
+        .collect()
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+#[test]
+fn an_inventory_that_is_no_regular_file_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let zero = dir.path().join("inv.yaml");
+    std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+    let fifo = dir.path().join("fifo.yaml");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    for args in [node(&zero), fleet(&zero)] {
+        assert_eq!(
+            refusal(&strs(&args)),
+            format!(
+                "fake-dra-kubelet-plugin: --inventory '{}' is a character device, not a regular file\n",
+                zero.display()
+            )
+        );
+    }
+    for args in [node(&fifo), fleet(&fifo)] {
+        assert_eq!(
+            refusal(&strs(&args)),
+            format!(
+                "fake-dra-kubelet-plugin: --inventory '{}' is a FIFO, not a regular file\n",
+                fifo.display()
+            )
+        );
+    }
+}
+
+#[test]
+fn create_nodes_past_the_limit_is_refused() {
+    for n in ["10001", "18446744073709551615", "lots"] {
+        let err = refusal(&["fleet", "--create-nodes", n]);
+        assert!(
+            err.contains(&format!(
+                "invalid value '{n}' for '--create-nodes <CREATE_NODES>': must be a whole number from 0 to 10000"
+            )),
+            "{err}"
+        );
+    }
+}
