@@ -67,7 +67,7 @@ fn matches(step: &Step, item: &Value) -> bool {
         Step::Key(keys) => keys
             .iter()
             .all(|(k, v)| item.get(k).map(Value::to_string).as_ref() == v.as_ref()),
-        Step::Value(v) => item.to_string() == *v,
+        Step::Value(v) => serde_json::from_str::<Value>(v).is_ok_and(|value| value == *item),
     }
 }
 
