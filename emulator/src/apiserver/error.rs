@@ -65,8 +65,17 @@ impl ApiError {
         )
     }
 
-    pub fn method_not_allowed(message: impl Into<String>) -> Self {
-        Self::new(405, "MethodNotAllowed", message)
+    /// A verb the path does not serve. go-restful finds no route for the method and
+    /// kube-apiserver's service error handler renders it with apimachinery's
+    /// `NewGenericServerResponse(405, ...)`: this fixed message and empty details.
+    pub fn method_not_allowed() -> Self {
+        let mut err = Self::new(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        );
+        err.details = Some(json!({}));
+        err
     }
 
     pub fn already_exists(qualified_resource: &str, name: &str) -> Self {

@@ -28,6 +28,8 @@ use watch_stream::watch_response;
 
 /// kube-apiserver's default limit on a request body (`--max-request-bytes`' 3 MiB).
 const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+/// How much of a refused body is read and dropped so the client gets to read the 413.
+const DRAIN_LIMIT_BYTES: usize = 64 * 1024 * 1024;
 /// How often a watch that asked for bookmarks gets one.
 const BOOKMARK_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -140,7 +142,7 @@ pub async fn handle(
     };
     let body = match read_body(req.into_body()).await {
         Ok(body) => body,
-        Err(err) => return Ok(error_response(&err)),
+        Err(too_large) => return Ok(too_large.response()),
     };
     let response = route(&shared, &method, &path, &query, &headers, body).await;
     tracing::debug!(%method, %path, status = response.status().as_u16(), "emulated apiserver request");
@@ -150,16 +152,66 @@ pub async fn handle(
     Ok(response)
 }
 
-async fn read_body(body: Incoming) -> ApiResult<Bytes> {
-    let limited = http_body_util::Limited::new(body, MAX_BODY_BYTES);
-    match limited.collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) => Err(ApiError {
+/// Reads the request body, refusing one over [`MAX_BODY_BYTES`] as kube-apiserver does
+/// (k8s.io/apiserver endpoints/handlers `limitedReadBody`: 413 RequestEntityTooLarge,
+/// `Request entity too large: limit is 3145728`).
+///
+/// A refused body is still read to its end, up to [`DRAIN_LIMIT_BYTES`], before the answer
+/// goes out: a server that answers and closes while the client is still sending resets the
+/// connection, and the client sees a broken pipe instead of the 413 (Go's net/http drains
+/// what it can after the handler for the same reason).
+async fn read_body(mut body: Incoming) -> Result<Bytes, BodyTooLarge> {
+    let mut collected = Vec::new();
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else {
+            // The client went away mid-body; nobody reads an answer.
+            break;
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        seen = seen.saturating_add(data.len());
+        if seen <= MAX_BODY_BYTES {
+            collected.extend_from_slice(&data);
+        } else if seen > DRAIN_LIMIT_BYTES {
+            return Err(BodyTooLarge { drained: false });
+        } else {
+            collected = Vec::new();
+        }
+    }
+    if seen > MAX_BODY_BYTES {
+        return Err(BodyTooLarge { drained: true });
+    }
+    Ok(Bytes::from(collected))
+}
+
+/// A request body over [`MAX_BODY_BYTES`]; `drained` when it was read to its end.
+#[derive(Debug)]
+struct BodyTooLarge {
+    drained: bool,
+}
+
+impl BodyTooLarge {
+    fn response(&self) -> Response<Body> {
+        let err = ApiError {
             code: 413,
             reason: "RequestEntityTooLarge",
-            message: format!("the request body could not be read: {e}"),
+            message: format!("Request entity too large: limit is {MAX_BODY_BYTES}"),
             details: None,
-        }),
+        };
+        let mut response = error_response(&err);
+        // The connection ends after the answer (what is left of an undrained body cannot
+        // be skipped reliably), as Go's server closes after an unread large body.
+        response.headers_mut().insert(
+            hyper::header::CONNECTION,
+            hyper::header::HeaderValue::from_static("close"),
+        );
+        tracing::debug!(
+            drained = self.drained,
+            "emulated apiserver: request body over the limit refused"
+        );
+        response
     }
 }
 
@@ -204,9 +256,7 @@ async fn route(
     };
     if let Some(result) = discovery {
         if method != Method::GET {
-            return error_response(&ApiError::method_not_allowed(format!(
-                "{method} is not allowed on {path}"
-            )));
+            return error_response(&ApiError::method_not_allowed());
         }
         return match result {
             Ok(v) => json_response(200, &v),
@@ -351,10 +401,17 @@ async fn serve_resource(
     refuse_unimplemented_params(query)?;
     let content_type = headers.content_type.as_str();
     let user_agent = headers.user_agent.as_str();
-    if target.subresource.as_deref() == Some("log") && method != Method::GET {
-        return Err(ApiError::method_not_allowed(format!(
-            "{method} is not supported on pods/log"
-        )));
+    // The verbs each subresource's REST storage serves (status: get, update, patch;
+    // pods/binding: create; pods/log: get); any other answers 405, as go-restful does for
+    // a path without a route for the method.
+    let allowed: &[Method] = match target.subresource.as_deref() {
+        None => &[],
+        Some("status") => &[Method::GET, Method::PUT, Method::PATCH],
+        Some("binding") => &[Method::POST],
+        Some(_) => &[Method::GET],
+    };
+    if target.subresource.is_some() && !allowed.contains(method) {
+        return Err(ApiError::method_not_allowed());
     }
     // What the body is to be (a Table for `kubectl get`), settled before anything is done.
     let view = View::negotiate(shared, target, &headers.accept, query)?;
@@ -467,9 +524,7 @@ async fn serve_resource(
                 Ok(json_response(200, &store.delete(target, &opts)?))
             }
         }
-        (method, _) => Err(ApiError::method_not_allowed(format!(
-            "{method} is not supported here"
-        ))),
+        _ => Err(ApiError::method_not_allowed()),
     }
 }
 

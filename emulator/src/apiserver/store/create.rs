@@ -80,10 +80,7 @@ impl Store {
         self.check_fields(&rt, &target.version, &mut body, opts)?;
         conversion::to_storage(&target.key, &target.version, &mut body)?;
         if target.subresource.is_some() {
-            return Err(ApiError::method_not_allowed(format!(
-                "create is not supported on {}/{:?}",
-                rt.plural, target.subresource
-            )));
+            return Err(ApiError::method_not_allowed());
         }
         if meta_str(&body, "resourceVersion").is_some() {
             return Err(ApiError::internal(
@@ -91,12 +88,11 @@ impl Store {
             ));
         }
         let namespace = if rt.namespaced {
-            let ns = target.namespace.clone().ok_or_else(|| {
-                ApiError::method_not_allowed(format!(
-                    "{} is namespaced: create it in a namespace",
-                    rt.qualified()
-                ))
-            })?;
+            // A namespaced resource's all-namespaces path serves list and watch only.
+            let ns = target
+                .namespace
+                .clone()
+                .ok_or_else(ApiError::method_not_allowed)?;
             self.check_namespace(&ns)?;
             ns
         } else {
@@ -185,7 +181,7 @@ impl Store {
             self.register_crd(&mut body)?;
         }
         let mut managed = ManagedFields::default();
-        managed.record_update(&opts.manager(), None, &body);
+        managed.record_update(&opts.manager(), None, &body, &Shape::of(&rt));
         let stored = Stored {
             object: body,
             managed,

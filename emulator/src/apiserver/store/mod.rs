@@ -12,7 +12,7 @@ use super::conversion;
 use super::error::{ApiError, ApiResult, FieldCause};
 use super::fields::{self, FieldIssues, FieldPath, FieldValidation};
 use super::gates;
-use super::managed::ManagedFields;
+use super::managed::{self, ManagedFields, Shape};
 use super::registry::{self, ResourceKey, ResourceType};
 use super::schema;
 use super::selectors::Selectors;

@@ -25,7 +25,7 @@ impl Store {
         }
         let new = Self::merge_into_old(&rt, target, &old.object, body)?;
         let mut managed = old.managed.clone();
-        managed.record_update(&opts.manager(), Some(&old.object), &new);
+        managed.record_update(&opts.manager(), Some(&old.object), &new, &Shape::of(&rt));
         self.finish_update(&rt, target, old, new, managed)
     }
 
@@ -227,7 +227,7 @@ impl Store {
         conversion::to_storage(&target.key, &target.version, &mut patched)?;
         let new = Self::merge_into_old(&rt, target, &old.object, patched)?;
         let mut managed = old.managed.clone();
-        managed.record_update(&opts.manager(), Some(&old.object), &new);
+        managed.record_update(&opts.manager(), Some(&old.object), &new, &Shape::of(&rt));
         self.finish_update(&rt, target, old, new, managed)
     }
 
@@ -260,7 +260,13 @@ impl Store {
         Self::check_body_identity(rt, target, &config)?;
         self.check_fields(rt, &target.version, &mut config, opts)?;
         let Ok(old) = self.lookup(target).cloned() else {
-            // Apply creates what does not exist.
+            // Apply creates what does not exist, but not through a subresource: the status
+            // REST storage passes forceAllowCreate=false ("subresources should never allow
+            // create on update", k8s.io/apiserver registry/generic/registry/store.go Update),
+            // so kube-apiserver answers NotFound.
+            if target.subresource.is_some() {
+                return Err(ApiError::not_found(&rt.qualified(), &name));
+            }
             let mut create_target = target.clone();
             create_target.name = None;
             let mut body = config.clone();
@@ -274,9 +280,12 @@ impl Store {
                 .and_then(|m| m.get_mut(&target.object_key()))
             {
                 stored.managed = ManagedFields::default();
-                stored
-                    .managed
-                    .apply(&manager, &Value::Object(Map::new()), &config);
+                stored.managed.apply(
+                    &manager,
+                    &Value::Object(Map::new()),
+                    &config,
+                    &Shape::of(rt),
+                );
             }
             return Ok(created);
         };
@@ -288,11 +297,17 @@ impl Store {
             return Err(ApiError::stale_resource_version(&rt.qualified(), &name));
         }
         let mut managed = old.managed.clone();
-        let conflicts = managed.conflicts(&manager, &old.object, &config);
+        let conflicts = managed.conflicts(&manager, &old.object, &config, &Shape::of(rt));
         if !conflicts.is_empty() && !opts.force {
             let list: Vec<String> = conflicts
                 .iter()
-                .map(|c| format!("conflict with \"{}\": .{}", c.manager, c.path.join(".")))
+                .map(|c| {
+                    format!(
+                        "conflict with \"{}\": {}",
+                        c.manager,
+                        managed::render(&c.path)
+                    )
+                })
                 .collect();
             let mut err = ApiError::conflict(&rt.qualified(), &name, "");
             err.message = format!(
@@ -303,7 +318,7 @@ impl Store {
             );
             return Err(err);
         }
-        let merged = managed.apply(&manager, &old.object, &config);
+        let merged = managed.apply(&manager, &old.object, &config, &Shape::of(rt));
         let new = Self::merge_into_old(rt, target, &old.object, merged)?;
         self.finish_update(rt, target, old, new, managed)
     }
