@@ -505,21 +505,26 @@ spec:
         .map(|i| format!("pod{i}"))
         .filter(|p| !running.contains(p))
         .collect();
-    eventually(
-        "every waiting pod has a FailedScheduling reason",
-        || async {
-            let events = events(&sim, "many").await;
-            waiting
-                .iter()
-                .all(|p| {
-                    events
-                        .iter()
-                        .any(|e| e.starts_with(&format!("{p} FailedScheduling")))
-                })
-                .then_some(())
-        },
-    )
-    .await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let events = events(&sim, "many").await;
+        let without: Vec<&String> = waiting
+            .iter()
+            .filter(|p| {
+                !events
+                    .iter()
+                    .any(|e| e.starts_with(&format!("{p} FailedScheduling")))
+            })
+            .collect();
+        if without.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "gave up waiting for every waiting pod to have a FailedScheduling reason; without one: {without:?}; the namespace's events: {events:#?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
     for p in &waiting {
         assert!(
             pod(&sim, "many", p).await.unwrap().node_name().is_none(),
