@@ -396,9 +396,7 @@ async fn pods_take_the_claim_layout_of_their_release() {
 /// (models M1, M1, M2, M2) and `n2` (M1 ×4), the DeviceClass of the driver with a class
 /// config, scheduler and controller. The scheduler's words follow the release (1.37's
 /// where a test compares them).
-async fn control_plane(
-    version: (u32, u32),
-) -> (ApiServer, kube::Client, tokio::task::JoinSet<()>) {
+async fn control_plane(version: (u32, u32)) -> (ApiServer, kube::Client, tokio::task::JoinSet<()>) {
     let (server, client) = server_with(version, true).await;
     let nodes: Api<Node> = Api::all(client.clone());
     for (node, models) in [
