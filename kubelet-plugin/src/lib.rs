@@ -2,8 +2,9 @@
 //! profiles, with `DeviceFault`s as its fault hook, the NodeAllocationState for classic
 //! DRA, and fleet mode.
 //!
-//! - profiles: [`fake`] (the fake device), [`gpu`] (GPU-like devices), chosen per node by
-//!   [`node_profile`] from the flags or an [`inventory`] file;
+//! - profiles: [`fake`] (the fake device), [`gpu`] (GPU-like devices), listed in
+//!   [`PROFILES`] and chosen per node by the [`registry`] from the flags or an
+//!   [`inventory`] file;
 //! - [`faults`]: `DeviceFault`s, as the library's fault hook ([`faults::hook`]);
 //! - [`classic`]: the NodeAllocationState publisher (classic DRA);
 //! - [`fleet`]: the slices of many simulated nodes from one process;
@@ -15,7 +16,19 @@ pub mod faults;
 pub mod fleet;
 pub mod gpu;
 pub mod inventory;
-pub mod node_profile;
+pub mod registry;
+
+/// The device profiles, in `--profile`'s order. A new profile is its module and a line
+/// here (docs/write-your-own-driver.md).
+pub const PROFILES: &[&registry::Registration] = &[
+    &fake::registration::REGISTRATION,
+    &gpu::registration::REGISTRATION,
+];
+
+/// The registry of [`PROFILES`].
+pub fn registry() -> Result<registry::Registry, registry::RegistryError> {
+    registry::Registry::new(PROFILES)
+}
 
 /// The checkpoint's `apiVersion`, as every release wrote it.
 pub const CHECKPOINT_API_VERSION: &str = "fake.resource.3-shake.com/v1alpha1";

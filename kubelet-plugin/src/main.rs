@@ -8,14 +8,12 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use dra_kubelet_plugin::profile::DeviceProfile;
+use clap::ArgMatches;
 use dra_kubelet_plugin::{CrashPoint, ModeFlag, Plugin};
-use fake_dra_kubelet_plugin::classic::nas;
-use fake_dra_kubelet_plugin::fake::devices;
 use fake_dra_kubelet_plugin::faults::hook::DeviceFaults;
 use fake_dra_kubelet_plugin::fleet;
-use fake_dra_kubelet_plugin::inventory::{self, Defaults, GpuFlag, InventoryFile, ProfileKind};
-use fake_dra_kubelet_plugin::node_profile::NodeProfile;
+use fake_dra_kubelet_plugin::inventory::{self, InventoryError};
+use fake_dra_kubelet_plugin::registry::{FLEET_SUBCOMMAND, NodeContext, Profiles, Registry};
 use fake_dra_ops::flags::{self, Renamed};
 use fake_dra_ops::logging::{self, LogFormat};
 use fake_dra_ops::signals;
@@ -79,48 +77,31 @@ struct Args {
 }
 
 /// What devices a node has (docs/profiles.md); the same flags in fleet mode, per node.
+/// Each profile adds its own flags ([`fake_dra_kubelet_plugin::PROFILES`]).
 #[derive(Debug, Clone, clap::Args)]
 struct DeviceFlags {
-    /// The device profile of a node the inventory file does not place: fake or gpu.
+    /// The device profile of a node the inventory file does not place.
     #[arg(long, env = "FAKE_DRA_PROFILE", default_value = "fake")]
-    profile: ProfileKind,
-    /// The gpu profile's GPUs: MODEL[:COUNT[:SHARING]],... (sharing: exclusive,
-    /// partitioned, shared), e.g. A100-80GB:8:partitioned.
-    #[arg(long, env = "FAKE_DRA_GPUS", default_value = "")]
-    gpus: GpuFlag,
+    profile: String,
     /// An inventory file (YAML or JSON) giving nodes, by name pattern, their profile and
     /// devices.
     #[arg(long, env = "FAKE_DRA_INVENTORY")]
     inventory: Option<PathBuf>,
-    /// The fake profile: parent devices per node.
-    #[arg(long, env = "FAKE_DRA_NUM_DEVICES", default_value_t = devices::DEFAULT_NUM_DEVICES)]
-    num_devices: usize,
-    /// The fake profile: models a node picks its model from, comma-separated.
-    #[arg(
-        long,
-        env = "FAKE_DRA_MODELS",
-        value_delimiter = ',',
-        default_value = "ULTRA_10,ULTRA_100"
-    )]
-    models: Vec<String>,
 }
 
 impl DeviceFlags {
-    /// The inventory file (read and checked) and the flags' defaults.
-    fn load(&self) -> Result<(Option<InventoryFile>, Defaults), String> {
+    /// The profiles' flags (from `matches`) and the inventory file, read and checked.
+    fn profiles(
+        &self,
+        registry: &Registry,
+        matches: &ArgMatches,
+    ) -> Result<Profiles, InventoryError> {
         let file = self
             .inventory
             .as_deref()
-            .map(inventory::load)
-            .transpose()
-            .map_err(|e| e.to_string())?;
-        let defaults = Defaults {
-            profile: self.profile,
-            num_devices: self.num_devices,
-            models: self.models.clone(),
-            gpus: self.gpus.0.clone(),
-        };
-        Ok((file, defaults))
+            .map(|path| inventory::load(path, registry))
+            .transpose()?;
+        registry.profiles(matches, &self.profile, file)
     }
 }
 
@@ -258,44 +239,61 @@ fn parse_create_nodes(s: &str) -> Result<usize, String> {
     }
 }
 
-fn fail(e: &dyn std::fmt::Display) -> ExitCode {
-    tracing::error!(error = %e, "kubelet plugin failed");
-    eprintln!("fake-dra-kubelet-plugin: {e}");
+/// Says why the plugin stops, once: as a log line where logs are JSON (read by
+/// machines), else as one plain line on stderr.
+fn fail(e: &dyn std::fmt::Display, format: LogFormat) -> ExitCode {
+    match format {
+        LogFormat::Json => tracing::error!(error = %e, "kubelet plugin failed"),
+        LogFormat::Text => eprintln!("fake-dra-kubelet-plugin: {e}"),
+    }
     ExitCode::FAILURE
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let (args, old_names) = flags::parse::<Args>(RENAMED);
+    let registry = match fake_dra_kubelet_plugin::registry() {
+        Ok(registry) => registry,
+        Err(e) => return fail(&e, LogFormat::Text),
+    };
+    let (args, matches, old_names) =
+        flags::parse_extended::<Args>(RENAMED, |command| registry.augment(command));
     if let Some(Command::Fleet(fleet)) = args.command {
         logging::init(fleet.log_format);
-        return run_fleet(fleet).await;
+        let format = fleet.log_format;
+        let Some(fleet_matches) = matches.subcommand_matches(FLEET_SUBCOMMAND) else {
+            return fail(&"the fleet subcommand's flags are missing", format);
+        };
+        return run_fleet(fleet, &registry, fleet_matches).await;
     }
-    logging::init(args.log_format);
+    let format = args.log_format;
+    logging::init(format);
     old_names.iter().for_each(flags::OldName::warn);
     let Some(node_name) = args.node_name else {
-        return fail(&"--node-name (FAKE_DRA_NODE_NAME) is required");
+        return fail(&"--node-name (FAKE_DRA_NODE_NAME) is required", format);
     };
     let plugin_dir = args
         .plugin_dir
         .unwrap_or_else(|| PathBuf::from("/var/lib/kubelet/plugins").join(&args.driver_name));
-    let (file, defaults) = match args.devices.load() {
-        Ok(loaded) => loaded,
-        Err(e) => return fail(&e),
-    };
-    let profile = match NodeProfile::build(file.as_ref(), &node_name, &args.driver_name, &defaults)
+    let profile = match args
+        .devices
+        .profiles(&registry, &matches)
+        .and_then(|profiles| profiles.build(&node_name, &args.driver_name))
     {
         Ok(p) => p,
-        Err(e) => return fail(&e),
+        Err(e) => return fail(&e, format),
     };
-    if matches!(profile, NodeProfile::Gpu(_)) && args.mode == ModeFlag::Classic {
+    if !profile.classic() && args.mode == ModeFlag::Classic {
         return fail(
-            &"the gpu profile is structured DRA only; use --mode structured or auto (Kubernetes 1.32+)",
+            &format!(
+                "the {} profile is structured DRA only; use --mode structured or auto (Kubernetes 1.32+)",
+                profile.profile_name()
+            ),
+            format,
         );
     }
     let client = match fake_dra_ops::client::client(args.kubeconfig.as_deref()).await {
         Ok(client) => client,
-        Err(e) => return fail(&e),
+        Err(e) => return fail(&e, format),
     };
     let devices: Vec<String> = profile
         .slice_devices()
@@ -318,32 +316,22 @@ async fn main() -> ExitCode {
         .field_manager(format!("fake-dra/{node_name}"))
         .crash_point(args.test_crash_point)
         .fault_hook(DeviceFaults::new(&args.driver_name, &node_name, devices));
-    let result = match profile {
-        NodeProfile::Fake(p) => {
-            let inv = p.inventory();
-            tracing::info!(profile = "fake", node = %inv.node_name, model = %inv.model, devices = inv.devices.len(), "inventory");
-            let nas = nas::Publisher::new(client, &args.namespace, &node_name, inv.to_nas_spec());
-            plugin
-                .classic_publisher(nas)
-                .run(p, signals::shutdown())
-                .await
-        }
-        NodeProfile::Gpu(p) => {
-            tracing::info!(
-                profile = "gpu",
-                devices = p.slice_devices().len(),
-                "inventory"
-            );
-            plugin.run(p, signals::shutdown()).await
-        }
+    let node = NodeContext {
+        client,
+        namespace: args.namespace,
+        node_name,
     };
-    match result {
+    match profile
+        .run(plugin, node, Box::pin(signals::shutdown()))
+        .await
+    {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(&e),
+        Err(e) => fail(&e, format),
     }
 }
 
-async fn run_fleet(args: FleetArgs) -> ExitCode {
+async fn run_fleet(args: FleetArgs, registry: &Registry, matches: &ArgMatches) -> ExitCode {
+    let format = args.log_format;
     let template = match (
         fleet::parse_labels(&args.node_labels),
         fleet::parse_taints(&args.node_taints),
@@ -355,16 +343,23 @@ async fn run_fleet(args: FleetArgs) -> ExitCode {
             memory: args.node_memory,
             pods: args.node_pods,
         },
-        (Err(e), _) | (_, Err(e)) => return fail(&e),
+        (Err(e), _) | (_, Err(e)) => return fail(&e, format),
     };
-    let (file, defaults) = match args.devices.load() {
-        Ok(loaded) => loaded,
-        Err(e) => return fail(&e),
+    // Every node's profile is built from these: flags no node could use are refused
+    // now, before a node is created.
+    let profiles = match args
+        .devices
+        .profiles(registry, matches)
+        .and_then(|profiles| {
+            profiles.check(&args.driver_name)?;
+            Ok(profiles)
+        }) {
+        Ok(profiles) => profiles,
+        Err(e) => return fail(&e, format),
     };
     let driver = args.driver_name.clone();
-    let profiles: fleet::run::Profiles = Arc::new(move |node: &str| {
-        NodeProfile::build(file.as_ref(), node, &driver, &defaults).map_err(|e| e.to_string())
-    });
+    let profiles: fleet::run::Profiles =
+        Arc::new(move |node: &str| profiles.build(node, &driver).map_err(|e| e.to_string()));
     let config = fleet::run::FleetConfig {
         driver_name: args.driver_name,
         create_nodes: args.create_nodes,
@@ -379,7 +374,7 @@ async fn run_fleet(args: FleetArgs) -> ExitCode {
     };
     match fleet::run::run(config, profiles, signals::shutdown()).await {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(&e),
+        Err(e) => fail(&e, format),
     }
 }
 
@@ -390,7 +385,9 @@ mod tests {
 
     #[test]
     fn every_flag_follows_the_env_rule_and_every_old_name_maps_to_one() {
-        let command = Args::command();
+        let command = fake_dra_kubelet_plugin::registry()
+            .unwrap()
+            .augment(Args::command());
         assert_eq!(flags::rule_breakers(&command), Vec::<String>::new());
         for r in RENAMED {
             assert!(

@@ -147,19 +147,17 @@ async fn a_fleet_of_created_nodes_publishes_what_node_plugins_would() {
             (0..8).map(|i| format!("fake-{i}")).collect::<Vec<_>>()
         );
         // The same devices, attribute for attribute, as the node plugin on that node.
-        let expected = fake_dra_kubelet_plugin::node_profile::NodeProfile::build(
-            None,
-            &name,
-            DRIVER,
-            &fake_dra_kubelet_plugin::inventory::Defaults {
-                profile: fake_dra_kubelet_plugin::inventory::ProfileKind::Fake,
-                num_devices: 8,
-                models: vec!["ULTRA_10".into(), "ULTRA_100".into()],
-                gpus: vec![],
-            },
-        )
-        .unwrap()
-        .slice_devices();
+        let expected = dra_kubelet_plugin::profile::DeviceProfile::slice_devices(
+            &fake_dra_kubelet_plugin::fake::FakeProfile::new(
+                fake_dra_kubelet_plugin::fake::devices::Inventory::new(
+                    &name,
+                    8,
+                    &["ULTRA_10".into(), "ULTRA_100".into()],
+                )
+                .unwrap(),
+                DRIVER,
+            ),
+        );
         assert_eq!(
             dra_kubelet_plugin::slices::from_v1(s).content.devices,
             expected

@@ -130,7 +130,19 @@ pub fn with_shared(command: Command) -> Command {
 /// the bad value came from one), and after printing a completion script. Log the
 /// [`OldName`]s once logging is up.
 pub fn parse<A: Parser>(renamed: &[Renamed]) -> (A, Vec<OldName>) {
-    let (command, seen) = apply_old_names(A::command(), renamed, |name| std::env::var(name).ok());
+    let (args, _, seen) = parse_extended::<A>(renamed, |command| command);
+    (args, seen)
+}
+
+/// [`parse`] of `A`'s command as `extend` adds to it (flags registered at run time, such
+/// as a plugin's profiles'), with the matches for reading those.
+pub fn parse_extended<A: Parser>(
+    renamed: &[Renamed],
+    extend: impl FnOnce(Command) -> Command,
+) -> (A, clap::ArgMatches, Vec<OldName>) {
+    let (command, seen) = apply_old_names(extend(A::command()), renamed, |name| {
+        std::env::var(name).ok()
+    });
     let mut command = with_shared(command);
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let matches = match command.try_get_matches_from_mut(&argv) {
@@ -145,7 +157,7 @@ pub fn parse<A: Parser>(renamed: &[Renamed]) -> (A, Vec<OldName>) {
         std::process::exit(0);
     }
     let args = A::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-    (args, seen)
+    (args, matches, seen)
 }
 
 /// Exits with clap's message; a value clap refused that came from a flag's environment

@@ -4,11 +4,13 @@
 //!   the children a `split` derives;
 //! - [`classic`]: what our controller's allocation handle asks for;
 //! - [`structured`]: what the scheduler's allocation and `FakeClaimParameters` ask for;
-//! - [`env`]: the `FAKE_DEVICE_<n>` variables containers see.
+//! - [`env`]: the `FAKE_DEVICE_<n>` variables containers see;
+//! - [`registration`]: its flags and inventory fields, in the profile registry.
 
 pub mod classic;
 pub mod devices;
 pub mod env;
+pub mod registration;
 pub mod structured;
 
 use std::collections::BTreeMap;

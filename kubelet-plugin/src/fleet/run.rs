@@ -30,7 +30,7 @@ use super::{
 };
 use crate::faults::watch::{self as fault_watch, StatusWriter};
 use crate::faults::{Fault, NodeFaults, claim_status};
-use crate::node_profile::NodeProfile;
+use crate::registry::NodeProfile;
 use dra_kubelet_plugin::mode::ResourceApi;
 use dra_kubelet_plugin::profile::SliceDevice;
 use dra_kubelet_plugin::publish_slices::{self, Accepted, PoolWriter, ReconcileError};
@@ -126,7 +126,7 @@ impl FleetMetrics {
 }
 
 /// The devices fleet mode publishes for a node.
-pub type Profiles = Arc<dyn Fn(&str) -> Result<NodeProfile, String> + Send + Sync>;
+pub type Profiles = Arc<dyn Fn(&str) -> Result<Box<dyn NodeProfile>, String> + Send + Sync>;
 
 /// Shared between the publishing loop and the watches.
 struct Shared {

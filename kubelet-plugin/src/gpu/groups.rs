@@ -1,11 +1,12 @@
-//! A node's GPUs as the flags and inventory files give them: groups of one model, handed
-//! out one way. The gpu profile's own types, so `gpu` needs nothing of `inventory`
-//! (which reads them from `--gpus` and files).
+//! A node's GPUs as `--gpus` and inventory entries give them: groups of one model, handed
+//! out one way.
 
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
+
+use super::devices::MAX_GPUS_PER_NODE;
 
 /// How a group's GPUs are handed out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -70,5 +71,74 @@ pub struct GpuGroup {
 impl fmt::Display for GpuGroup {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:{}:{}", self.model, self.count, self.sharing)
+    }
+}
+
+/// A `--gpus` entry that does not parse; names the entry and the syntax.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "--gpus entry {index} ({entry:?}): {reason}; the syntax is MODEL[:COUNT[:SHARING]],... e.g. A100-80GB:8:partitioned,L4-24GB:2"
+)]
+pub struct GpuFlagError {
+    pub index: usize,
+    pub entry: String,
+    pub reason: String,
+}
+
+/// `--gpus`: comma-separated `MODEL[:COUNT[:SHARING]]` (count 1 and exclusive when left
+/// out). An empty string is no GPUs. Models are checked against the catalog later, when
+/// the inventory file's models are known.
+pub fn parse_gpus(s: &str) -> Result<Vec<GpuGroup>, GpuFlagError> {
+    if s.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    s.split(',')
+        .enumerate()
+        .map(|(index, entry)| {
+            let fail = |reason: String| GpuFlagError {
+                index,
+                entry: entry.chars().take(120).collect(),
+                reason,
+            };
+            let mut parts = entry.trim().split(':');
+            let model = parts.next().unwrap_or_default();
+            if model.is_empty() {
+                return Err(fail("the model is missing".into()));
+            }
+            let count = match parts.next() {
+                None => 1,
+                Some(c) => c
+                    .parse::<usize>()
+                    .map_err(|_| fail(format!("count {c:?} is not a whole number")))?,
+            };
+            if !(1..=MAX_GPUS_PER_NODE).contains(&count) {
+                return Err(fail(format!(
+                    "count must be between 1 and {MAX_GPUS_PER_NODE}, got {count}"
+                )));
+            }
+            let sharing = match parts.next() {
+                None => Sharing::Exclusive,
+                Some(s) => s.parse().map_err(fail)?,
+            };
+            if let Some(extra) = parts.next() {
+                return Err(fail(format!("unexpected {extra:?} after the sharing mode")));
+            }
+            Ok(GpuGroup {
+                model: model.to_owned(),
+                count,
+                sharing,
+            })
+        })
+        .collect()
+}
+
+/// `--gpus` as one clap value (`Vec` would make clap expect several).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GpuFlag(pub Vec<GpuGroup>);
+
+impl FromStr for GpuFlag {
+    type Err = GpuFlagError;
+    fn from_str(s: &str) -> Result<Self, GpuFlagError> {
+        parse_gpus(s).map(Self)
     }
 }

@@ -5,7 +5,8 @@
 //! - [`catalog`]: the models (built-in and an inventory file's), checked;
 //! - [`devices`]: a node's GPUs and the ResourceSlice devices and counter sets they give;
 //! - [`env`]: the `FAKE_GPU_<k>` variables containers see;
-//! - [`groups`]: a node's GPUs as flags and inventory files give them.
+//! - [`groups`]: a node's GPUs as flags and inventory files give them;
+//! - [`registration`]: its flags and inventory fields, in the profile registry.
 //!
 //! docs/profiles.md describes it for operators.
 
@@ -13,6 +14,7 @@ pub mod catalog;
 pub mod devices;
 pub mod env;
 pub mod groups;
+pub mod registration;
 
 use std::collections::BTreeMap;
 

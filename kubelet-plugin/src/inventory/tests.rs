@@ -1,8 +1,15 @@
 use proptest::prelude::*;
 
 use super::*;
+use crate::fake::FakeProfile;
+use crate::fake::devices::Inventory;
+use crate::gpu::groups::{GpuGroup, Sharing, parse_gpus};
+use crate::gpu::{Catalog, GpuProfile};
+use crate::registry::Profiles;
+use dra_kubelet_plugin::profile::{DeviceProfile, SliceDevice};
 
 const FILE: &str = "inventory.yaml";
+const DRIVER: &str = "drv";
 
 const EXAMPLE: &str = r#"
 apiVersion: fake.resource.3-shake.com/v1alpha1
@@ -26,13 +33,37 @@ nodes:
   models: [ULTRA_10]
 "#;
 
-fn defaults(profile: ProfileKind) -> Defaults {
-    Defaults {
-        profile,
-        num_devices: 4,
-        models: vec!["ULTRA_100".into()],
-        gpus: vec![group("H100-80GB", 2, Sharing::Exclusive)],
-    }
+/// The flags of the old tests' defaults: 4 fake devices of ULTRA_100, two exclusive H100s.
+const FLAGS: &[&str] = &[
+    "--num-devices",
+    "4",
+    "--models",
+    "ULTRA_100",
+    "--gpus",
+    "H100-80GB:2",
+];
+
+fn registry() -> Registry {
+    crate::registry().unwrap()
+}
+
+/// The profiles `--profile profile`, [`FLAGS`], `extra` flags and the file `text` give.
+fn profiles_with(
+    profile: &str,
+    extra: &[&str],
+    text: Option<&str>,
+) -> Result<Profiles, InventoryError> {
+    let registry = registry();
+    // A flag given again in `extra` wins over FLAGS'.
+    let command = registry.augment(clap::Command::new("plugin").args_override_self(true));
+    let argv = ["plugin"].iter().chain(FLAGS).chain(extra);
+    let matches = command.try_get_matches_from(argv).unwrap();
+    let file = text.map(|t| parse(t, FILE, &registry)).transpose()?;
+    registry.profiles(&matches, profile, file)
+}
+
+fn profiles(profile: &str, text: Option<&str>) -> Profiles {
+    profiles_with(profile, &[], text).unwrap()
 }
 
 fn group(model: &str, count: usize, sharing: Sharing) -> GpuGroup {
@@ -43,23 +74,45 @@ fn group(model: &str, count: usize, sharing: Sharing) -> GpuGroup {
     }
 }
 
+fn fake(node: &str, num_devices: usize, models: &[&str]) -> Vec<SliceDevice> {
+    let models: Vec<String> = models.iter().map(|m| (*m).to_owned()).collect();
+    FakeProfile::new(Inventory::new(node, num_devices, &models).unwrap(), DRIVER).slice_devices()
+}
+
+fn gpus(node: &str, groups: &[GpuGroup], catalog: &Catalog) -> Vec<SliceDevice> {
+    GpuProfile::new(node, DRIVER, groups, catalog)
+        .unwrap()
+        .slice_devices()
+}
+
+fn example_catalog() -> Catalog {
+    let models = parse(EXAMPLE, FILE, &registry()).unwrap().sections["models"].clone();
+    Catalog::with(serde_json::from_value(models).unwrap()).unwrap()
+}
+
+/// `node`'s profile name and devices.
+fn built(p: &Profiles, node: &str) -> (&'static str, Vec<SliceDevice>) {
+    let profile = p.build(node, DRIVER).unwrap();
+    (profile.profile_name(), profile.slice_devices())
+}
+
+fn build_err(p: &Profiles, node: &str) -> String {
+    p.build(node, DRIVER).unwrap_err().to_string()
+}
+
 fn file(nodes: &str) -> String {
     format!("apiVersion: {API_VERSION}\nkind: Inventory\nnodes:\n{nodes}")
 }
 
 fn parse_err(text: &str) -> String {
-    parse(text, FILE).unwrap_err().to_string()
+    match profiles_with("fake", &[], Some(text)) {
+        Ok(_) => panic!("{text} was accepted"),
+        Err(e) => e.to_string(),
+    }
 }
 
 #[test]
-fn profile_kinds_parse_and_print() {
-    for kind in [ProfileKind::Fake, ProfileKind::Gpu] {
-        assert_eq!(kind.to_string().parse::<ProfileKind>().unwrap(), kind);
-    }
-    assert_eq!(
-        "GPU".parse::<ProfileKind>().unwrap_err().to_string(),
-        "unknown profile \"GPU\"; the profiles are fake and gpu"
-    );
+fn sharing_modes_parse_and_print() {
     for s in [Sharing::Exclusive, Sharing::Partitioned, Sharing::Shared] {
         assert_eq!(s.to_string().parse::<Sharing>().unwrap(), s);
     }
@@ -82,8 +135,11 @@ fn the_gpus_flag_gives_groups_with_defaults() {
         Sharing::Shared
     );
     assert_eq!(
-        "L4-24GB:3".parse::<GpuFlag>().unwrap(),
-        GpuFlag(vec![group("L4-24GB", 3, Sharing::Exclusive)])
+        "L4-24GB:3"
+            .parse::<crate::gpu::groups::GpuFlag>()
+            .unwrap()
+            .0,
+        [group("L4-24GB", 3, Sharing::Exclusive)]
     );
 }
 
@@ -119,19 +175,31 @@ fn the_gpus_flag_names_the_bad_entry() {
 
 #[test]
 fn a_file_parses_in_yaml_and_json_alike() {
-    let yaml = parse(EXAMPLE, FILE).unwrap();
+    let yaml = parse(EXAMPLE, FILE, &registry()).unwrap();
     assert_eq!(yaml.source, FILE);
     assert_eq!(yaml.nodes.len(), 3);
-    assert!(yaml.catalog.get("X1-48GB").is_some());
+    assert!(yaml.sections.contains_key("models"));
     assert_eq!(yaml.nodes[1].profile, None);
-    assert_eq!(
-        yaml.nodes[1].gpus.as_ref().unwrap()[1].count,
-        1,
-        "count defaults to 1"
-    );
+    assert!(yaml.nodes[1].fields.contains_key("gpus"));
     let value: serde_json::Value = serde_yaml_ng::from_str(EXAMPLE).unwrap();
-    let json = parse(&value.to_string(), FILE).unwrap();
+    let json = parse(&value.to_string(), FILE, &registry()).unwrap();
     assert_eq!(json, yaml);
+    // The file's models reach the gpu profile; a count left out is 1.
+    let p = profiles("gpu", Some(EXAMPLE));
+    assert_eq!(
+        built(&p, "x1-node"),
+        (
+            "gpu",
+            gpus(
+                "x1-node",
+                &[
+                    group("L4-24GB", 4, Sharing::Exclusive),
+                    group("X1-48GB", 1, Sharing::Partitioned)
+                ],
+                &example_catalog()
+            )
+        )
+    );
 }
 
 #[test]
@@ -161,10 +229,14 @@ fn the_header_and_unknown_fields_are_checked() {
         assert!(err.starts_with("inventory file inventory.yaml: "), "{err}");
         assert!(err.contains(&format!("unknown field `{field}`")), "{err}");
     }
-    let err = parse_err(&file("- names: [a]\n  profile: tpu\n"));
-    assert!(
-        err.contains("unknown variant `tpu`, expected `fake` or `gpu`"),
-        "{err}"
+    // What an unknown field is told: every field, with its profile.
+    assert_eq!(
+        parse_err(&file("- names: [a]\n  numDevice: 3\n")),
+        "inventory file inventory.yaml: nodes[0]: unknown field `numDevice`; the fields are names, profile, numDevices, models (fake profile), gpus (gpu profile)"
+    );
+    assert_eq!(
+        parse_err(&file("- names: [a]\n  profile: tpu\n")),
+        "inventory file inventory.yaml: nodes[0]: profile \"tpu\" is not a profile; the profiles are fake, gpu"
     );
     assert!(parse_err("").contains("inventory file inventory.yaml"));
 }
@@ -191,15 +263,15 @@ fn entries_are_checked_naming_their_index() {
     let cases = [
         (
             "- names: [a]\n- names: [b]\n  profile: fake\n  gpus: [{model: L4-24GB}]\n",
-            "nodes[1]: gives gpus, a field of the gpu profile, but its profile is fake",
+            "nodes[1]: gives gpus, a field of the gpu profile, but its profile is fake; set profile: gpu or drop gpus",
         ),
         (
             "- names: [a]\n  profile: gpu\n  numDevices: 2\n",
-            "nodes[0]: gives numDevices or models, fields of the fake profile, but its profile is gpu",
+            "nodes[0]: gives numDevices, a field of the fake profile, but its profile is gpu",
         ),
         (
             "- names: [a]\n  models: [M]\n  gpus: [{model: L4-24GB}]\n",
-            "nodes[0]: gives gpus (gpu profile) and numDevices or models (fake profile)",
+            "nodes[0]: gives gpus (gpu profile) and models (fake profile); a node runs one profile",
         ),
         (
             "- names: [a]\n  gpus: [{model: B200, count: 2}]\n",
@@ -256,140 +328,159 @@ fn entries_are_checked_naming_their_index() {
 
 #[test]
 fn the_first_matching_entry_wins_and_flags_fill_the_rest() {
-    let f = parse(EXAMPLE, FILE).unwrap();
-    let d = defaults(ProfileKind::Gpu);
-    match resolve(Some(&f), "gpu-a-17", &d).unwrap() {
-        NodeDevices::Gpu { groups, catalog } => {
-            assert_eq!(groups, [group("A100-80GB", 8, Sharing::Partitioned)]);
-            assert!(catalog.get("X1-48GB").is_some(), "the file's models");
-        }
-        other => panic!("{other:?}"),
-    }
-    // No profile in the entry: --profile's.
-    match resolve(Some(&f), "x1-node", &d).unwrap() {
-        NodeDevices::Gpu { groups, .. } => assert_eq!(groups[1].model, "X1-48GB"),
-        other => panic!("{other:?}"),
-    }
+    let p = profiles("gpu", Some(EXAMPLE));
+    let partitioned_a100 = [group("A100-80GB", 8, Sharing::Partitioned)];
     assert_eq!(
-        resolve(Some(&f), "cpu-1", &d).unwrap(),
-        NodeDevices::Fake {
-            num_devices: 8,
-            models: vec!["ULTRA_10".into()]
-        }
+        built(&p, "gpu-a-17"),
+        (
+            "gpu",
+            gpus("gpu-a-17", &partitioned_a100, &example_catalog())
+        )
+    );
+    // No profile in the entry: --profile's.
+    assert_eq!(built(&p, "x1-node").0, "gpu");
+    assert_eq!(
+        built(&p, "cpu-1"),
+        ("fake", fake("cpu-1", 8, &["ULTRA_10"]))
     );
     // An entry that leaves fields out takes them from the flags.
-    let f = parse(&file("- names: [\"n*\"]\n  profile: fake\n  numDevices: 2\n- names: [\"g*\"]\n  profile: gpu\n"), FILE).unwrap();
-    assert_eq!(
-        resolve(Some(&f), "n1", &d).unwrap(),
-        NodeDevices::Fake {
-            num_devices: 2,
-            models: vec!["ULTRA_100".into()]
-        }
+    let text = file(
+        "- names: [\"n*\"]\n  profile: fake\n  numDevices: 2\n- names: [\"g*\"]\n  profile: gpu\n",
     );
+    let p = profiles("gpu", Some(&text));
+    assert_eq!(built(&p, "n1"), ("fake", fake("n1", 2, &["ULTRA_100"])));
+    let p = profiles("fake", Some(&text));
     assert_eq!(
-        resolve(Some(&f), "g1", &defaults(ProfileKind::Fake)).unwrap(),
-        NodeDevices::Gpu {
-            groups: d.gpus.clone(),
-            catalog: Catalog::builtin()
-        }
+        built(&p, "g1"),
+        (
+            "gpu",
+            gpus(
+                "g1",
+                &[group("H100-80GB", 2, Sharing::Exclusive)],
+                &Catalog::builtin()
+            )
+        )
     );
 }
 
 #[test]
 fn a_node_no_entry_matches_gets_the_flags() {
-    let f = parse(
-        &file("- names: [\"gpu-*\"]\n  gpus: [{model: L4-24GB}]\n"),
-        FILE,
-    )
-    .unwrap();
-    let d = defaults(ProfileKind::Fake);
-    let expected = NodeDevices::Fake {
-        num_devices: 4,
-        models: vec!["ULTRA_100".into()],
-    };
-    assert_eq!(resolve(Some(&f), "cpu-1", &d).unwrap(), expected);
-    assert_eq!(resolve(None, "gpu-1", &d).unwrap(), expected);
+    let text = file("- names: [\"gpu-*\"]\n  gpus: [{model: L4-24GB}]\n");
+    let expected = ("fake", fake("cpu-1", 4, &["ULTRA_100"]));
+    assert_eq!(built(&profiles("fake", Some(&text)), "cpu-1"), expected);
     assert_eq!(
-        resolve(None, "n", &defaults(ProfileKind::Gpu)).unwrap(),
-        NodeDevices::Gpu {
-            groups: vec![group("H100-80GB", 2, Sharing::Exclusive)],
-            catalog: Catalog::builtin()
-        }
+        built(&profiles("fake", None), "gpu-1"),
+        ("fake", fake("gpu-1", 4, &["ULTRA_100"]))
+    );
+    assert_eq!(
+        built(&profiles("gpu", None), "n"),
+        (
+            "gpu",
+            gpus(
+                "n",
+                &[group("H100-80GB", 2, Sharing::Exclusive)],
+                &Catalog::builtin()
+            )
+        )
     );
     // The file's models serve the flags too.
-    let with_model = parse(EXAMPLE, FILE).unwrap();
-    let mut x1 = defaults(ProfileKind::Gpu);
-    x1.gpus = vec![group("X1-48GB", 1, Sharing::Partitioned)];
-    let nodes_free = InventoryFile {
-        nodes: Vec::new(),
-        ..with_model
-    };
-    assert!(resolve(Some(&nodes_free), "n", &x1).is_ok());
-    assert!(resolve(None, "n", &x1).is_err());
+    let models_only = EXAMPLE[..EXAMPLE.find("nodes:").unwrap()].to_owned();
+    let x1 = ["--gpus", "X1-48GB:1:partitioned"];
+    let p = profiles_with("gpu", &x1, Some(&models_only)).unwrap();
+    assert!(p.build("n", DRIVER).is_ok());
+    let p = profiles_with("gpu", &x1, None).unwrap();
+    assert!(p.build("n", DRIVER).is_err());
 }
 
 #[test]
 fn what_resolves_is_checked_against_the_flags_too() {
     // An entry without a profile giving gpus, on a node whose --profile is fake.
-    let f = parse(
-        &file("- names: [a]\n- names: [\"g*\"]\n  gpus: [{model: L4-24GB}]\n"),
-        FILE,
-    )
-    .unwrap();
-    let err = resolve(Some(&f), "g1", &defaults(ProfileKind::Fake))
-        .unwrap_err()
-        .to_string();
+    let text = file("- names: [a]\n- names: [\"g*\"]\n  gpus: [{model: L4-24GB}]\n");
+    let p = profiles("fake", Some(&text));
     assert_eq!(
-        err,
+        build_err(&p, "g1"),
         "inventory file inventory.yaml: nodes[1]: (matching node \"g1\") gives gpus, a field of the gpu profile, but its profile (from --profile) is fake; set profile: gpu or drop gpus"
     );
-    let mut d = defaults(ProfileKind::Gpu);
-    d.gpus.clear();
-    let err = resolve(None, "n1", &d).unwrap_err().to_string();
+    let p = profiles_with("gpu", &["--gpus", ""], None).unwrap();
     assert_eq!(
-        err,
+        build_err(&p, "n1"),
         "node \"n1\": --gpus lists no GPUs; the gpu profile needs at least one"
     );
-    d.gpus = vec![group("B200", 1, Sharing::Exclusive)];
-    let err = resolve(None, "n1", &d).unwrap_err().to_string();
+    let p = profiles_with("gpu", &["--gpus", "B200"], None).unwrap();
+    let err = build_err(&p, "n1");
     assert!(err.starts_with("node \"n1\": --gpus: GPU group 0 (B200:1:exclusive): model \"B200\" is not in the catalog"), "{err}");
-    let mut d = defaults(ProfileKind::Fake);
-    d.num_devices = 0;
-    let err = resolve(None, "n1", &d).unwrap_err().to_string();
+    let p = profiles_with("fake", &["--num-devices", "0"], None).unwrap();
     assert_eq!(
-        err,
+        build_err(&p, "n1"),
         "node \"n1\": --num-devices must be between 1 and 128, got 0"
     );
-    d.num_devices = 1;
-    d.models.clear();
-    let err = resolve(Some(&f), "a", &d).unwrap_err().to_string();
+    let p = profiles_with("fake", &["--models", ""], Some(&text)).unwrap();
+    let err = build_err(&p, "a");
     assert!(
-        err.contains("nodes[0]: (matching node \"a\") --models must name at least one model"),
+        err.contains("nodes[0]: (matching node \"a\") --models[")
+            && err.ends_with("\"\" must not be empty"),
         "{err}"
     );
     assert!(matches!(
-        resolve(None, "", &d),
+        p.build("", DRIVER),
         Err(InventoryError::NoNodeName)
     ));
+}
+
+#[test]
+fn check_refuses_at_start_what_no_node_could_use() {
+    // Fleet mode checks before it creates a node: the flags of --profile...
+    for (profile, flags, wanted) in [
+        (
+            "gpu",
+            &["--gpus", "NOPE:1"][..],
+            "gpu profile: --gpus: GPU group 0 (NOPE:1:exclusive): model \"NOPE\" is not in the catalog; known models: A100-80GB, H100-80GB, L4-24GB",
+        ),
+        (
+            "fake",
+            &["--num-devices", "0"][..],
+            "fake profile: --num-devices must be between 1 and 128, got 0",
+        ),
+        (
+            "gpu",
+            &["--gpus", "A100-80GB:128:partitioned,L4-24GB"][..],
+            "gpu profile: --gpus: the node has 129 GPUs; at most 128 per node",
+        ),
+    ] {
+        let p = profiles_with(profile, flags, None).unwrap();
+        assert_eq!(p.check(DRIVER).unwrap_err().to_string(), wanted);
+    }
+    // ... and each entry with the flags it takes.
+    let text = file("- names: [\"g*\"]\n  profile: gpu\n");
+    let p = profiles_with("fake", &["--gpus", ""], Some(&text)).unwrap();
+    assert_eq!(
+        p.check(DRIVER).unwrap_err().to_string(),
+        "inventory file inventory.yaml: nodes[0]: --gpus lists no GPUs; the gpu profile needs at least one"
+    );
+    // Flags that only a node no entry matches would use are not needed when "*" matches
+    // every node.
+    let text = file("- names: [\"*\"]\n  profile: fake\n");
+    let p = profiles_with("gpu", &["--gpus", ""], Some(&text)).unwrap();
+    p.check(DRIVER).unwrap();
+    profiles("gpu", Some(EXAMPLE)).check(DRIVER).unwrap();
+    // An entry without a profile giving gpus cannot be built under --profile fake.
+    let err = profiles("fake", Some(EXAMPLE)).check(DRIVER).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "inventory file inventory.yaml: nodes[1]: gives gpus, a field of the gpu profile, but its profile (from --profile) is fake; set profile: gpu or drop gpus"
+    );
 }
 
 #[test]
 fn more_devices_than_a_slice_holds_resolve_but_more_than_a_node_can_publish_do_not() {
     // 16 partitioned A100s are 208 devices: more than one ResourceSlice holds, so the
     // plumbing packs several.
-    let f = parse(
-        &file("- names: [big]\n  gpus: [{model: A100-80GB, count: 16, sharing: partitioned}]\n- names: [huge]\n  gpus: [{model: L4-24GB, count: 128}]\n"),
-        FILE,
-    )
-    .unwrap();
-    let d = defaults(ProfileKind::Gpu);
-    let NodeDevices::Gpu { groups, catalog } = resolve(Some(&f), "big", &d).unwrap() else {
-        panic!("not gpus");
-    };
-    let profile = crate::gpu::GpuProfile::new("big", "drv", &groups, &catalog).unwrap();
-    use dra_kubelet_plugin::profile::DeviceProfile;
-    assert_eq!(profile.slice_devices().len(), 208);
-    assert!(resolve(Some(&f), "huge", &d).is_ok());
+    let text = file(
+        "- names: [big]\n  gpus: [{model: A100-80GB, count: 16, sharing: partitioned}]\n- names: [huge]\n  gpus: [{model: L4-24GB, count: 128}]\n",
+    );
+    let p = profiles("gpu", Some(&text));
+    assert_eq!(built(&p, "big").1.len(), 208);
+    assert!(p.build("huge", DRIVER).is_ok());
     // One GPU more than a node may have.
     let err = parse_err(&file(
         "- names: [over]\n  gpus: [{model: L4-24GB, count: 128}, {model: L4-24GB}]\n",
@@ -398,16 +489,14 @@ fn more_devices_than_a_slice_holds_resolve_but_more_than_a_node_can_publish_do_n
         err.contains("the node has 129 GPUs; at most 128 per node"),
         "{err}"
     );
-    let mut d = defaults(ProfileKind::Gpu);
-    d.gpus = vec![group("L4-24GB", 100, Sharing::Exclusive); 2];
-    let err = resolve(None, "n", &d).unwrap_err().to_string();
+    let p = profiles_with("gpu", &["--gpus", "L4-24GB:100,L4-24GB:100"], None).unwrap();
+    let err = build_err(&p, "n");
     assert!(
         err.contains("--gpus: the node has 200 GPUs; at most 128"),
         "{err}"
     );
-    let mut d = defaults(ProfileKind::Fake);
-    d.num_devices = 129;
-    assert!(resolve(None, "n", &d).is_err());
+    let p = profiles_with("fake", &["--num-devices", "129"], None).unwrap();
+    assert!(p.build("n", DRIVER).is_err());
 }
 
 #[test]
@@ -435,22 +524,22 @@ fn load_reads_the_file_and_names_it() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("inv.yaml");
     std::fs::write(&path, EXAMPLE).unwrap();
-    let f = load(&path).unwrap();
+    let f = load(&path, &registry()).unwrap();
     assert_eq!(f.source, path.display().to_string());
     let missing = dir.path().join("missing.yaml");
-    let err = load(&missing).unwrap_err().to_string();
+    let err = load(&missing, &registry()).unwrap_err().to_string();
     assert!(
         err.starts_with(&format!("--inventory '{}': ", missing.display())),
         "{err}"
     );
     std::fs::write(&path, format!("{EXAMPLE}\n#{}", "x".repeat(1 << 20))).unwrap();
-    let err = load(&path).unwrap_err().to_string();
+    let err = load(&path, &registry()).unwrap_err().to_string();
     assert!(
         err.ends_with("is larger than 1048576 bytes, the limit"),
         "{err}"
     );
     std::fs::write(&path, "apiVersion: [").unwrap();
-    let err = load(&path).unwrap_err().to_string();
+    let err = load(&path, &registry()).unwrap_err().to_string();
     assert!(
         err.starts_with(&format!("inventory file {}: ", path.display())),
         "{err}"
@@ -465,22 +554,35 @@ fn the_documented_file_and_flags_work() {
         .unwrap();
     let text = &doc[start + "```yaml\n".len()..];
     let text = &text[..text.find("```").unwrap()];
-    let f = parse(text, "docs/profiles.md").unwrap();
-    let d = defaults(ProfileKind::Fake);
-    let gpus = |node: &str| match resolve(Some(&f), node, &d).unwrap() {
-        NodeDevices::Gpu { groups, .. } => groups.iter().map(|g| g.count).sum::<usize>(),
-        NodeDevices::Fake { .. } => 0,
+    let registry = registry();
+    let f = parse(text, "docs/profiles.md", &registry).unwrap();
+    let p = profiles("fake", Some(text));
+    let gpu_count = |node: &str| {
+        let profile = p.build(node, DRIVER).unwrap();
+        match profile.profile_name() {
+            "gpu" => profile
+                .slice_devices()
+                .iter()
+                .filter(|d| {
+                    // Whole GPUs are gpu-<n>; partitions gpu-<n>-<profile>-<k>.
+                    d.name
+                        .strip_prefix("gpu-")
+                        .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+                })
+                .count(),
+            _ => 0,
+        }
     };
-    assert_eq!(gpus("train-7"), 8);
-    assert_eq!(gpus("infer-1"), 4);
-    assert_eq!(gpus("edge-a"), 4);
-    assert_eq!(gpus("lab-1"), 1);
-    assert_eq!(gpus("edge-10"), 0, "? is one character");
+    assert!(!f.nodes.is_empty());
+    assert_eq!(gpu_count("train-7"), 8);
+    assert_eq!(gpu_count("infer-1"), 4);
+    assert_eq!(gpu_count("edge-a"), 4);
+    assert_eq!(gpu_count("lab-1"), 1);
+    assert_eq!(gpu_count("edge-10"), 0, "? is one character");
     for line in doc.lines().filter(|l| l.starts_with("--gpus ")) {
         let flag = line["--gpus ".len()..].split_whitespace().next().unwrap();
-        let mut d = defaults(ProfileKind::Gpu);
-        d.gpus = parse_gpus(flag).unwrap();
-        resolve(None, "n", &d).unwrap();
+        let p = profiles_with("gpu", &["--gpus", flag], None).unwrap();
+        p.build("n", DRIVER).unwrap();
     }
 }
 
@@ -521,7 +623,7 @@ proptest! {
 
     #[test]
     fn parsing_never_panics(text in "\\PC{0,200}") {
-        let _ = parse(&text, FILE);
+        let _ = parse(&text, FILE, &registry());
         let _ = parse_gpus(&text);
     }
 }
