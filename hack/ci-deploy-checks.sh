@@ -13,7 +13,8 @@
 #     deploy/crds; no object skipped; structured on 1.32/1.33 after the v1beta1 rewrite
 #     hack/deploy.sh applies there (helm: deviceClassApiVersion=v1beta1);
 #  4. deploy/crds and the chart's copy equal what crdgen generates (hack/check-crds.sh);
-#  5. shellcheck passes on hack/*.sh and each script's --help exits 0; no script pipes into
+#  5. to_v1beta1 (hack/lib.sh) rewrites `exactly` in block and flow style;
+#  6. shellcheck passes on hack/*.sh and each script's --help exits 0; no script pipes into
 #     `grep -q` (under pipefail the writer dies of SIGPIPE and the check fails although the
 #     match was there: hack/lib.sh wait_for).
 # Usage: hack/ci-deploy-checks.sh   Installs shellcheck (apt) and kubernetes-validate (pip) if
@@ -244,6 +245,41 @@ sys.exit(1 if failed else 0)
 PY
   done
 done
+
+echo "== to_v1beta1: exactly in block and flow style; flow holding collections refused"
+# The real-cluster suite's claims write `exactly: {deviceClassName: c, count: n}`; a
+# rewrite that left it in place made kube-apiserver 1.33 refuse them (strict decoding).
+v1_claim='apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+spec:
+  devices:
+    requests:
+    - name: a
+      exactly: {deviceClassName: fake.example.com, count: 4}
+    - name: b
+      exactly:
+        deviceClassName: fake.example.com
+        allocationMode: All'
+want='apiVersion: resource.k8s.io/v1beta1
+kind: ResourceClaim
+spec:
+  devices:
+    requests:
+    - name: a
+      deviceClassName: fake.example.com
+      count: 4
+    - name: b
+      deviceClassName: fake.example.com
+      allocationMode: All'
+got="$(to_v1beta1 <<<"$v1_claim")" || die "to_v1beta1 failed on a valid claim; it printed: $got"
+[[ "$got" == "$want" ]] || die "to_v1beta1 gave:
+$got
+wanted:
+$want"
+if refused="$(to_v1beta1 2>&1 <<<'      exactly: {selectors: [{cel: {expression: "true"}}]}')"; then
+  die "to_v1beta1 accepted a flow-style exactly holding collections; it printed: $refused"
+fi
+[[ "$refused" == *"write it in block style"* ]] || die "to_v1beta1's refusal did not say why: $refused"
 
 echo "== CRDs (deploy/crds and the chart's copy) equal crdgen's output"
 hack/check-crds.sh

@@ -141,6 +141,9 @@ usage() { sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; }
 # selectors and Pods are the same in both. Needs block style, children of `exactly:`
 # indented two more spaces than it (as in deploy/).
 to_v1beta1() {
+  # `exactly:` in block style: its fields move up one level (two spaces). In flow style on
+  # one line (`exactly: {deviceClassName: c, count: 4}`): its fields become block lines at
+  # the request's indentation; a flow mapping holding collections is refused by line.
   awk '
     function indent(s) { match(s, /^ */); return RLENGTH }
     BEGIN { depth = -1 }
@@ -148,10 +151,30 @@ to_v1beta1() {
     {
       blank = ($0 ~ /^ *$/)
       if (depth >= 0 && !blank && indent($0) <= depth) depth = -1
+      if (depth < 0 && $0 ~ /^ *exactly: *\{.*\} *$/) {
+        lead = substr($0, 1, indent($0))
+        body = $0
+        sub(/^ *exactly: *\{/, "", body)
+        sub(/\} *$/, "", body)
+        if (body ~ /[][{}]/) {
+          print "to_v1beta1: line " NR ": a flow-style exactly: {...} holding [ ] or { } cannot be rewritten; write it in block style: " $0 > "/dev/stderr"
+          failed = 1
+          exit 1
+        }
+        n = split(body, fields, ",")
+        for (i = 1; i <= n; i++) {
+          f = fields[i]
+          sub(/^ */, "", f)
+          sub(/ *$/, "", f)
+          if (f != "") print lead f
+        }
+        next
+      }
       if (depth < 0 && $0 ~ /^ *exactly: *$/) { depth = indent($0); next }
       if (depth >= 0 && !blank) { print substr($0, 3); next }
       print
-    }'
+    }
+    END { if (failed) exit 1 }'
 }
 
 # The structured resource.k8s.io version the current cluster serves: v1, else v1beta1,
