@@ -379,6 +379,7 @@ async fn run_fleet(args: FleetArgs, registry: &Registry, matches: &ArgMatches) -
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use clap::CommandFactory;

@@ -48,8 +48,12 @@ pub struct Registration {
     pub flags: fn(Command) -> Command,
     /// Reads its flags and its top-level file fields (empty without a file), checking
     /// their syntax; what needs a node is checked by [`ProfileSettings::build`].
-    pub settings: fn(&ArgMatches, &Fields) -> Result<Box<dyn ProfileSettings>, String>,
+    pub settings: ReadSettings,
 }
+
+/// [`Registration::settings`]: the parsed command line and the file's fields of the
+/// profile to its settings, or why they are unusable.
+pub type ReadSettings = fn(&ArgMatches, &Fields) -> Result<Box<dyn ProfileSettings>, String>;
 
 impl fmt::Debug for Registration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -105,3 +105,36 @@ fn create_nodes_past_the_limit_is_refused() {
         );
     }
 }
+
+#[test]
+fn fleet_mode_refuses_profile_flags_no_node_could_use_before_creating_any() {
+    for (args, wanted) in [
+        (
+            &["--profile", "gpu", "--gpus", "NOPE:1"][..],
+            "fake-dra-kubelet-plugin: gpu profile: --gpus: GPU group 0 (NOPE:1:exclusive): model \"NOPE\" is not in the catalog; known models: A100-80GB, H100-80GB, L4-24GB\n",
+        ),
+        (
+            &["--num-devices", "0"][..],
+            "fake-dra-kubelet-plugin: fake profile: --num-devices must be between 1 and 128, got 0\n",
+        ),
+        (
+            &[
+                "--profile",
+                "gpu",
+                "--gpus",
+                "A100-80GB:128:partitioned,L4-24GB",
+            ][..],
+            "fake-dra-kubelet-plugin: gpu profile: --gpus: the node has 129 GPUs; at most 128 per node\n",
+        ),
+    ] {
+        let mut all = vec!["fleet", "--create-nodes", "2"];
+        all.extend_from_slice(args);
+        assert_eq!(refusal(&all), wanted, "{args:?}");
+    }
+    let err = refusal(&["fleet", "--profile", "tpu"]);
+    assert!(
+        err.contains("invalid value 'tpu' for '--profile <PROFILE>'")
+            && err.contains("[possible values: fake, gpu]"),
+        "{err}"
+    );
+}
