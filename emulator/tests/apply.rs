@@ -142,6 +142,37 @@ async fn two_appliers_keep_their_own_entries_of_a_map_list() {
     );
 }
 
+/// An apply body nested deeper than fake_dra_ops::yaml::MAX_DEPTH is refused before it is
+/// parsed (libyaml's time grows with the square of the depth), as a body that does not
+/// decode: 400.
+#[tokio::test]
+async fn an_apply_body_nested_too_deep_is_a_bad_request() {
+    let (server, client) = server().await;
+    let url = format!(
+        "{}/api/v1/namespaces/default/configmaps/deep?fieldManager=m",
+        server.url()
+    );
+    let body = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: deep}}\ndata: {}x{}\n",
+        "{a: ".repeat(200),
+        "}".repeat(200)
+    );
+    let (code, status) = send(
+        &client,
+        http::Method::PATCH,
+        &url,
+        "application/apply-patch+yaml",
+        body.into_bytes(),
+    )
+    .await;
+    assert_eq!(code, 400, "{status}");
+    assert_eq!(
+        status["message"],
+        "error decoding YAML: YAML nested deeper than 64 levels at line 4: at most 64 mappings and sequences may nest"
+    );
+    assert_eq!(status["reason"], "BadRequest");
+}
+
 /// kube-apiserver's status storage never creates (forceAllowCreate=false for
 /// subresources): an apply to a missing object's `/status` is 404 NotFound.
 #[tokio::test]

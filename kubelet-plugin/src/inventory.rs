@@ -275,6 +275,10 @@ pub fn load(path: &Path) -> Result<InventoryFile, InventoryError> {
 /// `source` names it in errors.
 pub fn parse(text: &str, source: &str) -> Result<InventoryFile, InventoryError> {
     let file = source.to_owned();
+    fake_dra_ops::yaml::check_depth(text.as_bytes()).map_err(|e| InventoryError::Parse {
+        file: file.clone(),
+        reason: e.to_string(),
+    })?;
     let raw: RawFile = serde_yaml_ng::from_str(text).map_err(|e| InventoryError::Parse {
         file: file.clone(),
         reason: e.to_string(),

@@ -105,3 +105,26 @@ fn create_nodes_past_the_limit_is_refused() {
         );
     }
 }
+
+/// An inventory nested 100,000 levels deep is refused at once; parsed, it took minutes.
+#[test]
+fn an_inventory_nested_too_deep_is_refused_before_it_is_parsed() {
+    let dir = tempfile::tempdir().unwrap();
+    let deep = dir.path().join("deep.yaml");
+    std::fs::write(
+        &deep,
+        format!(
+            "apiVersion: fake.resource.3-shake.com/v1alpha1\nkind: Inventory\nnodes: {}{}\n",
+            "{a: ".repeat(100_000),
+            "}".repeat(100_000)
+        ),
+    )
+    .unwrap();
+    for args in [node(&deep), fleet(&deep)] {
+        let err = refusal(&strs(&args));
+        assert!(
+            err.contains("YAML nested deeper than 64 levels at line 3"),
+            "{err}"
+        );
+    }
+}

@@ -248,6 +248,9 @@ impl Store {
                 vec![cause],
             ));
         };
+        // Checked first: libyaml's time grows with the square of the nesting depth.
+        fake_dra_ops::yaml::check_depth(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
         let mut config: Value = serde_yaml_ng::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
         if config.get("apiVersion").and_then(Value::as_str).is_none()
