@@ -413,6 +413,44 @@ fn a_taint_the_api_server_would_refuse_is_not_applied_and_the_status_says_why() 
 }
 
 #[test]
+fn names_in_the_status_are_bounded_whatever_the_fault_names() {
+    let long = "d".repeat(1 << 20);
+    let mut many: Vec<String> = (0..200).map(|i| format!("{long}{i}")).collect();
+    many.push("fake-9".into());
+    let f = fault(
+        "huge",
+        DeviceFaultSpec {
+            devices: many,
+            health: Some(HealthSpec::default()),
+            ..Default::default()
+        },
+    );
+    let reports = NodeFaults::resolve("n", &devices(), &[f]).reports(rules(4));
+    let problems = &reports[0].1.problems;
+    assert_eq!(problems.len(), 1, "one problem for every unknown device");
+    let p = &problems[0];
+    assert!(p.len() < 2_000, "{} bytes", p.len());
+    assert!(
+        p.starts_with(&format!("devices \"{}\"...", "d".repeat(64))),
+        "{p}"
+    );
+    assert!(
+        p.contains(" and 191 more are not devices of node n (fake-0"),
+        "{p}"
+    );
+    let one = fault(
+        "one",
+        DeviceFaultSpec {
+            devices: vec![long],
+            health: Some(HealthSpec::default()),
+            ..Default::default()
+        },
+    );
+    let reports = NodeFaults::resolve("n", &devices(), &[one]).reports(rules(4));
+    assert!(reports[0].1.problems[0].len() < 300);
+}
+
+#[test]
 fn prepare_faults_conflict_only_when_their_claims_overlap() {
     let on = |ns: &str| DeviceFaultSpec {
         claims: vec![ClaimSelector {
