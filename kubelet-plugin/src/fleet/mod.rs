@@ -304,6 +304,35 @@ pub fn node_names(prefix: &str, count: usize) -> Vec<String> {
     (0..count).map(|i| format!("{prefix}{i}")).collect()
 }
 
+/// The nodes of `listed` that an earlier run with more `--create-nodes` left: named
+/// `<prefix><i>` (as [`node_names`] writes `i`) with `i` at least `count`. (A second fleet
+/// whose prefix is this one's plus digits has names this one could create: the docs ask
+/// for prefixes of their own.)
+pub fn stale_node_names<'a>(
+    prefix: &str,
+    count: usize,
+    listed: impl IntoIterator<Item = &'a str>,
+) -> Vec<String> {
+    listed
+        .into_iter()
+        .filter(|name| {
+            name.strip_prefix(prefix).is_some_and(|i| {
+                let canonical = !i.is_empty()
+                    && i.bytes().all(|b| b.is_ascii_digit())
+                    && (i == "0" || !i.starts_with('0'));
+                canonical && i.parse::<usize>().is_ok_and(|i| i >= count)
+            })
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The annotation the nodes fleet mode creates carry, and its value.
+pub const CREATED_BY: (&str, &str) = (
+    "fake.resource.3-shake.com/created-by",
+    "fake-dra-kubelet-plugin fleet",
+);
+
 /// A created node's object.
 pub fn node_object(name: &str, template: &NodeTemplate) -> Node {
     let mut labels = template.labels.clone();
@@ -314,10 +343,7 @@ pub fn node_object(name: &str, template: &NodeTemplate) -> Node {
         metadata: ObjectMeta {
             name: Some(name.into()),
             labels: Some(labels),
-            annotations: Some(BTreeMap::from([(
-                "fake.resource.3-shake.com/created-by".into(),
-                "fake-dra-kubelet-plugin fleet".into(),
-            )])),
+            annotations: Some(BTreeMap::from([(CREATED_BY.0.into(), CREATED_BY.1.into())])),
             ..Default::default()
         },
         spec: Some(NodeSpec {
@@ -514,6 +540,23 @@ mod tests {
             parse_concurrency("0").unwrap_err().to_string(),
             "--concurrency \"0\": must be a whole number, at least 1"
         );
+    }
+
+    #[test]
+    fn stale_nodes_are_the_created_names_at_or_past_the_count() {
+        let listed = [
+            "sim-0", "sim-2", "sim-3", "sim-10", "sim-03", "sim-", "sim-3a", "other-5", "sim-x",
+        ];
+        assert_eq!(
+            stale_node_names("sim-", 3, listed),
+            ["sim-3", "sim-10"],
+            "canonical indexes only, as node_names writes them"
+        );
+        assert!(stale_node_names("sim-", 11, listed).is_empty());
+        assert_eq!(stale_node_names("sim-", 0, ["sim-0"]), ["sim-0"]);
+        // Names of this fleet are never stale.
+        let names = node_names("n-", 12);
+        assert!(stale_node_names("n-", 12, names.iter().map(String::as_str)).is_empty());
     }
 
     #[test]
