@@ -261,6 +261,24 @@ impl Store {
             ));
         }
         Self::check_body_identity(rt, target, &config)?;
+        // Typing the applied object refuses a `map` or `set` list with a repeated item:
+        // an error that is no API status, so kube-apiserver answers 500 with no reason
+        // (k8s.io/apimachinery managedfields/internal/structuredmerge.go `Apply`: "failed
+        // to create typed patch object (%v): %v", the object as `namespace/name; gvk`).
+        let duplicates = managed::duplicate_entries(&config, &Shape::of(rt));
+        if !duplicates.is_empty() {
+            let errors = match duplicates.as_slice() {
+                [one] => one.clone(),
+                many => format!("errors:\n  {}", many.join("\n  ")),
+            };
+            return Err(ApiError::unknown(format!(
+                "failed to create typed patch object ({}/{name}; {}/{}, Kind={}): {errors}",
+                target.namespace.as_deref().unwrap_or_default(),
+                rt.group,
+                target.version,
+                rt.kind
+            )));
+        }
         self.check_fields(rt, &target.version, &mut config, opts)?;
         let Ok(old) = self.lookup(target).cloned() else {
             // Apply creates what does not exist, but not through a subresource: the status
