@@ -314,7 +314,8 @@ pub struct FaultSpecError {
 
 impl DeviceFaultSpec {
     /// Checks what the schema cannot (or what a cluster with an older CRD let through):
-    /// at least one effect, a delay only with `Delay`, the limits.
+    /// at least one effect, a delay only with `Delay`, the limits, a taint's key and value
+    /// spelled as a label's.
     pub fn validate(&self) -> Result<(), FaultSpecError> {
         let err = |field: &str, reason: String| FaultSpecError {
             field: field.to_owned(),
@@ -367,6 +368,13 @@ impl DeviceFaultSpec {
                     ));
                 }
                 _ => {}
+            }
+        }
+        // A taint the API server would refuse would fail the whole slice write.
+        if let Some(t) = &self.taint {
+            crate::names::qualified_name(&t.key).map_err(|r| err("taint.key", r))?;
+            if let Some(v) = &t.value {
+                crate::names::label_value(v).map_err(|r| err("taint.value", r))?;
             }
         }
         if let Some(b) = &self.binding
@@ -465,6 +473,39 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("namespace")
+        );
+    }
+
+    #[test]
+    fn a_taint_is_spelled_as_a_label() {
+        let tainted = |key: &str, value: Option<&str>| DeviceFaultSpec {
+            taint: Some(TaintSpec {
+                key: key.into(),
+                value: value.map(Into::into),
+                effect: TaintEffectSpec::NoSchedule,
+            }),
+            ..Default::default()
+        };
+        assert_eq!(tainted("example.com/rack", Some("7")).validate(), Ok(()));
+        assert_eq!(tainted("rack", Some("")).validate(), Ok(()));
+        let err = tainted("!!bad key!!", None).validate().unwrap_err();
+        assert_eq!(err.field, "taint.key");
+        assert!(
+            err.to_string()
+                .starts_with("spec.taint.key: \"!!bad key!!\" is not a qualified name: "),
+            "{err}"
+        );
+        let err = tainted("rack", Some("seven and a half"))
+            .validate()
+            .unwrap_err();
+        assert_eq!(err.field, "taint.value");
+        assert!(err.to_string().contains("is not a label value"), "{err}");
+        assert!(
+            tainted("rack", Some(&"v".repeat(64)))
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("at most 63")
         );
     }
 

@@ -6,6 +6,7 @@
 //! - [`fault`]: the `DeviceFault` CRD: failures and device behaviour on demand.
 //! - [`handle`]: the allocation handle, the document the controller writes into a claim
 //!   and the kubelet plugin reads back.
+//! - [`names`]: the syntax of label keys and values, for what users spell like them.
 //! - [`crdgen`]: renders the CRDs to the YAML files under `deploy/crds/`.
 //!
 //! Not ours, kept apart in [`upstream`]: `resource.k8s.io/v1alpha2` (Kubernetes
@@ -18,6 +19,7 @@
 pub mod crdgen;
 pub mod fault;
 pub mod handle;
+pub mod names;
 pub mod nas;
 pub mod params;
 pub mod upstream;

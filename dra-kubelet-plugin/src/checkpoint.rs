@@ -89,8 +89,8 @@ pub enum CheckpointError {
     /// Not a checkpoint document of a version we know, or an entry past the limits.
     #[error("not a valid checkpoint: {0}")]
     Invalid(String),
-    /// Written for another node.
-    #[error("checkpoint is for node {found:?}, this is node {node:?}")]
+    /// Written for another node. What the file says is quoted (escaped); ours is not.
+    #[error("checkpoint is for node {found:?}, this is node {node}")]
     OtherNode {
         /// What the file says.
         found: String,
@@ -122,8 +122,9 @@ impl<P: Serialize + DeserializeOwned> Checkpoint<P> {
         let cp: Self =
             serde_json::from_slice(bytes).map_err(|e| CheckpointError::Invalid(e.to_string()))?;
         if cp.api_version != doc.api_version || cp.kind != doc.kind {
+            // The file's values quoted (escaped), the driver's own as they are.
             return Err(CheckpointError::Invalid(format!(
-                "apiVersion {:?} kind {:?}, expected {:?} {:?}",
+                "apiVersion {:?} kind {:?}, expected {} {}",
                 cp.api_version, cp.kind, doc.api_version, doc.kind
             )));
         }
@@ -185,10 +186,16 @@ mod tests {
             BTreeMap::from([(uid("u1"), entry(2, vec!["counter-0".into()]))]),
         );
         assert_eq!(parse(&cp.to_bytes(), "node-1").unwrap(), cp);
-        assert!(matches!(
-            parse(&cp.to_bytes(), "node-2"),
-            Err(CheckpointError::OtherNode { .. })
-        ));
+        assert_eq!(
+            parse(&cp.to_bytes(), "node-2").unwrap_err().to_string(),
+            "checkpoint is for node \"node-1\", this is node node-2"
+        );
+        let odd = Checkpoint::<TestPrepared>::new(DOC, "node-1\n\u{1b}[2J", BTreeMap::new());
+        assert_eq!(
+            parse(&odd.to_bytes(), "node-2").unwrap_err().to_string(),
+            "checkpoint is for node \"node-1\\n\\u{1b}[2J\", this is node node-2",
+            "a name from the file is escaped"
+        );
         let truncated = &cp.to_bytes()[..20];
         assert!(matches!(
             parse(truncated, "node-1"),
@@ -198,9 +205,9 @@ mod tests {
             .unwrap()
             .replace("v1alpha1", "v9");
         let err = parse(other.as_bytes(), "node-1").unwrap_err().to_string();
-        assert!(
-            err.contains("expected \"drv.example.com/v1alpha1\""),
-            "{err}"
+        assert_eq!(
+            err,
+            "not a valid checkpoint: apiVersion \"drv.example.com/v9\" kind \"KubeletPluginCheckpoint\", expected drv.example.com/v1alpha1 KubeletPluginCheckpoint"
         );
         let bad_uid = String::from_utf8(cp.to_bytes())
             .unwrap()

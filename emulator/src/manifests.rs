@@ -23,6 +23,12 @@ pub enum ManifestError {
         index: usize,
         message: String,
     },
+    /// Nested too deep to parse in reasonable time.
+    #[error("{source_name}: {source}")]
+    TooDeep {
+        source_name: String,
+        source: fake_dra_ops::yaml::DepthError,
+    },
     #[error("{source_name}: document {index}: {message}")]
     Invalid {
         source_name: String,
@@ -81,6 +87,10 @@ impl Manifest {
 /// document must be an object with `apiVersion`, `kind` and `metadata.name` (or
 /// `metadata.generateName`). A `List` is flattened into its items.
 pub fn parse(text: &str, source_name: &str) -> Result<Vec<Manifest>, ManifestError> {
+    fake_dra_ops::yaml::check_depth(text.as_bytes()).map_err(|source| ManifestError::TooDeep {
+        source_name: source_name.into(),
+        source,
+    })?;
     let mut out = Vec::new();
     for (index, document) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
         let value = Value::deserialize(document).map_err(|e| ManifestError::Yaml {
@@ -258,6 +268,20 @@ mod tests {
                 "{text:?}: {err}"
             );
         }
+    }
+
+    #[test]
+    fn a_manifest_nested_too_deep_is_refused_before_it_is_parsed() {
+        let deep = format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: c}}\ndata: {}{}\n",
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        let err = parse(&deep, "deep.yaml").unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "deep.yaml: YAML nested deeper than 64 levels at line 4: at most 64 mappings and sequences may nest"
+        );
     }
 
     #[test]

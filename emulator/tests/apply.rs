@@ -142,6 +142,117 @@ async fn two_appliers_keep_their_own_entries_of_a_map_list() {
     );
 }
 
+/// An applied `map` list with two entries of one key (or a `set` list with a value twice)
+/// is refused as kube-apiserver refuses it: structured-merge-diff cannot type it, and the
+/// error reaches the handler as no API status, so the answer is 500 with no reason, worded
+/// "failed to create typed patch object (namespace/name; gvk): <path>: duplicate entries
+/// for key <key>". Nothing is written.
+#[tokio::test]
+async fn an_apply_with_duplicate_entries_of_a_map_list_is_refused() {
+    let (server, client) = server().await;
+    let faults = create_fault(&client, "f").await;
+    let url = format!(
+        "{}{FAULTS}/f/status?fieldManager=m&force=true",
+        server.url()
+    );
+    let twice = node_entries("f", &[("x", 1), ("y", 1), ("x", 2)]);
+    let (code, status) = send(
+        &client,
+        http::Method::PATCH,
+        &url,
+        "application/apply-patch+yaml",
+        twice.to_string().into_bytes(),
+    )
+    .await;
+    assert_eq!(code, 500, "{status}");
+    assert_eq!(
+        status,
+        json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": "failed to create typed patch object (/f; fake.resource.3-shake.com/v1alpha1, Kind=DeviceFault): .status.nodes: duplicate entries for key [node=\"x\"]",
+            "code": 500
+        })
+    );
+    assert_eq!(
+        faults.get("f").await.unwrap().status,
+        None,
+        "nothing written"
+    );
+    // Two repeated keys: each named, as SMD lists several errors.
+    let (code, status) = send(
+        &client,
+        http::Method::PATCH,
+        &url,
+        "application/apply-patch+yaml",
+        node_entries("f", &[("x", 1), ("x", 2), ("y", 1), ("y", 1)])
+            .to_string()
+            .into_bytes(),
+    )
+    .await;
+    assert_eq!(code, 500, "{status}");
+    assert!(
+        status["message"].as_str().unwrap().ends_with(
+            ": errors:\n  .status.nodes: duplicate entries for key [node=\"x\"]\n  .status.nodes: duplicate entries for key [node=\"y\"]"
+        ),
+        "{status}"
+    );
+    // A `set` list (metadata.finalizers) likewise.
+    let finalizers = json!({
+        "apiVersion": "fake.resource.3-shake.com/v1alpha1", "kind": "DeviceFault",
+        "metadata": {"name": "f", "finalizers": ["a/b", "a/b"]},
+    });
+    let (code, status) = send(
+        &client,
+        http::Method::PATCH,
+        &format!("{}{FAULTS}/f?fieldManager=m&force=true", server.url()),
+        "application/apply-patch+yaml",
+        finalizers.to_string().into_bytes(),
+    )
+    .await;
+    assert_eq!(code, 500, "{status}");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .ends_with(": .metadata.finalizers: duplicate entries for key [=\"a/b\"]"),
+        "{status}"
+    );
+    // Distinct entries apply.
+    let applied = apply_status(&faults, "m", &node_entries("f", &[("x", 1), ("y", 1)])).await;
+    assert_eq!(applied, ["x@1", "y@1"]);
+}
+
+/// An apply body nested deeper than fake_dra_ops::yaml::MAX_DEPTH is refused before it is
+/// parsed (libyaml's time grows with the square of the depth), as a body that does not
+/// decode: 400.
+#[tokio::test]
+async fn an_apply_body_nested_too_deep_is_a_bad_request() {
+    let (server, client) = server().await;
+    let url = format!(
+        "{}/api/v1/namespaces/default/configmaps/deep?fieldManager=m",
+        server.url()
+    );
+    let body = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: deep}}\ndata: {}x{}\n",
+        "{a: ".repeat(200),
+        "}".repeat(200)
+    );
+    let (code, status) = send(
+        &client,
+        http::Method::PATCH,
+        &url,
+        "application/apply-patch+yaml",
+        body.into_bytes(),
+    )
+    .await;
+    assert_eq!(code, 400, "{status}");
+    assert_eq!(
+        status["message"],
+        "error decoding YAML: YAML nested deeper than 64 levels at line 4: at most 64 mappings and sequences may nest"
+    );
+    assert_eq!(status["reason"], "BadRequest");
+}
+
 /// kube-apiserver's status storage never creates (forceAllowCreate=false for
 /// subresources): an apply to a missing object's `/status` is 404 NotFound.
 #[tokio::test]

@@ -148,6 +148,10 @@ pub fn parse(
     registry: &Registry,
 ) -> Result<InventoryFile, InventoryError> {
     let file = source.to_owned();
+    fake_dra_ops::yaml::check_depth(text.as_bytes()).map_err(|e| InventoryError::Parse {
+        file: file.clone(),
+        reason: e.to_string(),
+    })?;
     let raw: RawFile = serde_yaml_ng::from_str(text).map_err(|e| InventoryError::Parse {
         file: file.clone(),
         reason: e.to_string(),

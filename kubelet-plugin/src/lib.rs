@@ -102,7 +102,12 @@ pub const API_ACCESS_STRUCTURED: &[(&str, &str, &[&str])] = &[
 pub const API_ACCESS_FLEET: &[(&str, &str, &[&str])] = &[
     ("", "nodes", &["get", "list", "watch", "create", "delete"]),
     ("", "nodes/status", &["patch"]),
-    ("coordination.k8s.io", "leases", &["create", "patch"]),
+    // delete: the Leases of nodes an earlier, larger fleet left.
+    (
+        "coordination.k8s.io",
+        "leases",
+        &["create", "patch", "delete"],
+    ),
     (
         "resource.k8s.io",
         "resourceslices",

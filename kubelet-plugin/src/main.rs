@@ -136,26 +136,29 @@ struct FleetArgs {
     /// pods that tolerate them land where no kubelet runs.
     #[arg(long, env = "FAKE_DRA_NODE_TAINTS", default_value = fleet::DEFAULT_TAINT)]
     node_taints: String,
-    /// status.allocatable of the created nodes: cpu, memory, pods.
-    #[arg(long, env = "FAKE_DRA_NODE_CPU", default_value = "32")]
+    /// status.allocatable cpu of the created nodes, a Kubernetes quantity (32, 500m).
+    #[arg(long, env = "FAKE_DRA_NODE_CPU", default_value = "32", value_parser = |s: &str| fleet::parse_quantity("--node-cpu", s).map_err(|e| e.reason))]
     node_cpu: String,
-    #[arg(long, env = "FAKE_DRA_NODE_MEMORY", default_value = "256Gi")]
+    /// status.allocatable memory of the created nodes, a Kubernetes quantity (256Gi, 512Mi).
+    #[arg(long, env = "FAKE_DRA_NODE_MEMORY", default_value = "256Gi", value_parser = |s: &str| fleet::parse_quantity("--node-memory", s).map_err(|e| e.reason))]
     node_memory: String,
-    #[arg(long, env = "FAKE_DRA_NODE_PODS", default_value = "110")]
+    /// status.allocatable pods of the created nodes, a whole number.
+    #[arg(long, env = "FAKE_DRA_NODE_PODS", default_value = "110", value_parser = |s: &str| fleet::parse_pods(s).map_err(|e| e.reason))]
     node_pods: String,
     /// The nodes to publish for, a label selector (kwok: type=kwok); the created nodes
     /// carry fake.resource.3-shake.com/fleet=true.
     #[arg(
         long,
         env = "FAKE_DRA_NODE_SELECTOR",
-        default_value = "fake.resource.3-shake.com/fleet=true"
+        default_value = "fake.resource.3-shake.com/fleet=true",
+        value_parser = |s: &str| fleet::parse_node_selector(s).map_err(|e| e.reason)
     )]
     node_selector: String,
     /// Seconds between heartbeats (Lease renewals) of the created nodes; 0: none.
     #[arg(long, env = "FAKE_DRA_HEARTBEAT_INTERVAL", default_value_t = 20)]
     heartbeat_interval: u64,
-    /// Nodes written at once.
-    #[arg(long, env = "FAKE_DRA_CONCURRENCY", default_value_t = 16)]
+    /// Nodes written at once, at least 1.
+    #[arg(long, env = "FAKE_DRA_CONCURRENCY", default_value_t = 16, value_parser = |s: &str| fleet::parse_concurrency(s).map_err(|e| e.reason))]
     concurrency: usize,
     /// Leave the created nodes (and their slices) in place when stopping.
     #[arg(long, env = "FAKE_DRA_KEEP_NODES")]

@@ -1,8 +1,10 @@
 //! Fleet mode on the real binary against the emulated API server (Kubernetes 1.34): the
 //! nodes it creates, the same slices the node plugin publishes (one pool per node, owner
 //! references), kwok-style nodes found by label, a slice deleted by hand coming back, a
-//! node leaving, a fault's taint on some nodes, heterogeneous nodes from an inventory
-//! file, and SIGTERM removing the created nodes.
+//! node leaving, a fault's taint on some nodes (and its status forgetting a node that
+//! left), heterogeneous nodes from an inventory file, SIGTERM removing the created nodes
+//! (also while they are being created), and a smaller fleet deleting what a larger one
+//! left.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -28,22 +30,48 @@ struct Fleet(Child);
 
 impl Fleet {
     fn start(api: &ApiServer, args: &[&str]) -> Self {
+        Self::spawn(
+            api,
+            args,
+            &std::env::var("PLUGIN_LOG").unwrap_or_else(|_| "warn".into()),
+            Stdio::inherit(),
+        )
+    }
+
+    /// With its info log on a pipe, read by [`Fleet::sigterm_log`].
+    fn start_logged(api: &ApiServer, args: &[&str]) -> Self {
+        Self::spawn(api, args, "info", Stdio::piped())
+    }
+
+    fn spawn(api: &ApiServer, args: &[&str], log: &str, stderr: Stdio) -> Self {
         let child = Command::new(env!("CARGO_BIN_EXE_fake-dra-kubelet-plugin"))
             .arg("fleet")
             .arg("--kubeconfig")
             .arg(api.kubeconfig())
             .args(args)
-            .env(
-                "RUST_LOG",
-                std::env::var("PLUGIN_LOG").unwrap_or_else(|_| "warn".into()),
-            )
+            .env("RUST_LOG", log)
+            .env("FAKE_DRA_LOG_FORMAT", "text")
             .stdin(Stdio::null())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         Self(child)
     }
 
     fn sigterm(mut self) -> std::process::ExitStatus {
+        self.term();
+        self.0.wait().unwrap()
+    }
+
+    /// SIGTERM, then the exit status and the log of a [`Fleet::start_logged`] fleet.
+    fn sigterm_log(mut self) -> (std::process::ExitStatus, String) {
+        self.term();
+        let mut log = String::new();
+        std::io::Read::read_to_string(&mut self.0.stderr.take().unwrap(), &mut log).unwrap();
+        (self.0.wait().unwrap(), log)
+    }
+
+    fn term(&mut self) {
         let pid = self.0.id().to_string();
         assert!(
             Command::new("kill")
@@ -52,8 +80,20 @@ impl Fleet {
                 .unwrap()
                 .success()
         );
-        self.0.wait().unwrap()
     }
+}
+
+async fn node_names(nodes: &Api<Node>) -> Option<Vec<String>> {
+    let mut names: Vec<String> = nodes
+        .list(&ListParams::default())
+        .await
+        .ok()?
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    names.sort();
+    Some(names)
 }
 
 impl Drop for Fleet {
@@ -238,6 +278,16 @@ async fn a_fleet_of_created_nodes_publishes_what_node_plugins_would() {
         "{:?}",
         status.nodes[0].problems
     );
+    // A node that leaves the fleet leaves the fault's status too.
+    nodes
+        .delete("sim-2", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("the fault's status without the deleted node", async || {
+        let status = faults.get("rack-7").await.ok()?.status?;
+        (status.nodes.first()?.devices == ["sim-1/fake-0"]).then_some(())
+    })
+    .await;
 
     // SIGTERM: the created nodes go, and with them (owner references) their slices.
     assert!(fleet.sigterm().success());
@@ -322,5 +372,106 @@ async fn kwok_nodes_found_by_label_with_heterogeneous_devices() {
             .items
             .len(),
         4
+    );
+}
+
+/// SIGTERM while `--create-nodes` is still creating: the creation stops, the fleet says it
+/// is shutting down, and the nodes created so far are deleted (they were left behind, by
+/// the thousand, when the signal killed the process).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_while_nodes_are_created_deletes_those_created() {
+    let api = start_api_version((1, 34)).await;
+    let client = api.client().unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let fleet = Fleet::start_logged(
+        &api,
+        &[
+            "--create-nodes",
+            "10000",
+            "--concurrency",
+            "1",
+            "--node-name-prefix",
+            "busy-",
+        ],
+    );
+    eventually("the first nodes", async || {
+        (node_names(&nodes).await?.len() >= 5).then_some(())
+    })
+    .await;
+    let (status, log) = fleet.sigterm_log();
+    assert!(status.success(), "{status}: {log}");
+    assert!(
+        log.contains("fleet mode shutting down before publishing"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("fleet nodes created"),
+        "the creation was stopped: {log}"
+    );
+    assert!(log.contains("fleet nodes deleted"), "{log}");
+    eventually("the created nodes to go", async || {
+        node_names(&nodes).await?.is_empty().then_some(())
+    })
+    .await;
+}
+
+/// A fleet started with fewer `--create-nodes` than the last one deletes the nodes past
+/// its count that a fleet created (with their Leases and slices); a node of the same
+/// pattern that no fleet created stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_smaller_fleet_deletes_the_nodes_a_larger_one_left() {
+    let api = start_api_version((1, 34)).await;
+    let client = api.client().unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let slices: Api<v1::ResourceSlice> = Api::all(client.clone());
+    let args = |n: &'static str| {
+        [
+            "--create-nodes",
+            n,
+            "--node-name-prefix",
+            "sim-",
+            "--num-devices",
+            "2",
+            "--keep-nodes",
+        ]
+    };
+    let first = Fleet::start(&api, &args("6"));
+    pools(&slices, |p| p.len() == 6).await;
+    assert!(first.sigterm().success());
+    assert_eq!(node_names(&nodes).await.unwrap().len(), 6, "--keep-nodes");
+    let hand_made: Node = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "sim-9", "labels": {"fake.resource.3-shake.com/fleet": "true"}},
+    }))
+    .unwrap();
+    nodes
+        .create(&PostParams::default(), &hand_made)
+        .await
+        .unwrap();
+
+    let _second = Fleet::start(&api, &args("3")[..6]);
+    eventually("the nodes past the count to go", async || {
+        (node_names(&nodes).await? == ["sim-0", "sim-1", "sim-2", "sim-9"]).then_some(())
+    })
+    .await;
+    eventually("their Leases to go", async || {
+        let mut names: Vec<String> = leases
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .filter_map(|l| l.metadata.name)
+            .collect();
+        names.sort();
+        (names == ["sim-0", "sim-1", "sim-2"]).then_some(())
+    })
+    .await;
+    // The hand-made node carries the label, so it is published for; not the deleted ones.
+    let by_node = pools(&slices, |p| p.len() == 4).await;
+    assert_eq!(
+        by_node.keys().collect::<Vec<_>>(),
+        ["sim-0", "sim-1", "sim-2", "sim-9"]
     );
 }

@@ -138,3 +138,60 @@ fn fleet_mode_refuses_profile_flags_no_node_could_use_before_creating_any() {
         "{err}"
     );
 }
+
+/// Fleet mode's node flags are refused by name before anything starts (a bad selector
+/// used to be retried forever under a message about RBAC).
+#[test]
+fn fleet_node_flags_are_checked_at_start() {
+    for (flag, value, why) in [
+        (
+            "--node-memory",
+            "lots",
+            "not a Kubernetes quantity (no digits)",
+        ),
+        ("--node-cpu", "-2", "must not be negative"),
+        (
+            "--node-pods",
+            "1.5",
+            "must be a whole number from 0 to 4294967295",
+        ),
+        ("--concurrency", "0", "must be a whole number, at least 1"),
+        ("--node-selector", "bad key=x", "after key bad: expected"),
+        ("--node-selector", "k in (a", "not closed with ')'"),
+        ("--node-selector", "k=v/w", "is not a label value"),
+    ] {
+        let err = refusal(&["fleet", "--create-nodes", "1", &format!("{flag}={value}")]);
+        let upper = flag
+            .trim_start_matches("--")
+            .replace('-', "_")
+            .to_uppercase();
+        assert!(
+            err.contains(&format!("invalid value '{value}' for '{flag} <{upper}>': ")),
+            "{err}"
+        );
+        assert!(err.contains(why), "{flag} {value}: {err}");
+    }
+}
+
+/// An inventory nested 100,000 levels deep is refused at once; parsed, it took minutes.
+#[test]
+fn an_inventory_nested_too_deep_is_refused_before_it_is_parsed() {
+    let dir = tempfile::tempdir().unwrap();
+    let deep = dir.path().join("deep.yaml");
+    std::fs::write(
+        &deep,
+        format!(
+            "apiVersion: fake.resource.3-shake.com/v1alpha1\nkind: Inventory\nnodes: {}{}\n",
+            "{a: ".repeat(100_000),
+            "}".repeat(100_000)
+        ),
+    )
+    .unwrap();
+    for args in [node(&deep), fleet(&deep)] {
+        let err = refusal(&strs(&args));
+        assert!(
+            err.contains("YAML nested deeper than 64 levels at line 3"),
+            "{err}"
+        );
+    }
+}

@@ -1,8 +1,9 @@
 //! What fake-dra's binaries share to run as Kubernetes components, whatever the driver:
 //! flags and their environment twins ([`flags`]), logging ([`logging`]), graceful
 //! shutdown ([`signals`]), the Kubernetes client ([`client`]), accept loops no client can
-//! take down ([`conn`]), reading the files users name, bounded ([`files`]), and the `/healthz` `/readyz` `/metrics` server ([`health`]), and what each binary says it
-//! is ([`version`]).
+//! take down ([`conn`]), reading the files users name, bounded ([`files`]), a nesting limit to check YAML
+//! against before parsing it ([`yaml`]), the `/healthz` `/readyz` `/metrics` server
+//! ([`health`]), and what each binary says it is ([`version`]).
 
 pub mod client;
 pub mod conn;
@@ -12,3 +13,4 @@ pub mod health;
 pub mod logging;
 pub mod signals;
 pub mod version;
+pub mod yaml;

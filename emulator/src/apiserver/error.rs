@@ -154,6 +154,13 @@ impl ApiError {
         Self::new(500, "InternalError", message)
     }
 
+    /// An error kube-apiserver answers with no reason (`StatusReasonUnknown`) and 500: one
+    /// that is not an API status when it reaches the handler, such as structured-merge-diff's
+    /// (k8s.io/apiserver endpoints/handlers/responsewriters/status.go, `ErrorToAPIStatus`).
+    pub fn unknown(message: impl Into<String>) -> Self {
+        Self::new(500, "", message)
+    }
+
     fn with_details(mut self, name: &str, qualified_resource: &str) -> Self {
         let (kind, group) = qualified_resource
             .split_once('.')
@@ -173,8 +180,14 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code,
         });
-        if let (Some(details), Some(map)) = (&self.details, status.as_object_mut()) {
-            map.insert("details".into(), details.clone());
+        if let Some(map) = status.as_object_mut() {
+            if let Some(details) = &self.details {
+                map.insert("details".into(), details.clone());
+            }
+            // `reason` is `omitempty` in metav1.Status.
+            if self.reason.is_empty() {
+                map.remove("reason");
+            }
         }
         status
     }

@@ -147,8 +147,12 @@ pub fn duplicate_fields(json: &[u8]) -> Vec<FieldPath> {
     found.into_inner()
 }
 
-/// [`duplicate_fields`] of a YAML document (an apply patch).
+/// [`duplicate_fields`] of a YAML document (an apply patch). A document nested too deep
+/// has none: it is not parsed here, and the apply refuses it.
 pub fn duplicate_fields_yaml(yaml: &[u8]) -> Vec<FieldPath> {
+    if fake_dra_ops::yaml::check_depth(yaml).is_err() {
+        return Vec::new();
+    }
     let found = RefCell::new(Vec::new());
     let walk = Walk {
         path: FieldPath::default(),

@@ -197,6 +197,60 @@ pub fn remove(obj: &mut Value, path: &[Step]) {
     }
 }
 
+/// The items of `set` and `map` lists in `obj` that repeat an earlier item's value or
+/// key, as structured-merge-diff words them when it types an applied object:
+/// `.status.nodes: duplicate entries for key [node="a"]` (typed/validate.go
+/// `visitListItems`: "duplicate entries for key %v", the path element printed as
+/// fieldpath's `PathElement.String`, keys sorted by name, values as JSON).
+pub fn duplicate_entries(obj: &Value, shape: &Shape) -> Vec<String> {
+    let mut out = Vec::new();
+    find_duplicates(obj, &mut Vec::new(), shape, &mut out);
+    out
+}
+
+fn find_duplicates(value: &Value, path: &mut FieldPath, shape: &Shape, out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (k, v) in map {
+                path.push(Step::Field(k.clone()));
+                find_duplicates(v, path, &shape.field(k), out);
+                path.pop();
+            }
+        }
+        Value::Array(items) => {
+            let list_type = shape.list_type();
+            let item_shape = shape.items();
+            let mut seen = BTreeSet::new();
+            for item in items {
+                let step = match &list_type {
+                    ListType::Atomic => return,
+                    ListType::Set => Step::Value(item.to_string()),
+                    ListType::Map(keys) => match key_step(keys, item) {
+                        Step::Key(mut fields) => {
+                            fields.sort();
+                            Step::Key(fields)
+                        }
+                        other => other,
+                    },
+                };
+                if !seen.insert(step.clone()) {
+                    out.push(format!(
+                        "{}: duplicate entries for key {}",
+                        render(path),
+                        render(std::slice::from_ref(&step))
+                    ));
+                }
+                if matches!(list_type, ListType::Map(_)) {
+                    path.push(step);
+                    find_duplicates(item, path, &item_shape, out);
+                    path.pop();
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Deep-merges `applied` into `target`: maps field by field, `map` lists item by item
 /// (live items first, in their order, then new ones in applied order, as SMD's merge),
 /// `set` lists by value, everything else replaced.

@@ -322,12 +322,25 @@ impl NodeFaults {
         for (i, f) in self.active.iter().enumerate() {
             let spec = &f.spec;
             let mut problems = Vec::new();
-            for d in spec.devices.iter().filter(|d| !self.devices.contains(*d)) {
-                problems.push(format!(
-                    "device {d:?} is not a device of node {} ({})",
+            let unknown: Vec<&String> = spec
+                .devices
+                .iter()
+                .filter(|d| !self.devices.contains(*d))
+                .collect();
+            match unknown.as_slice() {
+                [] => {}
+                [d] => problems.push(format!(
+                    "device {} is not a device of node {} ({})",
+                    shown_name(d),
                     self.node,
                     summarize(&self.devices)
-                ));
+                )),
+                many => problems.push(format!(
+                    "devices {} are not devices of node {} ({})",
+                    listed_names(many),
+                    self.node,
+                    summarize(&self.devices)
+                )),
             }
             let devices: Vec<String> = self
                 .devices
@@ -456,13 +469,49 @@ impl NodeFaults {
     }
 }
 
+/// Longest name (a device, a node, as a fault names it) shown in a status message.
+pub const SHOWN_NAME_LEN: usize = 64;
+
+/// Most names one status message lists.
+pub const SHOWN_NAMES: usize = 10;
+
+/// A name from a fault's spec, quoted and cut to [`SHOWN_NAME_LEN`] characters: a status
+/// message never grows with what the fault says.
+pub fn shown_name(name: &str) -> String {
+    let cut: String = name.chars().take(SHOWN_NAME_LEN).collect();
+    if cut.len() < name.len() {
+        format!("{cut:?}...")
+    } else {
+        format!("{cut:?}")
+    }
+}
+
+/// At most [`SHOWN_NAMES`] names as [`shown_name`] shows them, then `and N more`.
+fn listed_names(names: &[&String]) -> String {
+    let shown: Vec<String> = names
+        .iter()
+        .take(SHOWN_NAMES)
+        .map(|n| shown_name(n))
+        .collect();
+    let rest = names.len() - shown.len();
+    if rest > 0 {
+        format!("{} and {rest} more", shown.join(", "))
+    } else {
+        shown.join(", ")
+    }
+}
+
 /// `a, b, c` for a few names, `a, b, ... (n in all)` for many.
 fn summarize<'a>(names: impl IntoIterator<Item = &'a String>) -> String {
     let names: Vec<&String> = names.into_iter().collect();
     if names.is_empty() {
         return "none".into();
     }
-    let shown: Vec<&str> = names.iter().take(4).map(|s| s.as_str()).collect();
+    let shown: Vec<String> = names
+        .iter()
+        .take(4)
+        .map(|s| s.chars().take(SHOWN_NAME_LEN).collect())
+        .collect();
     if names.len() > shown.len() {
         format!("{}, ... ({} in all)", shown.join(", "), names.len())
     } else {

@@ -361,6 +361,96 @@ fn conflicts_unknown_devices_and_invalid_specs_are_reported_per_fault() {
 }
 
 #[test]
+fn a_taint_the_api_server_would_refuse_is_not_applied_and_the_status_says_why() {
+    let faults = [
+        fault(
+            "bad-key",
+            DeviceFaultSpec {
+                taint: taint("!!bad key!!", TaintEffectSpec::NoSchedule),
+                ..Default::default()
+            },
+        ),
+        fault(
+            "bad-value",
+            DeviceFaultSpec {
+                taint: Some(TaintSpec {
+                    key: "example.com/rack".into(),
+                    value: Some("seven and a half".into()),
+                    effect: TaintEffectSpec::NoExecute,
+                }),
+                ..Default::default()
+            },
+        ),
+    ];
+    let n = NodeFaults::resolve("n", &devices(), &faults);
+    assert!(n.is_empty(), "neither is in force");
+    let plain: Vec<SliceDevice> = devices()
+        .into_iter()
+        .map(|name| SliceDevice {
+            name,
+            ..Default::default()
+        })
+        .collect();
+    assert!(
+        n.overlay(&plain, "drv", rules(4))
+            .iter()
+            .all(|d| d.taints.is_empty()),
+        "nothing reaches the slice"
+    );
+    let reports: BTreeMap<String, NodeFaultStatus> = n.reports(rules(4)).into_iter().collect();
+    let key = &reports["bad-key"].problems;
+    assert!(
+        key[0].starts_with("not applied: spec.taint.key: \"!!bad key!!\" is not a qualified name"),
+        "{key:?}"
+    );
+    let value = &reports["bad-value"].problems;
+    assert!(
+        value[0].starts_with(
+            "not applied: spec.taint.value: \"seven and a half\" is not a label value"
+        ),
+        "{value:?}"
+    );
+}
+
+#[test]
+fn names_in_the_status_are_bounded_whatever_the_fault_names() {
+    let long = "d".repeat(1 << 20);
+    let mut many: Vec<String> = (0..200).map(|i| format!("{long}{i}")).collect();
+    many.push("fake-9".into());
+    let f = fault(
+        "huge",
+        DeviceFaultSpec {
+            devices: many,
+            health: Some(HealthSpec::default()),
+            ..Default::default()
+        },
+    );
+    let reports = NodeFaults::resolve("n", &devices(), &[f]).reports(rules(4));
+    let problems = &reports[0].1.problems;
+    assert_eq!(problems.len(), 1, "one problem for every unknown device");
+    let p = &problems[0];
+    assert!(p.len() < 2_000, "{} bytes", p.len());
+    assert!(
+        p.starts_with(&format!("devices \"{}\"...", "d".repeat(64))),
+        "{p}"
+    );
+    assert!(
+        p.contains(" and 191 more are not devices of node n (fake-0"),
+        "{p}"
+    );
+    let one = fault(
+        "one",
+        DeviceFaultSpec {
+            devices: vec![long],
+            health: Some(HealthSpec::default()),
+            ..Default::default()
+        },
+    );
+    let reports = NodeFaults::resolve("n", &devices(), &[one]).reports(rules(4));
+    assert!(reports[0].1.problems[0].len() < 300);
+}
+
+#[test]
 fn prepare_faults_conflict_only_when_their_claims_overlap() {
     let on = |ns: &str| DeviceFaultSpec {
         claims: vec![ClaimSelector {

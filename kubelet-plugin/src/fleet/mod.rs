@@ -69,9 +69,10 @@ pub fn parse_taints(s: &str) -> Result<Vec<Taint>, FlagError> {
                 ));
             }
             let (key, value) = kv.split_once('=').unwrap_or((kv, ""));
-            if key.is_empty() {
-                return Err(flag_error("--node-taints", t, "the key is empty"));
-            }
+            fake_dra_api::names::qualified_name(key)
+                .map_err(|r| flag_error("--node-taints", t, format!("key {r}")))?;
+            fake_dra_api::names::label_value(value)
+                .map_err(|r| flag_error("--node-taints", t, format!("value {r}")))?;
             Ok(Taint {
                 key: key.to_owned(),
                 value: (!value.is_empty()).then(|| value.to_owned()),
@@ -80,6 +81,180 @@ pub fn parse_taints(s: &str) -> Result<Vec<Taint>, FlagError> {
             })
         })
         .collect()
+}
+
+/// `--node-selector`: a label selector as kube-apiserver parses it — comma-separated
+/// requirements `key`, `!key`, `key=value`, `key==value`, `key!=value`, `key in (a,b)`,
+/// `key notin (a,b)`, `key>N`, `key<N`; keys qualified names, values label values; empty
+/// for every node. Checked at start: the API server would refuse every watch of a bad one.
+pub fn parse_node_selector(s: &str) -> Result<String, FlagError> {
+    let fail = |reason: String| flag_error("--node-selector", s, reason);
+    let tokens = selector_tokens(s);
+    let mut at = 0;
+    let next = |at: &mut usize| {
+        let t = tokens.get(*at).cloned();
+        *at += 1;
+        t
+    };
+    let key =
+        |k: &str| fake_dra_api::names::qualified_name(k).map_err(|r| fail(format!("key {r}")));
+    let value =
+        |v: &str| fake_dra_api::names::label_value(v).map_err(|r| fail(format!("value {r}")));
+    if tokens.is_empty() {
+        return Ok(s.to_owned());
+    }
+    loop {
+        match next(&mut at) {
+            Some(Tok::Not) => match next(&mut at) {
+                Some(Tok::Word(k)) => key(&k)?,
+                _ => return Err(fail("'!' must be followed by a key".into())),
+            },
+            Some(Tok::Word(k)) => {
+                key(&k)?;
+                match tokens.get(at) {
+                    None | Some(Tok::Comma) => {}
+                    Some(Tok::Eq | Tok::NotEq) => {
+                        at += 1;
+                        if let Some(Tok::Word(v)) = tokens.get(at) {
+                            value(v)?;
+                            at += 1;
+                        }
+                    }
+                    Some(Tok::Gt | Tok::Lt) => {
+                        at += 1;
+                        match next(&mut at) {
+                            Some(Tok::Word(v)) if v.parse::<i64>().is_ok() => {}
+                            _ => return Err(fail(format!("{k}: '>' and '<' take a whole number"))),
+                        }
+                    }
+                    Some(Tok::Word(op)) if op == "in" || op == "notin" => {
+                        let op = op.clone();
+                        at += 1;
+                        if next(&mut at) != Some(Tok::Open) {
+                            return Err(fail(format!("{k} {op}: the values go in parentheses, (a,b)")));
+                        }
+                        let mut values = 0;
+                        loop {
+                            match next(&mut at) {
+                                Some(Tok::Word(v)) => {
+                                    value(&v)?;
+                                    values += 1;
+                                }
+                                Some(Tok::Comma) => {}
+                                Some(Tok::Close) => break,
+                                _ => return Err(fail(format!("{k} {op}: the values' list is not closed with ')'"))),
+                            }
+                        }
+                        if values == 0 {
+                            return Err(fail(format!("{k} {op}: the values' list is empty")));
+                        }
+                    }
+                    Some(_) => {
+                        return Err(fail(format!(
+                            "after key {k}: expected =, ==, !=, in, notin, >, < or ','"
+                        )));
+                    }
+                }
+            }
+            _ => return Err(fail("expected a requirement: key, !key, key=value, key!=value, key in (a,b), key notin (a,b)".into())),
+        }
+        match next(&mut at) {
+            None => return Ok(s.to_owned()),
+            Some(Tok::Comma) => {}
+            Some(_) => return Err(fail("requirements must be separated by ','".into())),
+        }
+    }
+}
+
+/// The tokens of a label selector.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Tok {
+    Word(String),
+    Not,
+    Eq,
+    NotEq,
+    Gt,
+    Lt,
+    Comma,
+    Open,
+    Close,
+}
+
+fn selector_tokens(s: &str) -> Vec<Tok> {
+    let mut out = Vec::new();
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        let tok = match c {
+            c if c.is_whitespace() => continue,
+            ',' => Tok::Comma,
+            '(' => Tok::Open,
+            ')' => Tok::Close,
+            '>' => Tok::Gt,
+            '<' => Tok::Lt,
+            '=' => {
+                chars.next_if_eq(&'=');
+                Tok::Eq
+            }
+            '!' => {
+                if chars.next_if_eq(&'=').is_some() {
+                    Tok::NotEq
+                } else {
+                    Tok::Not
+                }
+            }
+            c => {
+                let mut word = String::from(c);
+                while let Some(c) = chars.next_if(|c| !c.is_whitespace() && !",()<>=!".contains(*c))
+                {
+                    word.push(c);
+                }
+                Tok::Word(word)
+            }
+        };
+        out.push(tok);
+    }
+    out
+}
+
+/// `--node-cpu`, `--node-memory`: a Kubernetes quantity (`32`, `500m`, `256Gi`), not
+/// negative; kept as written.
+pub fn parse_quantity(flag: &'static str, s: &str) -> Result<String, FlagError> {
+    match s.parse::<dra_kubelet_plugin::quantity::Quantity>() {
+        Ok(q) if q.is_non_negative() => Ok(s.to_owned()),
+        Ok(_) => Err(flag_error(flag, s, "must not be negative")),
+        Err(e) => Err(flag_error(
+            flag,
+            s,
+            format!(
+                "not a Kubernetes quantity ({}): a number with an optional suffix, e.g. 256Gi, 512Mi, 32, 500m",
+                e.reason
+            ),
+        )),
+    }
+}
+
+/// `--node-pods`: a whole number.
+pub fn parse_pods(s: &str) -> Result<String, FlagError> {
+    match s.parse::<u32>() {
+        Ok(_) if !s.starts_with('+') => Ok(s.to_owned()),
+        _ => Err(flag_error(
+            "--node-pods",
+            s,
+            format!("must be a whole number from 0 to {}, e.g. 110", u32::MAX),
+        )),
+    }
+}
+
+/// `--concurrency`: at least 1.
+pub fn parse_concurrency(s: &str) -> Result<usize, FlagError> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(flag_error(
+            "--concurrency",
+            s,
+            "must be a whole number, at least 1",
+        )),
+    }
 }
 
 /// `key=value,...`; empty for none.
@@ -91,9 +266,10 @@ pub fn parse_labels(s: &str) -> Result<BTreeMap<String, String>, FlagError> {
             let (k, v) = l
                 .split_once('=')
                 .ok_or_else(|| flag_error("--node-labels", l, "must be key=value"))?;
-            if k.is_empty() {
-                return Err(flag_error("--node-labels", l, "the key is empty"));
-            }
+            fake_dra_api::names::qualified_name(k)
+                .map_err(|r| flag_error("--node-labels", l, format!("key {r}")))?;
+            fake_dra_api::names::label_value(v)
+                .map_err(|r| flag_error("--node-labels", l, format!("value {r}")))?;
             Ok((k.to_owned(), v.to_owned()))
         })
         .collect()
@@ -128,6 +304,35 @@ pub fn node_names(prefix: &str, count: usize) -> Vec<String> {
     (0..count).map(|i| format!("{prefix}{i}")).collect()
 }
 
+/// The nodes of `listed` that an earlier run with more `--create-nodes` left: named
+/// `<prefix><i>` (as [`node_names`] writes `i`) with `i` at least `count`. (A second fleet
+/// whose prefix is this one's plus digits has names this one could create: the docs ask
+/// for prefixes of their own.)
+pub fn stale_node_names<'a>(
+    prefix: &str,
+    count: usize,
+    listed: impl IntoIterator<Item = &'a str>,
+) -> Vec<String> {
+    listed
+        .into_iter()
+        .filter(|name| {
+            name.strip_prefix(prefix).is_some_and(|i| {
+                let canonical = !i.is_empty()
+                    && i.bytes().all(|b| b.is_ascii_digit())
+                    && (i == "0" || !i.starts_with('0'));
+                canonical && i.parse::<usize>().is_ok_and(|i| i >= count)
+            })
+        })
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The annotation the nodes fleet mode creates carry, and its value.
+pub const CREATED_BY: (&str, &str) = (
+    "fake.resource.3-shake.com/created-by",
+    "fake-dra-kubelet-plugin fleet",
+);
+
 /// A created node's object.
 pub fn node_object(name: &str, template: &NodeTemplate) -> Node {
     let mut labels = template.labels.clone();
@@ -138,10 +343,7 @@ pub fn node_object(name: &str, template: &NodeTemplate) -> Node {
         metadata: ObjectMeta {
             name: Some(name.into()),
             labels: Some(labels),
-            annotations: Some(BTreeMap::from([(
-                "fake.resource.3-shake.com/created-by".into(),
-                "fake-dra-kubelet-plugin fleet".into(),
-            )])),
+            annotations: Some(BTreeMap::from([(CREATED_BY.0.into(), CREATED_BY.1.into())])),
             ..Default::default()
         },
         spec: Some(NodeSpec {
@@ -246,6 +448,115 @@ mod tests {
             BTreeMap::from([("type".into(), "kwok".into()), ("zone".into(), "a".into())])
         );
         assert!(parse_labels("novalue").is_err());
+    }
+
+    #[test]
+    fn labels_and_taints_are_spelled_as_kubernetes_requires() {
+        for (bad, why) in [
+            (
+                parse_labels("bad key=x").map(|_| ()),
+                "key \"bad key\" is not a qualified name",
+            ),
+            (
+                parse_labels("k=bad value").map(|_| ()),
+                "value \"bad value\" is not a label value",
+            ),
+            (
+                parse_taints("=v:NoSchedule").map(|_| ()),
+                "key \"\" is not a qualified name",
+            ),
+        ] {
+            let err = bad.unwrap_err().to_string();
+            assert!(err.contains(why), "{err}");
+        }
+        let err = parse_taints("k=a/b:NoExecute").unwrap_err();
+        assert_eq!(err.flag, "--node-taints");
+        assert!(err.reason.contains("is not a label value"), "{err}");
+    }
+
+    #[test]
+    fn node_selectors_are_checked_as_the_api_server_parses_them() {
+        for good in [
+            "",
+            "fake.resource.3-shake.com/fleet=true",
+            "type=kwok",
+            "type==kwok, zone!=a",
+            "!gpu",
+            "gpu",
+            "zone in (a, b),tier notin (x)",
+            "rank>3,rank<10",
+            "empty=",
+            "k in (a,)",
+        ] {
+            assert_eq!(parse_node_selector(good).as_deref(), Ok(good), "{good}");
+        }
+        for (bad, why) in [
+            ("bad key=x", "after key bad: expected"),
+            ("!!bad key!!", "'!' must be followed by a key"),
+            ("k=v w", "separated by ','"),
+            ("-k=v", "is not a qualified name"),
+            ("k=-v", "is not a label value"),
+            ("k in a,b", "the values go in parentheses"),
+            ("k in (a", "not closed"),
+            ("k notin ()", "list is empty"),
+            ("k>x", "take a whole number"),
+            ("k,,j", "expected a requirement"),
+            ("k=v,", "expected a requirement"),
+        ] {
+            let err = parse_node_selector(bad).unwrap_err();
+            assert_eq!(err.flag, "--node-selector");
+            assert!(err.reason.contains(why), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn quantities_pods_and_concurrency_are_checked() {
+        assert_eq!(parse_quantity("--node-cpu", "500m").as_deref(), Ok("500m"));
+        assert_eq!(
+            parse_quantity("--node-memory", "256Gi").as_deref(),
+            Ok("256Gi")
+        );
+        let err = parse_quantity("--node-memory", "lots")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("--node-memory \"lots\": not a Kubernetes quantity"),
+            "{err}"
+        );
+        assert!(
+            parse_quantity("--node-cpu", "-1")
+                .unwrap_err()
+                .to_string()
+                .contains("must not be negative")
+        );
+        assert_eq!(parse_pods("110").as_deref(), Ok("110"));
+        for bad in ["1.5", "-3", "+3", "", "many", "1e3"] {
+            let err = parse_pods(bad).unwrap_err().to_string();
+            assert!(err.starts_with("--node-pods"), "{err}");
+            assert!(err.contains("whole number"), "{err}");
+        }
+        assert_eq!(parse_concurrency("16"), Ok(16));
+        assert_eq!(
+            parse_concurrency("0").unwrap_err().to_string(),
+            "--concurrency \"0\": must be a whole number, at least 1"
+        );
+    }
+
+    #[test]
+    fn stale_nodes_are_the_created_names_at_or_past_the_count() {
+        let listed = [
+            "sim-0", "sim-2", "sim-3", "sim-10", "sim-03", "sim-", "sim-3a", "other-5", "sim-x",
+        ];
+        assert_eq!(
+            stale_node_names("sim-", 3, listed),
+            ["sim-3", "sim-10"],
+            "canonical indexes only, as node_names writes them"
+        );
+        assert!(stale_node_names("sim-", 11, listed).is_empty());
+        assert_eq!(stale_node_names("sim-", 0, ["sim-0"]), ["sim-0"]);
+        // Names of this fleet are never stale.
+        let names = node_names("n-", 12);
+        assert!(stale_node_names("n-", 12, names.iter().map(String::as_str)).is_empty());
     }
 
     #[test]

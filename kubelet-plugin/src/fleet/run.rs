@@ -18,15 +18,15 @@ use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::{v1, v1beta1};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tracing::{error, info, warn};
 
 use super::{
-    LEASE_NAMESPACE, NodeTemplate, lease_object, node_names, node_object, node_owner,
-    node_status_patch,
+    CREATED_BY, FLEET_LABEL, LEASE_NAMESPACE, NodeTemplate, lease_object, node_names, node_object,
+    node_owner, node_status_patch, stale_node_names,
 };
 use crate::faults::watch::{self as fault_watch, StatusWriter};
 use crate::faults::{Fault, NodeFaults, claim_status};
@@ -160,11 +160,40 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Completes once `stop` says so (never if its sender is gone without saying so).
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    if stop.wait_for(|s| *s).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// The device names of the nodes fleet mode publishes for, by node: what the faults'
+/// status and the claims' device status are reported from.
+type DeviceNames = Arc<RwLock<BTreeMap<String, Vec<String>>>>;
+
 /// Runs fleet mode until `shutdown` completes.
 pub async fn run(
     config: FleetConfig,
     profiles: Profiles,
     shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), FleetError> {
+    // Polled from the start (signal handlers are installed when it is first polled), so a
+    // SIGTERM while nodes are being created stops the creation and removes them, rather
+    // than killing the process and leaving them behind.
+    let (stop_tx, stop) = watch::channel(false);
+    let signal = tokio::spawn(async move {
+        shutdown.await;
+        stop_tx.send_replace(true);
+    });
+    let result = run_until(config, profiles, stop).await;
+    signal.abort();
+    result
+}
+
+async fn run_until(
+    config: FleetConfig,
+    profiles: Profiles,
+    stop: watch::Receiver<bool>,
 ) -> Result<(), FleetError> {
     let metrics = Arc::new(FleetMetrics::default());
     let client = fake_dra_ops::client::counting_client(
@@ -211,9 +240,32 @@ pub async fn run(
         None => None,
     };
 
+    let writer = PoolWriter::new(client.clone(), api);
     let created = node_names(&config.node_name_prefix, config.create_nodes);
     let started = Instant::now();
-    create_nodes(&client, &created, &config).await?;
+    // Only a fleet that creates nodes: one that only finds nodes by label deletes none.
+    if config.create_nodes > 0 && !*stop.borrow() {
+        delete_stale_nodes(&client, &writer, &config).await;
+    }
+    let (begun, creation) = create_nodes(&client, &created, &config, stop.clone()).await;
+    // Stopped, or failed: the nodes created so far go (nothing would keep them Ready).
+    if creation.is_err() || *stop.borrow() {
+        if creation.is_ok() {
+            info!(
+                created = begun,
+                asked = created.len(),
+                "fleet mode shutting down before publishing"
+            );
+        }
+        if let Some(h) = http {
+            h.abort();
+        }
+        if !config.keep_nodes {
+            let begun = &created[..begun.min(created.len())];
+            delete_nodes(&client, begun, config.concurrency).await;
+        }
+        return creation;
+    }
     let heartbeat = (!created.is_empty() && !config.heartbeat.is_zero()).then(|| {
         tokio::spawn(heartbeats(
             client.clone(),
@@ -229,16 +281,21 @@ pub async fn run(
         wake: Notify::new(),
     });
     let (faults, fault_task) = fault_watch::start(client.clone());
-    let device_names: Arc<RwLock<BTreeMap<String, Vec<String>>>> = Arc::default();
+    let device_names: DeviceNames = Arc::default();
+    // Woken when a node leaves, so the faults' status stops naming it.
+    let fleet_changed = Arc::new(Notify::new());
 
     // The nodes: the first list decides the fleet; then every change.
-    let writer = PoolWriter::new(client.clone(), api);
     let nodes_task = tokio::spawn(watch_nodes(
         client.clone(),
         config.node_selector.clone(),
         shared.clone(),
         writer.clone(),
         config.driver_name.clone(),
+        Leaving {
+            device_names: device_names.clone(),
+            changed: fleet_changed.clone(),
+        },
     ));
     // The slices as they are now, grouped by node: one list for the whole fleet.
     let all = writer
@@ -261,6 +318,7 @@ pub async fn run(
         client.clone(),
         faults.clone(),
         device_names.clone(),
+        fleet_changed,
         slices::TaintRules::of(layout),
     ));
     let claim_task = {
@@ -306,7 +364,7 @@ pub async fn run(
         metrics: metrics.clone(),
         shared: shared.clone(),
     };
-    let mut shutdown = std::pin::pin!(shutdown);
+    let mut shutdown = std::pin::pin!(stopped(stop));
     let mut announced = false;
     let mut seeded: BTreeSet<String> = BTreeSet::new();
     loop {
@@ -386,7 +444,7 @@ struct Publisher {
     layout: CounterLayout,
     profiles: Profiles,
     faults: fault_watch::Faults,
-    device_names: Arc<RwLock<BTreeMap<String, Vec<String>>>>,
+    device_names: DeviceNames,
     metrics: Arc<FleetMetrics>,
     shared: Arc<Shared>,
 }
@@ -531,60 +589,174 @@ impl Publisher {
     }
 }
 
+/// Deletes the nodes an earlier run with a larger `--create-nodes` left (the fleet's
+/// label and annotation, `<prefix><i>` with `i` at least `--create-nodes`), with their
+/// Leases and slices: nobody would keep them Ready or their slices current. Unless
+/// `--keep-nodes`.
+async fn delete_stale_nodes(client: &Client, writer: &PoolWriter, config: &FleetConfig) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let listed = match nodes.list(&ListParams::default().labels(FLEET_LABEL)).await {
+        Ok(l) => l.items,
+        Err(e) => {
+            warn!(error = %e, "listing the fleet's nodes left by an earlier run failed; they stay");
+            return;
+        }
+    };
+    let ours = listed.iter().filter(|n| {
+        n.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(CREATED_BY.0))
+            .is_some_and(|v| v == CREATED_BY.1)
+    });
+    let stale = stale_node_names(
+        &config.node_name_prefix,
+        config.create_nodes,
+        ours.filter_map(|n| n.metadata.name.as_deref()),
+    );
+    if stale.is_empty() {
+        return;
+    }
+    if config.keep_nodes {
+        info!(
+            nodes = stale.len(),
+            "nodes an earlier, larger fleet created are left in place (--keep-nodes)"
+        );
+        return;
+    }
+    let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
+    let deleted: usize = futures::stream::iter(stale.iter().map(|n| {
+        let nodes = nodes.clone();
+        let leases = leases.clone();
+        async move {
+            let gone = match nodes.delete(n, &DeleteParams::default()).await {
+                Ok(_) => true,
+                Err(kube::Error::Api(s)) if s.code == 404 => false,
+                Err(e) => {
+                    warn!(node = %n, error = %e, "deleting a node an earlier fleet left failed");
+                    false
+                }
+            };
+            // The owner reference takes the Lease too, once the garbage collector runs.
+            match leases.delete(n, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => warn!(node = %n, error = %e, "deleting the Lease of a node an earlier fleet left failed"),
+            }
+            usize::from(gone)
+        }
+    }))
+    .buffer_unordered(config.concurrency.max(1))
+    .collect::<Vec<usize>>()
+    .await
+    .into_iter()
+    .sum();
+    // Likewise the slices: deleted rather than left to the garbage collector.
+    drop_slices(writer, &config.driver_name, &stale).await;
+    info!(
+        deleted,
+        prefix = %config.node_name_prefix,
+        from = config.create_nodes,
+        "deleted the nodes an earlier, larger fleet created (with their Leases and slices)"
+    );
+}
+
 /// Creates the nodes (an existing one is taken as it is), reports them Ready, and
-/// creates their Leases; `concurrency` at a time.
+/// creates their Leases; `concurrency` at a time. Starts no node once `stop` is set or a
+/// creation failed; those under way finish. Returns how many were begun (the first ones
+/// of `names`) and the first error.
 async fn create_nodes(
     client: &Client,
     names: &[String],
     config: &FleetConfig,
-) -> Result<(), FleetError> {
+    stop: watch::Receiver<bool>,
+) -> (usize, Result<(), FleetError>) {
     if names.is_empty() {
-        return Ok(());
+        return (0, Ok(()));
     }
     let started = Instant::now();
     let nodes: Api<Node> = Api::all(client.clone());
     let leases: Api<Lease> = Api::namespaced(client.clone(), LEASE_NAMESPACE);
-    let results: Vec<Result<(), FleetError>> = futures::stream::iter(names.iter().map(|name| {
-        let nodes = nodes.clone();
-        let leases = leases.clone();
-        async move {
-            let node = match nodes.create(&PostParams::default(), &node_object(name, &config.template)).await {
-                Ok(n) => n,
-                Err(kube::Error::Api(s)) if s.code == 409 => nodes
-                    .get(name)
-                    .await
-                    .map_err(|source| FleetError::CreateNode { node: name.clone(), source })?,
-                Err(source) => return Err(FleetError::CreateNode { node: name.clone(), source }),
-            };
-            let now = jiff::Timestamp::now().to_string();
-            nodes
-                .patch_status(name, &PatchParams::default(), &Patch::Merge(&node_status_patch(&config.template, &now)))
-                .await
-                .map_err(|source| FleetError::CreateNode { node: name.clone(), source })?;
-            if !config.heartbeat.is_zero() {
-                let owner = node.metadata.uid.as_deref().map(|uid| node_owner(name, uid));
-                let duration = i32::try_from(config.heartbeat.as_secs().saturating_mul(4)).unwrap_or(40);
-                let lease = lease_object(name, owner, duration, jiff::Timestamp::now());
-                match leases.create(&PostParams::default(), &lease).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.code == 409 => {}
-                    Err(e) => warn!(node = %name, error = %e, "creating the node's Lease failed; the heartbeat will retry"),
+    let begun = std::sync::atomic::AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let names_now = futures::stream::iter(names.iter())
+        .take_until(stopped(stop))
+        .take_while(|_| futures::future::ready(!failed.load(Ordering::SeqCst)));
+    let results: Vec<Result<(), FleetError>> = names_now
+        .map(|name| {
+            begun.fetch_add(1, Ordering::SeqCst);
+            let nodes = nodes.clone();
+            let leases = leases.clone();
+            let failed = &failed;
+            async move {
+                let created = create_node(&nodes, &leases, name, config).await;
+                if created.is_err() {
+                    failed.store(true, Ordering::SeqCst);
                 }
+                created
             }
-            Ok(())
-        }
-    }))
-    .buffer_unordered(config.concurrency.max(1))
-    .collect()
-    .await;
-    for r in results {
-        r?;
+        })
+        .buffer_unordered(config.concurrency.max(1))
+        .collect()
+        .await;
+    let begun = begun.load(Ordering::SeqCst);
+    if let Some(e) = results.into_iter().find_map(Result::err) {
+        return (begun, Err(e));
     }
-    info!(
-        nodes = names.len(),
-        seconds = started.elapsed().as_secs_f64(),
-        "fleet nodes created"
-    );
+    if begun == names.len() {
+        info!(
+            nodes = names.len(),
+            seconds = started.elapsed().as_secs_f64(),
+            "fleet nodes created"
+        );
+    }
+    (begun, Ok(()))
+}
+
+/// Creates one node, reports it Ready, creates its Lease.
+async fn create_node(
+    nodes: &Api<Node>,
+    leases: &Api<Lease>,
+    name: &String,
+    config: &FleetConfig,
+) -> Result<(), FleetError> {
+    let failed = |source| FleetError::CreateNode {
+        node: name.clone(),
+        source,
+    };
+    let node = match nodes
+        .create(&PostParams::default(), &node_object(name, &config.template))
+        .await
+    {
+        Ok(n) => n,
+        Err(kube::Error::Api(s)) if s.code == 409 => nodes.get(name).await.map_err(failed)?,
+        Err(source) => return Err(failed(source)),
+    };
+    let now = jiff::Timestamp::now().to_string();
+    nodes
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&node_status_patch(&config.template, &now)),
+        )
+        .await
+        .map_err(failed)?;
+    if !config.heartbeat.is_zero() {
+        let owner = node
+            .metadata
+            .uid
+            .as_deref()
+            .map(|uid| node_owner(name, uid));
+        let duration = i32::try_from(config.heartbeat.as_secs().saturating_mul(4)).unwrap_or(40);
+        let lease = lease_object(name, owner, duration, jiff::Timestamp::now());
+        match leases.create(&PostParams::default(), &lease).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => {
+                warn!(node = %name, error = %e, "creating the node's Lease failed; the heartbeat will retry")
+            }
+        }
+    }
     Ok(())
 }
 
@@ -643,13 +815,37 @@ async fn delete_nodes(client: &Client, names: &[String], concurrency: usize) {
     );
 }
 
-/// Follows the selected nodes: joins, leaves (its slices deleted), uid changes.
+/// What a node that leaves the fleet takes along: its devices in the faults' status and
+/// the claims' device status.
+struct Leaving {
+    device_names: DeviceNames,
+    /// Wakes the faults' reporter.
+    changed: Arc<Notify>,
+}
+
+impl Leaving {
+    fn forget(&self, nodes: &[String]) {
+        if nodes.is_empty() {
+            return;
+        }
+        if let Ok(mut names) = self.device_names.write() {
+            for n in nodes {
+                names.remove(n);
+            }
+        }
+        self.changed.notify_one();
+    }
+}
+
+/// Follows the selected nodes: joins, leaves (its slices deleted, its devices no longer
+/// reported), uid changes.
 async fn watch_nodes(
     client: Client,
     selector: String,
     shared: Arc<Shared>,
     writer: PoolWriter,
     driver: String,
+    leaving: Leaving,
 ) {
     let api: Api<Node> = Api::all(client.clone());
     let config = watcher::Config::default().labels(&selector);
@@ -686,6 +882,7 @@ async fn watch_nodes(
                 for name in seen.keys() {
                     shared.mark(name);
                 }
+                leaving.forget(&gone);
                 drop_slices(&writer, &driver, &gone).await;
             }
             Ok(watcher::Event::Apply(n)) => {
@@ -707,7 +904,9 @@ async fn watch_nodes(
                 let was = lock(&shared.nodes).remove(&name).is_some();
                 if was {
                     info!(node = %name, "node left the fleet");
-                    drop_slices(&writer, &driver, &[name]).await;
+                    let name = [name];
+                    leaving.forget(&name);
+                    drop_slices(&writer, &driver, &name).await;
                 }
             }
             Err(e) => {
@@ -848,10 +1047,12 @@ fn resync_after_relist(shared: &Shared, listed: &[PublishedSlice]) {
 
 /// One entry per fault for the whole fleet in the faults' status: what it selects and
 /// what could not be applied, over every node; named nodes the fleet does not have.
+/// Written again when the faults change or a node leaves.
 async fn report_faults(
     client: Client,
     faults: fault_watch::Faults,
-    device_names: Arc<RwLock<BTreeMap<String, Vec<String>>>>,
+    device_names: DeviceNames,
+    fleet_changed: Arc<Notify>,
     taint_rules: slices::TaintRules,
 ) {
     let mut writer = StatusWriter::new(client, "fleet");
@@ -899,15 +1100,20 @@ async fn report_faults(
                     }
                 });
                 if r.problems.len() < 20 {
-                    r.problems
-                        .push(format!("node {n:?} is not a node of this fleet"));
+                    r.problems.push(format!(
+                        "node {} is not a node of this fleet",
+                        crate::faults::shown_name(n)
+                    ));
                 }
             }
         }
         let reports: Vec<_> = reports.into_iter().collect();
         writer.write(&current, &reports).await;
-        if changes.changed().await.is_err() {
-            return;
+        tokio::select! {
+            changed = changes.changed() => if changed.is_err() {
+                return;
+            },
+            _ = fleet_changed.notified() => {}
         }
     }
 }

@@ -97,6 +97,16 @@ impl<'a> Shape<'a> {
         }
     }
 
+    /// A built-in type: its lists by [`BUILT_IN`].
+    #[cfg(test)]
+    pub fn built_in(group: &'a str, plural: &'a str) -> Self {
+        Self {
+            group,
+            plural,
+            ..Self::untyped()
+        }
+    }
+
     /// A custom type with this `openAPIV3Schema`.
     #[cfg(test)]
     pub fn custom(schema: &'a Value) -> Self {

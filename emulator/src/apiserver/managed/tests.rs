@@ -148,3 +148,41 @@ fn finalizers_are_a_set_for_every_type() {
     let merged = fields.apply("b", &obj, &applied, &plain);
     assert_eq!(merged, json!({"metadata": {"finalizers": ["a/x", "b/y"]}}));
 }
+
+#[test]
+fn repeated_keys_of_map_and_set_lists_are_found_as_smd_words_them() {
+    let schema = fault_schema();
+    let shape = Shape::custom(&schema);
+    let obj = json!({"status": {
+        "nodes": [{"node": "a"}, {"node": "b"}, {"node": "a", "phase": "x"}],
+        "tags": ["x", "y", "x", "x"],
+        "atomic": ["z", "z"],
+    }});
+    assert_eq!(
+        duplicate_entries(&obj, &shape),
+        [
+            ".status.nodes: duplicate entries for key [node=\"a\"]",
+            ".status.tags: duplicate entries for key [=\"x\"]",
+            ".status.tags: duplicate entries for key [=\"x\"]",
+        ]
+    );
+    assert!(duplicate_entries(&nodes(&[("a", "1"), ("b", "1")]), &shape).is_empty());
+    // Built-in lists too, keys sorted by name, and lists inside a map list's items.
+    let device = json!({"driver": "d", "pool": "p", "device": "g0",
+        "conditions": [{"type": "Ready"}, {"type": "Ready"}]});
+    let claim = json!({"status": {"devices": [device, device]},
+        "metadata": {"finalizers": ["f", "f"]}});
+    assert_eq!(
+        duplicate_entries(
+            &claim,
+            &Shape::built_in("resource.k8s.io", "resourceclaims")
+        ),
+        [
+            ".metadata.finalizers: duplicate entries for key [=\"f\"]",
+            // Item by item, as SMD walks: the first item's inside, then the second.
+            ".status.devices[device=\"g0\",driver=\"d\",pool=\"p\"].conditions: duplicate entries for key [type=\"Ready\"]",
+            ".status.devices: duplicate entries for key [device=\"g0\",driver=\"d\",pool=\"p\"]",
+            ".status.devices[device=\"g0\",driver=\"d\",pool=\"p\"].conditions: duplicate entries for key [type=\"Ready\"]",
+        ]
+    );
+}

@@ -248,6 +248,9 @@ impl Store {
                 vec![cause],
             ));
         };
+        // Checked first: libyaml's time grows with the square of the nesting depth.
+        fake_dra_ops::yaml::check_depth(body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
         let mut config: Value = serde_yaml_ng::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
         if config.get("apiVersion").and_then(Value::as_str).is_none()
@@ -258,6 +261,24 @@ impl Store {
             ));
         }
         Self::check_body_identity(rt, target, &config)?;
+        // Typing the applied object refuses a `map` or `set` list with a repeated item:
+        // an error that is no API status, so kube-apiserver answers 500 with no reason
+        // (k8s.io/apimachinery managedfields/internal/structuredmerge.go `Apply`: "failed
+        // to create typed patch object (%v): %v", the object as `namespace/name; gvk`).
+        let duplicates = managed::duplicate_entries(&config, &Shape::of(rt));
+        if !duplicates.is_empty() {
+            let errors = match duplicates.as_slice() {
+                [one] => one.clone(),
+                many => format!("errors:\n  {}", many.join("\n  ")),
+            };
+            return Err(ApiError::unknown(format!(
+                "failed to create typed patch object ({}/{name}; {}/{}, Kind={}): {errors}",
+                target.namespace.as_deref().unwrap_or_default(),
+                rt.group,
+                target.version,
+                rt.kind
+            )));
+        }
         self.check_fields(rt, &target.version, &mut config, opts)?;
         let Ok(old) = self.lookup(target).cloned() else {
             // Apply creates what does not exist, but not through a subresource: the status

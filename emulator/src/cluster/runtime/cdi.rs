@@ -121,6 +121,7 @@ pub(crate) fn parse_cdi_spec(path: &Path, text: &str) -> Result<CdiSpec, Runtime
     let raw: RawSpec = if path.extension().is_some_and(|e| e == "json") {
         serde_json::from_str(text).map_err(|e| invalid(e.to_string()))?
     } else {
+        fake_dra_ops::yaml::check_depth(text.as_bytes()).map_err(|e| invalid(e.to_string()))?;
         serde_yaml_ng::from_str(text).map_err(|e| invalid(e.to_string()))?
     };
     match raw.kind.split_once('/') {

@@ -48,6 +48,15 @@ fn rejects_bad_specs() {
     .unwrap_err();
     assert!(bad_kind.to_string().contains("nokind"), "{bad_kind}");
     assert!(parse_cdi_spec(Path::new("a.json"), "{").is_err());
+    let deep = format!(
+        "cdiVersion: 0.5.0\nkind: {KIND}\ndevices:\n{}x\n",
+        "- ".repeat(200)
+    );
+    let too_deep = parse_cdi_spec(Path::new("a.yaml"), &deep).unwrap_err();
+    assert_eq!(
+        too_deep.to_string(),
+        "CDI spec a.yaml: YAML nested deeper than 64 levels at line 4: at most 64 mappings and sequences may nest"
+    );
 }
 
 #[test]
