@@ -45,9 +45,10 @@ declare -A VERSIONS=(
 # in hack/lib.sh, as hack/deploy.sh, demo.sh and e2e-kind.sh apply them there).
 declare -A V1BETA1=([structured]="1.32.0 1.33.0")
 # Example manifests validated with each overlay, against the same versions.
-# (Directories separated by spaces; fleet's: the newer DRA features and the DeviceFaults.)
+# (Directories separated by spaces; fleet's: the newer DRA features, the DeviceFaults and the
+# nvidia profile's DeviceClasses.)
 declare -A EXAMPLES=([classic]="deploy/examples" [structured]="deploy/examples/structured"
-  [fleet]="deploy/examples/structured/features deploy/examples/faults")
+  [fleet]="deploy/examples/structured/features deploy/examples/faults deploy/examples/nvidia")
 
 need kubectl "kubectl (https://kubernetes.io/docs/tasks/tools/)"
 need go "Go 1.26, to build helm (https://go.dev/doc/install)"

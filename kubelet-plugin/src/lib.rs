@@ -2,9 +2,10 @@
 //! profiles, with `DeviceFault`s as its fault hook, the NodeAllocationState for classic
 //! DRA, and fleet mode.
 //!
-//! - profiles: [`fake`] (the fake device), [`gpu`] (GPU-like devices), listed in
-//!   [`PROFILES`] and chosen per node by the [`registry`] from the flags or an
-//!   [`inventory`] file;
+//! - profiles: [`fake`] (the fake device), [`gpu`] (GPU-like devices), [`nvidia`]
+//!   (NVIDIA GPUs as NVIDIA's DRA driver publishes them), listed in [`PROFILES`] and
+//!   chosen per node by the [`registry`] from the flags or an [`inventory`] file; what
+//!   more than one of them uses is in [`shared`];
 //! - [`faults`]: `DeviceFault`s, as the library's fault hook ([`faults::hook`]);
 //! - [`classic`]: the NodeAllocationState publisher (classic DRA);
 //! - [`fleet`]: the slices of many simulated nodes from one process;
@@ -16,13 +17,16 @@ pub mod faults;
 pub mod fleet;
 pub mod gpu;
 pub mod inventory;
+pub mod nvidia;
 pub mod registry;
+pub mod shared;
 
 /// The device profiles, in `--profile`'s order. A new profile is its module and a line
 /// here (docs/write-your-own-driver.md).
 pub const PROFILES: &[&registry::Registration] = &[
     &fake::registration::REGISTRATION,
     &gpu::registration::REGISTRATION,
+    &nvidia::registration::REGISTRATION,
 ];
 
 /// The registry of [`PROFILES`].

@@ -134,7 +134,7 @@ fn fleet_mode_refuses_profile_flags_no_node_could_use_before_creating_any() {
     let err = refusal(&["fleet", "--profile", "tpu"]);
     assert!(
         err.contains("invalid value 'tpu' for '--profile <PROFILE>'")
-            && err.contains("[possible values: fake, gpu]"),
+            && err.contains("[possible values: fake, gpu, nvidia]"),
         "{err}"
     );
 }

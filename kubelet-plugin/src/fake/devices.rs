@@ -7,6 +7,10 @@ use fake_dra_api::nas::{AllocatableDevice, NodeAllocationStateSpec};
 use fake_dra_api::params::{MAX_COUNT, validate_model};
 use uuid::Uuid;
 
+// Namespace of all our v5 UUIDs, so our ids never coincide with another tool's v5 ids
+// for the same names.
+use crate::shared::id_namespace;
+
 /// Parent devices per node when `--num-devices` is not given.
 pub const DEFAULT_NUM_DEVICES: usize = 8;
 
@@ -15,12 +19,6 @@ pub const MAX_NUM_DEVICES: usize = MAX_COUNT.unsigned_abs() as usize;
 
 /// The models a node picks from when `--models` is not given.
 pub const DEFAULT_MODELS: &[&str] = &["ULTRA_10", "ULTRA_100"];
-
-/// Namespace of all our v5 UUIDs, so our ids never coincide with another tool's v5 ids
-/// for the same names. (The v5 UUID of "fake.resource.3-shake.com" in the URL namespace.)
-fn id_namespace() -> Uuid {
-    Uuid::new_v5(&Uuid::NAMESPACE_URL, b"fake.resource.3-shake.com")
-}
 
 /// Why an inventory cannot be built from the flags.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

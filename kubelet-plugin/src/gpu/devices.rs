@@ -4,12 +4,12 @@
 //!
 //! GPU `i` of the node (numbered across the groups, in order) is `gpu-<i>`. The first
 //! half of the node's GPUs sit on PCIe root `pci0000:00` and NUMA node 0, the second half
-//! on `pci0000:80` and NUMA node 1, as on a two-socket server.
+//! on `pci0000:80` and NUMA node 1, as on a two-socket server
+//! ([`crate::shared::pci_placement`]).
 
 use std::collections::BTreeMap;
 
 use dra_kubelet_plugin::quantity::Quantity;
-use uuid::Uuid;
 
 use super::catalog::{Catalog, GpuModel, positive};
 use super::groups::{GpuGroup, Sharing};
@@ -17,7 +17,9 @@ use super::{DRIVER_VERSION, GpuError};
 use dra_kubelet_plugin::profile::{
     Attribute, Capacity, CounterConsumption, CounterSet, RequestPolicy, SliceDevice, ValidRange,
 };
-use dra_kubelet_plugin::slices::{self, CounterLayout, Desired};
+
+use crate::shared::prepared::NodeDevices;
+use crate::shared::{check_publishable, pci_placement, stable_uuid};
 
 /// Most GPUs on one node: as many as the fake profile's `--num-devices` allows, more
 /// than any real server has.
@@ -28,30 +30,22 @@ pub const SHARE_DEFAULT: &str = "10Gi";
 /// The smallest share, and the step between share sizes.
 pub const SHARE_STEP: &str = "1Gi";
 
-/// The standard attributes (k8s.io/dynamic-resource-allocation `deviceattribute`).
-pub const ATTR_PCIE_ROOT: &str = "resource.kubernetes.io/pcieRoot";
-pub const ATTR_PCI_BUS_ID: &str = "resource.kubernetes.io/pciBusID";
-pub const ATTR_NUMA_NODE: &str = "resource.kubernetes.io/numaNode";
+pub use crate::shared::{ATTR_NUMA_NODE, ATTR_PCI_BUS_ID, ATTR_PCIE_ROOT};
 
 const GIB: i128 = 1 << 30;
-
-/// Namespace of the GPU ids: the fake device's (the v5 UUID of
-/// "fake.resource.3-shake.com" in the URL namespace), with names of their own.
-fn id_namespace() -> Uuid {
-    Uuid::new_v5(&Uuid::NAMESPACE_URL, b"fake.resource.3-shake.com")
-}
 
 /// The uuid attribute of GPU `index` of `node`: stable across restarts, distinct from
 /// the fake device's ids (whose names start `node/`).
 pub fn gpu_uuid(node: &str, index: usize) -> String {
-    let name = format!("gpu/{node}/{index}");
-    format!("GPU-{}", Uuid::new_v5(&id_namespace(), name.as_bytes()))
+    format!("GPU-{}", stable_uuid(&format!("gpu/{node}/{index}")))
 }
 
 /// The uuid of partition `k` of `profile` on GPU `index` of `node`.
 pub fn partition_uuid(node: &str, index: usize, profile: &str, k: u32) -> String {
-    let name = format!("gpu/{node}/{index}/{profile}/{k}");
-    format!("GPU-{}", Uuid::new_v5(&id_namespace(), name.as_bytes()))
+    format!(
+        "GPU-{}",
+        stable_uuid(&format!("gpu/{node}/{index}/{profile}/{k}"))
+    )
 }
 
 /// The ResourceSlice name of GPU `index`.
@@ -183,25 +177,19 @@ impl NodeLayout {
                 max: MAX_GPUS_PER_NODE,
             });
         }
-        let half = total.div_ceil(2);
         let mut gpus = Vec::with_capacity(total);
         for (model, sharing, count) in models {
             for _ in 0..count {
                 let index = gpus.len();
-                let (socket, slot): (u8, usize) = if index < half {
-                    (0, index)
-                } else {
-                    (1, index - half)
-                };
-                let root = 0x80 * usize::from(socket);
+                let pci = pci_placement(index, total);
                 gpus.push(Gpu {
                     index,
                     model: model.clone(),
                     sharing,
                     uuid: gpu_uuid(node, index),
-                    pcie_root: format!("pci0000:{root:02x}"),
-                    bus_id: format!("0000:{:02x}:00.0", root + 1 + slot),
-                    numa_node: i64::from(socket),
+                    pcie_root: pci.pcie_root,
+                    bus_id: pci.bus_id,
+                    numa_node: pci.numa_node,
                 });
             }
         }
@@ -250,20 +238,8 @@ impl NodeLayout {
     /// Packs the pool as 1.34 and as 1.35+ would: a node the plumbing would refuse at
     /// start is refused here, with the inventory still at hand.
     fn check_publishable(&self) -> Result<(), GpuError> {
-        for (layout, release) in [
-            (CounterLayout::WithDevices, "1.34"),
-            (CounterLayout::Separate, "1.35+"),
-        ] {
-            let desired = Desired {
-                driver: "gpu".into(),
-                node_name: self.node_name.clone(),
-                devices: self.slice_devices(),
-                counter_sets: self.counter_sets(),
-                layout,
-            };
-            slices::pack(&desired).map_err(|source| GpuError::Unpublishable { release, source })?;
-        }
-        Ok(())
+        check_publishable(&self.node_name, self.slice_devices(), self.counter_sets())
+            .map_err(|(release, source)| GpuError::Unpublishable { release, source })
     }
 
     /// The device called `name`.
@@ -377,6 +353,20 @@ impl NodeLayout {
         }
         device.attributes = attributes;
         device
+    }
+}
+
+impl NodeDevices for NodeLayout {
+    fn node_name(&self) -> &str {
+        &self.node_name
+    }
+
+    fn has_device(&self, name: &str) -> bool {
+        self.device(name).is_some()
+    }
+
+    fn summary(&self) -> String {
+        NodeLayout::summary(self)
     }
 }
 

@@ -54,20 +54,33 @@ pub fn device_env(k: usize, d: &SeenDevice) -> Vec<String> {
 /// `devices` are (position in the claim, what is seen), ascending; `count` is how many
 /// devices the claim has.
 pub fn claim_devices(uid: &ClaimUid, devices: &[(usize, SeenDevice)], count: usize) -> Vec<Device> {
+    claim_devices_with(uid, devices, count, Vec::new(), |_| Vec::new())
+}
+
+/// [`claim_devices`] with more variables: `claim` on `<uid>`, `device(k)` on `<uid>:<k>`
+/// (another profile's variables next to these, e.g. the nvidia profile's
+/// `NVIDIA_VISIBLE_DEVICES`).
+pub fn claim_devices_with(
+    uid: &ClaimUid,
+    devices: &[(usize, SeenDevice)],
+    count: usize,
+    claim: Vec<String>,
+    device: impl Fn(usize) -> Vec<String>,
+) -> Vec<Device> {
     let mut all: Vec<String> = devices
         .iter()
         .flat_map(|(k, d)| device_env(*k, d))
         .collect();
     all.push(format!("FAKE_GPU_COUNT={count}"));
+    all.extend(claim);
     std::iter::once(Device::new(
         uid.to_string(),
         ContainerEdits::new().env_entries(all),
     ))
     .chain(devices.iter().map(|(k, d)| {
-        Device::new(
-            device_name(uid, *k),
-            ContainerEdits::new().env_entries(device_env(*k, d)),
-        )
+        let mut env = device_env(*k, d);
+        env.extend(device(*k));
+        Device::new(device_name(uid, *k), ContainerEdits::new().env_entries(env))
     }))
     .collect()
 }

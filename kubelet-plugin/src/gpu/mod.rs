@@ -16,10 +16,6 @@ pub mod env;
 pub mod groups;
 pub mod registration;
 
-use std::collections::BTreeMap;
-
-use serde::{Deserialize, Serialize};
-
 pub use catalog::{Catalog, GpuModel, Partition};
 use devices::{Kind, NodeLayout};
 use env::SeenDevice;
@@ -32,16 +28,14 @@ use dra_kubelet_plugin::profile::{
 use dra_kubelet_plugin::slices::PackError;
 use groups::{GpuGroup, Sharing};
 
+pub use crate::shared::prepared::PreparedDevice;
+use crate::shared::prepared::{self, PreparedClaim, Requests};
+
 /// The CDI class of GPUs: `k8s.<driver>/gpu=<device>`.
 pub const CDI_CLASS: &str = "gpu";
 
 /// The driver version published as the `driverVersion` attribute.
 pub const DRIVER_VERSION: &str = env!("CARGO_PKG_VERSION");
-
-/// Longest share id accepted (the API writes a UUID).
-const MAX_SHARE_ID_LEN: usize = 64;
-/// Longest capacity name (a C identifier of at most 63 characters in the API).
-const MAX_CAPACITY_NAME_LEN: usize = 63;
 
 /// Why a catalog or a node's GPUs cannot be used; names the model, group or device and
 /// the limit.
@@ -84,31 +78,9 @@ pub enum GpuError {
     },
 }
 
-/// One allocated device of a prepared claim.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct PreparedDevice {
-    /// The device name in the pool (`gpu-0`, `gpu-0-1g-10gb-3`).
-    pub device: String,
-    /// The share of a shared GPU.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub share_id: Option<String>,
-    /// What the share takes, as the API wrote it.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub consumed_capacity: BTreeMap<String, String>,
-}
-
 /// A prepared GPU claim: all the checkpoint keeps (uuids, products and memory come from
-/// the node's devices).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct GpuPrepared {
-    /// The allocated devices, in the allocation's order.
-    pub devices: Vec<PreparedDevice>,
-    /// Allocated with `adminAccess`: the devices stay other claims' too.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub admin_access: bool,
-}
+/// the node's devices). The gpu profile does not keep requests.
+pub type GpuPrepared = PreparedClaim;
 
 /// GPUs on one node.
 #[derive(Debug, Clone)]
@@ -134,89 +106,6 @@ impl GpuProfile {
     /// The node's GPUs and devices.
     pub fn layout(&self) -> &NodeLayout {
         &self.layout
-    }
-
-    /// Checks allocated devices against this node: known devices, share ids and
-    /// consumed capacities the API could have written, no device twice unless as
-    /// distinct shares. The error comes with the position of the device it is about.
-    fn check_devices(&self, devices: &[PreparedDevice]) -> Result<(), (usize, ProfileError)> {
-        let node = &self.layout.node_name;
-        let mut seen: BTreeMap<&str, Vec<Option<&str>>> = BTreeMap::new();
-        for (k, d) in devices.iter().enumerate() {
-            self.check_device(node, d, seen.entry(d.device.as_str()).or_default())
-                .map_err(|e| (k, e))?;
-        }
-        Ok(())
-    }
-
-    /// [`Self::check_devices`] of one device; `shares` are the share ids under which the
-    /// claim already has it (`None`: whole).
-    fn check_device<'a>(
-        &self,
-        node: &str,
-        d: &'a PreparedDevice,
-        shares: &mut Vec<Option<&'a str>>,
-    ) -> Result<(), ProfileError> {
-        if self.layout.device(&d.device).is_none() {
-            return Err(ProfileError::new(
-                "unknown_device",
-                format!(
-                    "device {:?} is not a device of node {node:?} (it has {})",
-                    d.device,
-                    self.layout.summary()
-                ),
-            ));
-        }
-        if let Some(id) = &d.share_id
-            && (id.is_empty()
-                || id.len() > MAX_SHARE_ID_LEN
-                || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
-        {
-            return Err(ProfileError::new(
-                "bad_allocation",
-                format!(
-                    "device {:?}: shareID {id:?} must be 1 to {MAX_SHARE_ID_LEN} letters, digits and '-'",
-                    d.device
-                ),
-            ));
-        }
-        for (name, value) in &d.consumed_capacity {
-            let bad_name = name.is_empty() || name.len() > MAX_CAPACITY_NAME_LEN;
-            if bad_name
-                || value
-                    .parse::<dra_kubelet_plugin::quantity::Quantity>()
-                    .is_err()
-            {
-                return Err(ProfileError::new(
-                    "bad_allocation",
-                    format!(
-                        "device {:?}: consumedCapacity {name:?} = {value:?} is not a capacity name (1 to {MAX_CAPACITY_NAME_LEN} characters) with a quantity",
-                        d.device
-                    ),
-                ));
-            }
-        }
-        let share = d.share_id.as_deref();
-        if !shares.is_empty() && (share.is_none() || shares.contains(&share)) {
-            return Err(ProfileError::new(
-                "duplicate_device",
-                format!(
-                    "device {:?} is allocated to the claim more than once, not as distinct shares",
-                    d.device
-                ),
-            ));
-        }
-        if shares.contains(&None) {
-            return Err(ProfileError::new(
-                "duplicate_device",
-                format!(
-                    "device {:?} is allocated to the claim both whole and as a share",
-                    d.device
-                ),
-            ));
-        }
-        shares.push(share);
-        Ok(())
     }
 
     /// What a container sees of allocated device `d`.
@@ -264,34 +153,7 @@ impl DeviceProfile for GpuProfile {
         _claim: &ClaimRef,
         allocation: &DriverAllocation<dra_kubelet_plugin::NoConfig>,
     ) -> Result<GpuPrepared, ProfileError> {
-        let admin_access = allocation.devices.iter().all(|d| d.admin_access);
-        if !admin_access && allocation.devices.iter().any(|d| d.admin_access) {
-            return Err(ProfileError::new(
-                "admin_access_mixed",
-                "the claim mixes requests with and without adminAccess; the gpu profile prepares a claim either for admin access or not: put them in separate claims",
-            ));
-        }
-        let devices: Vec<PreparedDevice> = allocation
-            .devices
-            .iter()
-            .map(|d| PreparedDevice {
-                device: d.device.clone(),
-                share_id: d.share_id.clone(),
-                consumed_capacity: d.consumed_capacity.clone(),
-            })
-            .collect();
-        self.check_devices(&devices).map_err(|(k, e)| {
-            let request = allocation
-                .devices
-                .get(k)
-                .map(|d| format!(" (request {:?})", d.request))
-                .unwrap_or_default();
-            ProfileError::new(e.reason, format!("{}{request}", e.message))
-        })?;
-        Ok(GpuPrepared {
-            devices,
-            admin_access,
-        })
+        prepared::from_allocation(&self.layout, allocation, Requests::Drop, "gpu")
     }
 
     /// Every device but shares; a whole partitioned GPU also holds its partitions, so a
@@ -326,26 +188,13 @@ impl DeviceProfile for GpuProfile {
     /// Each allocated device once, shares and admin access included: what a
     /// `DeviceFault` selecting the device reaches.
     fn allocated_devices(&self, prepared: &GpuPrepared) -> Vec<String> {
-        let mut names: Vec<String> = Vec::new();
-        for d in &prepared.devices {
-            if !names.contains(&d.device) {
-                names.push(d.device.clone());
-            }
-        }
-        names
+        prepared::allocated_devices(prepared)
     }
 
     /// The devices must still be this node's: a checkpoint from before an inventory
     /// change that removed one is refused, naming it.
     fn check(&self, prepared: &GpuPrepared) -> Result<(), ProfileError> {
-        if prepared.devices.is_empty() {
-            return Err(ProfileError::new(
-                "bad_checkpoint",
-                "a prepared GPU claim lists no devices",
-            ));
-        }
-        self.check_devices(&prepared.devices)
-            .map_err(|(_, e)| ProfileError::new("bad_checkpoint", e.message))
+        prepared::check(&self.layout, prepared)
     }
 
     fn common_edits(&self) -> ContainerEdits {

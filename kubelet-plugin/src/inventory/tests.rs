@@ -232,11 +232,11 @@ fn the_header_and_unknown_fields_are_checked() {
     // What an unknown field is told: every field, with its profile.
     assert_eq!(
         parse_err(&file("- names: [a]\n  numDevice: 3\n")),
-        "inventory file inventory.yaml: nodes[0]: unknown field `numDevice`; the fields are names, profile, numDevices, models (fake profile), gpus (gpu profile)"
+        "inventory file inventory.yaml: nodes[0]: unknown field `numDevice`; the fields are names, profile, numDevices, models (fake profile), gpus (gpu profile), nvidiaGpus (nvidia profile)"
     );
     assert_eq!(
         parse_err(&file("- names: [a]\n  profile: tpu\n")),
-        "inventory file inventory.yaml: nodes[0]: profile \"tpu\" is not a profile; the profiles are fake, gpu"
+        "inventory file inventory.yaml: nodes[0]: profile \"tpu\" is not a profile; the profiles are fake, gpu, nvidia"
     );
     assert!(parse_err("").contains("inventory file inventory.yaml"));
 }

@@ -33,8 +33,10 @@ static NAMES: Registration = registration("c", &["names"], &[]);
 #[test]
 fn the_plugin_registry_is_valid_and_lists_every_profile() {
     let registry = crate::registry().unwrap();
-    assert_eq!(registry.names(), ["fake", "gpu"]);
+    assert_eq!(registry.names(), ["fake", "gpu", "nvidia"]);
     assert_eq!(registry.get("gpu").unwrap().entry_fields, ["gpus"]);
+    assert_eq!(registry.get("nvidia").unwrap().entry_fields, ["nvidiaGpus"]);
+    assert!(registry.get("nvidia").unwrap().file_fields.is_empty());
     assert!(registry.get("tpu").is_none());
 }
 
@@ -80,7 +82,7 @@ fn augment_adds_every_profiles_flags_to_the_command_and_to_fleet() {
             .filter_map(|a| a.get_long().map(str::to_owned))
             .collect()
     };
-    for flag in ["num-devices", "models", "gpus"] {
+    for flag in ["num-devices", "models", "gpus", "nvidia-gpus"] {
         assert!(longs(&command).iter().any(|l| l == flag), "{flag}");
         let fleet = command.find_subcommand(FLEET_SUBCOMMAND).unwrap();
         assert!(longs(fleet).iter().any(|l| l == flag), "fleet {flag}");
@@ -90,7 +92,10 @@ fn augment_adds_every_profiles_flags_to_the_command_and_to_fleet() {
         .try_get_matches_from(["plugin", "--profile", "tpu"])
         .unwrap_err()
         .to_string();
-    assert!(err.contains("[possible values: fake, gpu]"), "{err}");
+    assert!(
+        err.contains("[possible values: fake, gpu, nvidia]"),
+        "{err}"
+    );
     let err = command
         .try_get_matches_from(["plugin", "--gpus", "L4-24GB:0"])
         .unwrap_err()
@@ -113,6 +118,6 @@ fn an_unregistered_profile_is_refused_by_name() {
             .profiles(&matches, "tpu", None)
             .unwrap_err()
             .to_string(),
-        "unknown profile \"tpu\"; the profiles are fake, gpu"
+        "unknown profile \"tpu\"; the profiles are fake, gpu, nvidia"
     );
 }
