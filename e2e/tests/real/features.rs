@@ -258,10 +258,19 @@ pub async fn gpu_profile<B: Backend>(b: &mut B, p: &mut Protocol) {
 
 /// The partitions and shares of the gpu profile's devices.
 async fn gpu_pods<B: Backend>(b: &mut B, p: &mut Protocol) {
-    apply(b, &feature("gpu-partitions.yaml")).await;
+    // `whole` goes in once `part` runs: created together, the scheduler may take gpu-0
+    // for `whole` first (its queue does not follow the file's order), and then `part` is
+    // the one that waits.
+    let yaml = feature("gpu-partitions.yaml");
+    let (until_whole, whole_pod) = yaml
+        .rsplit_once("\n---\n")
+        .filter(|(_, last)| last.contains("name: whole"))
+        .unwrap_or_else(|| panic!("gpu-partitions.yaml no longer ends with Pod whole:\n{yaml}"));
+    apply(b, until_whole).await;
     if let Outcome::Running(env) =
         runs_or_is_refused(b, p, ("gpu-partitions", "part"), "part").await
     {
+        apply(b, whole_pod).await;
         assert_eq!(
             env.get("FAKE_GPU_0_PARTITION").map(String::as_str),
             Some("3g.40gb"),
