@@ -984,6 +984,14 @@ fn the_helm_values_reach_every_place() {
         "fleet.enabled needs mode=structured",
     );
     refused(
+        &["mode=classic", "kubeletPlugin.profile=nvidia"],
+        "kubeletPlugin.profile=nvidia needs mode=structured",
+    );
+    refused(
+        &["kubeletPlugin.nvidiaGpus=A100-80GB:8:partitioned"],
+        "kubeletPlugin/nvidiaGpus",
+    );
+    refused(
         &["metrics.serviceMonitor.enabled=true"],
         "no monitoring.coreos.com/v1 ServiceMonitor",
     );
@@ -1044,6 +1052,21 @@ fn the_helm_chart_has_the_values_users_expect() {
             .unwrap()
             .contains("gpu-*"),
         "{inventory}"
+    );
+    let nvidia = helm_template(
+        helm,
+        "drivers",
+        &[
+            "kubeletPlugin.profile=nvidia",
+            "kubeletPlugin.nvidiaGpus=H100-80GB:4:mig=1g.10gb/3g.40gb\\,L4:2",
+        ],
+    );
+    let c = &find(&nvidia, "DaemonSet", "fake-dra-kubelet-plugin")["spec"]["template"]["spec"]["containers"]
+        [0];
+    assert_eq!(env(c, "FAKE_DRA_PROFILE")["value"], "nvidia");
+    assert_eq!(
+        env(c, "FAKE_DRA_NVIDIA_GPUS")["value"],
+        "H100-80GB:4:mig=1g.10gb/3g.40gb,L4:2"
     );
     let sa = find(&objects, "ServiceAccount", "acme-kubelet-plugin");
     assert_eq!(sa["metadata"]["annotations"]["team"], "gpu");

@@ -67,8 +67,8 @@ labels:
 {{- if and .Values.fleet.enabled (eq .Values.mode "classic") -}}
 {{- fail "fleet.enabled needs mode=structured: fleet mode publishes ResourceSlices (Kubernetes 1.32+)" -}}
 {{- end -}}
-{{- if and (eq .Values.kubeletPlugin.profile "gpu") (eq .Values.mode "classic") -}}
-{{- fail "kubeletPlugin.profile=gpu needs mode=structured: the gpu profile is structured DRA only (Kubernetes 1.32+)" -}}
+{{- if and (has .Values.kubeletPlugin.profile (list "gpu" "nvidia")) (eq .Values.mode "classic") -}}
+{{- fail (printf "kubeletPlugin.profile=%s needs mode=structured: the %s profile is structured DRA only (Kubernetes 1.32+)" .Values.kubeletPlugin.profile .Values.kubeletPlugin.profile) -}}
 {{- end -}}
 {{- .Values.mode -}}
 {{- end }}
@@ -136,7 +136,7 @@ tolerations:
 {{- end }}
 {{- end }}
 
-{{/* The plugin's device flags (fake and gpu profiles, inventory), rendered only when set. */}}
+{{/* The plugin's device flags (fake, gpu and nvidia profiles, inventory), rendered only when set. */}}
 {{- define "fake-dra.deviceEnv" -}}
 {{- $p := .Values.kubeletPlugin -}}
 {{- if ne $p.profile "fake" }}
@@ -145,6 +145,10 @@ tolerations:
 {{- end }}
 {{- with $p.gpus }}
 - name: FAKE_DRA_GPUS
+  value: {{ . | quote }}
+{{- end }}
+{{- with $p.nvidiaGpus }}
+- name: FAKE_DRA_NVIDIA_GPUS
   value: {{ . | quote }}
 {{- end }}
 {{- with $p.models }}
