@@ -7,6 +7,7 @@
 //! real driver that watches its hardware reports genuine health through
 //! [`FaultHook::health`] the same way.
 
+use crate::mode::ResourceApi;
 use crate::slices::TaintRules;
 use std::fmt::Debug;
 
@@ -31,6 +32,9 @@ pub struct HookContext {
     pub devices: Vec<String>,
     /// What the serving release accepts of a device's taints.
     pub taint_rules: TaintRules,
+    /// The `resource.k8s.io` version the API server serves claims and slices through
+    /// (`v1beta1` on 1.32/1.33, which serve no `v1`).
+    pub resource_api: ResourceApi,
 }
 
 impl std::fmt::Debug for HookContext {
@@ -41,6 +45,7 @@ impl std::fmt::Debug for HookContext {
             .field("field_manager", &self.field_manager)
             .field("devices", &self.devices)
             .field("taint_rules", &self.taint_rules)
+            .field("resource_api", &self.resource_api)
             .finish_non_exhaustive()
     }
 }

@@ -111,13 +111,14 @@ pub(crate) async fn run<D: DeviceProfile>(
     // The hook applies to structured DRA only.
     let hook_tasks = match mode {
         Mode::Classic => Vec::new(),
-        Mode::Structured(_) => plugin.hook.start(&HookContext {
+        Mode::Structured(resource_api) => plugin.hook.start(&HookContext {
             client: client.clone(),
             driver_name: plugin.driver_name.clone(),
             node_name: plugin.node_name.clone(),
             field_manager: plugin.field_manager_or_default(),
             devices: device_names.clone(),
             taint_rules: slices::TaintRules::of(layout),
+            resource_api,
         }),
     };
 

@@ -1,5 +1,6 @@
 //! Writes what [`super::device_status`] says into the claims' `status.devices`. Thin: a
-//! watch of the `resource.k8s.io/v1` ResourceClaims, started once a fault asks for
+//! watch of the ResourceClaims (`resource.k8s.io/v1`, or `v1beta1` where the API server
+//! serves no `v1`: Kubernetes 1.32/1.33), started once a fault asks for
 //! binding or device status (until then the driver reads claims only when the kubelet
 //! asks), and a server-side apply per claim whose entries change, with the driver's field
 //! manager for the reporter, so other drivers' entries and the scheduler's fields stay
@@ -11,7 +12,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::resource::v1;
+use dra_kubelet_plugin::mode::ResourceApi;
+use k8s_openapi::api::resource::{v1, v1beta1};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, Client, ResourceExt};
@@ -32,32 +35,59 @@ fn wants_claims(pools: &BTreeMap<String, NodeFaults>) -> bool {
     pools.values().any(NodeFaults::writes_claim_status)
 }
 
-fn results(claim: &v1::ResourceClaim) -> Vec<AllocatedResult> {
-    claim
-        .status
-        .as_ref()
-        .and_then(|s| s.allocation.as_ref())
-        .and_then(|a| a.devices.as_ref())
-        .and_then(|d| d.results.as_ref())
-        .into_iter()
-        .flatten()
-        .map(|r| AllocatedResult {
-            driver: r.driver.clone(),
-            pool: r.pool.clone(),
-            device: r.device.clone(),
-            share_id: r.share_id.clone(),
-            has_binding_conditions: r.binding_conditions.as_ref().is_some_and(|c| !c.is_empty()),
-        })
-        .collect()
+/// What the writer reads of a claim, in either served version (the fields it reads are
+/// the same in both).
+trait Claim:
+    kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+    fn results(&self) -> Vec<AllocatedResult>;
+    fn allocated_at(&self) -> Option<&Time>;
 }
 
-fn age(claim: &v1::ResourceClaim) -> Duration {
-    let Some(at) = claim
-        .status
-        .as_ref()
-        .and_then(|s| s.allocation.as_ref())
-        .and_then(|a| a.allocation_timestamp.as_ref())
-    else {
+macro_rules! claim_of {
+    ($version:ident) => {
+        impl Claim for $version::ResourceClaim {
+            fn results(&self) -> Vec<AllocatedResult> {
+                self.status
+                    .as_ref()
+                    .and_then(|s| s.allocation.as_ref())
+                    .and_then(|a| a.devices.as_ref())
+                    .and_then(|d| d.results.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .map(|r| AllocatedResult {
+                        driver: r.driver.clone(),
+                        pool: r.pool.clone(),
+                        device: r.device.clone(),
+                        share_id: r.share_id.clone(),
+                        has_binding_conditions: r
+                            .binding_conditions
+                            .as_ref()
+                            .is_some_and(|c| !c.is_empty()),
+                    })
+                    .collect()
+            }
+
+            fn allocated_at(&self) -> Option<&Time> {
+                self.status
+                    .as_ref()
+                    .and_then(|s| s.allocation.as_ref())
+                    .and_then(|a| a.allocation_timestamp.as_ref())
+            }
+        }
+    };
+}
+claim_of!(v1);
+claim_of!(v1beta1);
+
+fn age<K: Claim>(claim: &K) -> Duration {
+    let Some(at) = claim.allocated_at() else {
         return Duration::ZERO;
     };
     let seconds = jiff::Timestamp::now().as_second() - at.0.as_second();
@@ -67,6 +97,7 @@ fn age(claim: &v1::ResourceClaim) -> Duration {
 /// Runs until aborted: `manager` is the field manager (`fake-dra/<node>`).
 pub async fn run(
     client: Client,
+    api: ResourceApi,
     driver: String,
     manager: String,
     faults: Faults,
@@ -79,8 +110,30 @@ pub async fn run(
             return;
         }
     }
-    info!("a DeviceFault asks for binding or device status: watching ResourceClaims");
-    let api: Api<v1::ResourceClaim> = Api::all(client.clone());
+    info!(
+        api = api.version(),
+        "a DeviceFault asks for binding or device status: watching ResourceClaims"
+    );
+    match api {
+        ResourceApi::V1 => {
+            write_status::<v1::ResourceClaim>(client, api, driver, manager, changes, pools).await
+        }
+        ResourceApi::V1beta1 => {
+            write_status::<v1beta1::ResourceClaim>(client, api, driver, manager, changes, pools)
+                .await
+        }
+    }
+}
+
+async fn write_status<K: Claim>(
+    client: Client,
+    version: ResourceApi,
+    driver: String,
+    manager: String,
+    mut changes: Faults,
+    pools: PoolFaults,
+) {
+    let api: Api<K> = Api::all(client.clone());
     let (store, writer) = reflector::store();
     let events = reflector(writer, watcher(api, watcher::Config::default()))
         .default_backoff()
@@ -95,7 +148,7 @@ pub async fn run(
                 Some(Err(e)) => {
                     if !warned {
                         warned = true;
-                        warn!(error = %e, "watching ResourceClaims failed (RBAC: list/watch resourceclaims); retrying");
+                        warn!(error = %e, "watching ResourceClaims failed (RBAC: list/watch resourceclaims, or the served version); retrying");
                     }
                     continue;
                 }
@@ -114,18 +167,24 @@ pub async fn run(
             );
             let (entries, _) = device_status::entries(
                 &driver,
-                &results(&claim),
+                &claim.results(),
                 |p| faults_by_pool.get(p),
-                age(&claim),
+                age(claim.as_ref()),
             );
             let before = written.get(&key);
             if before.map_or(entries.is_empty(), |b| *b == entries) {
                 continue;
             }
             let namespace = claim.namespace().unwrap_or_default();
-            let body =
-                device_status::apply_body(&namespace, &claim.name_any(), &driver, &entries, &now);
-            let api: Api<v1::ResourceClaim> = Api::namespaced(client.clone(), &namespace);
+            let body = device_status::apply_body(
+                version.version(),
+                &namespace,
+                &claim.name_any(),
+                &driver,
+                &entries,
+                &now,
+            );
+            let api: Api<K> = Api::namespaced(client.clone(), &namespace);
             match api
                 .patch_status(
                     &claim.name_any(),

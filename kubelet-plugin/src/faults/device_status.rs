@@ -113,6 +113,7 @@ pub fn entries<'a>(
 /// The server-side apply body for a claim's `status.devices` (`now`: the conditions'
 /// `lastTransitionTime`, RFC 3339).
 pub fn apply_body(
+    api_version: &str,
     namespace: &str,
     name: &str,
     driver: &str,
@@ -144,7 +145,7 @@ pub fn apply_body(
         })
         .collect();
     json!({
-        "apiVersion": "resource.k8s.io/v1",
+        "apiVersion": format!("resource.k8s.io/{api_version}"),
         "kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": namespace},
         "status": {"devices": devices},
@@ -261,7 +262,7 @@ mod tests {
         let mut shared = result("n1", "fake-2", false);
         shared.share_id = Some("s-1".into());
         let (e, _) = entries(DRIVER, &[shared], |_| Some(&faults), Duration::ZERO);
-        let body = apply_body("ns", "c", DRIVER, &e, "2026-12-03T00:00:00Z");
+        let body = apply_body("v1", "ns", "c", DRIVER, &e, "2026-12-03T00:00:00Z");
         assert_eq!(
             body["status"]["devices"][0],
             json!({"driver": DRIVER, "pool": "n1", "device": "fake-2", "shareID": "s-1",

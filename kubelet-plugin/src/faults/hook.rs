@@ -51,6 +51,7 @@ impl FaultHook for DeviceFaults {
         let node = context.node_name.clone();
         let claim_status = tokio::spawn(super::claim_status::run(
             context.client.clone(),
+            context.resource_api,
             self.driver.clone(),
             context.field_manager.clone(),
             self.view.faults(),

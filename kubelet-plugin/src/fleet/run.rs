@@ -326,6 +326,7 @@ async fn run_until(
         let faults_now = faults.clone();
         tokio::spawn(claim_status::run(
             client.clone(),
+            api,
             config.driver_name.clone(),
             "fake-dra/fleet".into(),
             faults.clone(),

@@ -275,8 +275,13 @@ async fn plugin_for(ctx: &NodeContext, driver: &str) -> Result<PluginInstance, S
                 .cloned()
         })
         .ok_or_else(|| {
-            if ctx.release.structured() {
+            if ctx.release.dra_errors_name_resource_claims() {
                 format!("DRA driver {driver} is not registered")
+            } else if ctx.release.structured() {
+                // 1.32/1.33 (seen on a real 1.33.13 kubelet).
+                format!(
+                    "failed to get gRPC client for driver {driver}: plugin name {driver} not found in the list of registered DRA plugins"
+                )
             } else {
                 format!(
                     "failed to get DRA Plugin client for plugin name {driver}: plugin name {driver} not found in the list of registered DRA plugins"
@@ -292,7 +297,7 @@ pub(super) async fn prepare_pod(
     pod_uid: &str,
 ) -> Result<(), String> {
     let wrap = |e: String| {
-        if ctx.release.structured() {
+        if ctx.release.dra_errors_name_resource_claims() {
             format!("prepare dynamic resources: {e}")
         } else {
             e

@@ -49,6 +49,14 @@ impl Release {
         crate::apiserver::is_structured(self.0)
     }
 
+    /// The wording of the DRA manager's errors as 1.34 reworked it (`pkg/kubelet/cm/dra`):
+    /// a failed claim is `ResourceClaim <name>` and prepare errors are wrapped in
+    /// `prepare dynamic resources: `. Up to 1.33 (seen on a real 1.33.13 kubelet) a failed
+    /// claim is `claim <namespace>/<name>`, unwrapped.
+    fn dra_errors_name_resource_claims(self) -> bool {
+        self.0 >= (1, 34)
+    }
+
     /// Only `v1alpha2.Node/NodePrepareResource`, one claim per call (1.27).
     fn single_claim_service_only(self) -> bool {
         self.0 < (1, 28)

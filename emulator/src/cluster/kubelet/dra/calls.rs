@@ -30,7 +30,7 @@ pub(super) fn check_answers(
     batch: &[&ClaimInfo],
     answers: Vec<(String, String, Vec<DeviceInfo>)>,
     call: &str,
-    structured: bool,
+    names_resource_claims: bool,
 ) -> Result<Answers, String> {
     let mut out = Vec::new();
     let answered = answers.len();
@@ -41,7 +41,7 @@ pub(super) fn check_answers(
             ));
         };
         if !error.is_empty() {
-            return Err(if structured {
+            return Err(if names_resource_claims {
                 format!("{call} failed for ResourceClaim {}: {error}", claim.name)
             } else {
                 format!(
@@ -54,7 +54,7 @@ pub(super) fn check_answers(
     }
     let unfinished = batch.len().saturating_sub(answered);
     if unfinished != 0 {
-        return Err(if structured {
+        return Err(if names_resource_claims {
             format!("{call} skipped {unfinished} ResourceClaims")
         } else {
             format!("{call} left out {unfinished} claims")
@@ -149,11 +149,21 @@ pub(super) async fn call_prepare(
     match plugin.api {
         PluginApi::V1 => {
             let answers = structured_prepare!(dra_v1, channel, batch);
-            check_answers(batch, answers, "NodePrepareResources", true)
+            check_answers(
+                batch,
+                answers,
+                "NodePrepareResources",
+                release.dra_errors_name_resource_claims(),
+            )
         }
         PluginApi::V1Beta1 => {
             let answers = structured_prepare!(dra_v1beta1, channel, batch);
-            check_answers(batch, answers, "NodePrepareResources", true)
+            check_answers(
+                batch,
+                answers,
+                "NodePrepareResources",
+                release.dra_errors_name_resource_claims(),
+            )
         }
         PluginApi::Classic => {
             let claims = v1alpha3_claims(batch, driver);
@@ -219,11 +229,23 @@ pub(super) async fn call_unprepare(
     match plugin.api {
         PluginApi::V1 => {
             let answers = structured_unprepare!(dra_v1, channel, batch);
-            check_answers(batch, answers, "NodeUnprepareResources", true).map(drop)
+            check_answers(
+                batch,
+                answers,
+                "NodeUnprepareResources",
+                release.dra_errors_name_resource_claims(),
+            )
+            .map(drop)
         }
         PluginApi::V1Beta1 => {
             let answers = structured_unprepare!(dra_v1beta1, channel, batch);
-            check_answers(batch, answers, "NodeUnprepareResources", true).map(drop)
+            check_answers(
+                batch,
+                answers,
+                "NodeUnprepareResources",
+                release.dra_errors_name_resource_claims(),
+            )
+            .map(drop)
         }
         PluginApi::Classic => {
             let claims = v1alpha3_claims(batch, driver);
