@@ -122,7 +122,8 @@ KUBE_API_QPS="${KUBE_API_QPS-1000}" "$ROOT/hack/local-cluster.sh" up >"$logs/up.
 kubeconfig="$("$ROOT/hack/local-cluster.sh" kubeconfig)"
 kctl() { "$KUBE_BIN/kubectl" --kubeconfig "$kubeconfig" "$@"; }
 # The fleet watches DeviceFaults; the claims ask for the driver's DeviceClass.
-kctl apply -f deploy/crds/devicefaults.yaml -f deploy/structured/deviceclass.yaml >/dev/null
+applied="$(kctl apply -f deploy/crds/devicefaults.yaml -f deploy/structured/deviceclass.yaml 2>&1)" \
+  || die "kubectl apply of the DeviceFault CRD and the DeviceClass failed: $applied"
 up=$((SECONDS - t1))
 
 # kwok reads ~/.kwok/kwok.yaml as well when there is one: a HOME of its own keeps it to

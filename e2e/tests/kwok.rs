@@ -10,9 +10,11 @@
 //! 2. M pods with claim templates of one and two devices go Running on kwok nodes (kwok
 //!    writes their status): every claim is allocated from its pod's node, reserved for the
 //!    pod, and no device is allocated twice.
-//! 3. Some nodes with bound pods are deleted (the input to try): their slices go, the pod
-//!    garbage collector deletes the pods bound there, their claims go with them; the
-//!    other pods stay Running with their claims.
+//! 3. Some nodes with bound pods are deleted (the input to try): their slices go at once;
+//!    the pod garbage collector (kube-controller-manager, 40 s after the node went) marks
+//!    the pods bound there Failed with a DisruptionTarget condition (DeletionByPodGC) and
+//!    deletes them, and their claims go with them; the other pods stay Running with their
+//!    claims.
 //! 4. The remaining pods are deleted (kwok finishes the deletion): every claim goes, no
 //!    device stays allocated.
 //! 5. The remaining nodes are deleted: no slice of a kwok node is left.
@@ -25,12 +27,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate, ResourceSlice};
 use kube::api::{Api, DeleteParams, ListParams, ObjectList, PostParams};
+use kube::runtime::watcher;
 use serde_json::json;
 
 const KUBECONFIG_ENV: &str = "FAKE_DRA_KWOK_KUBECONFIG";
@@ -300,6 +304,76 @@ fn claim_name(p: &Pod) -> Option<String> {
         .clone()
 }
 
+/// A pod's state as the scenario reports it: its phase and DisruptionTarget reason, or
+/// `deleted`.
+fn state(p: &Pod) -> String {
+    let disruption = p
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == "DisruptionTarget" && c.status == "True")
+        .map(|c| {
+            format!(
+                ", DisruptionTarget: {}",
+                c.reason.as_deref().unwrap_or_default()
+            )
+        })
+        .unwrap_or_default();
+    let deleting = if p.metadata.deletion_timestamp.is_some() {
+        ", deleting"
+    } else {
+        ""
+    };
+    format!("{}{disruption}{deleting}", phase(p))
+}
+
+type History = Arc<Mutex<BTreeMap<String, Vec<String>>>>;
+
+/// Watches the pods of the namespace and records, for those named, each distinct state
+/// they pass through in order; returns once the watch has its initial list.
+async fn watch_states(
+    pods: Api<Pod>,
+    names: BTreeSet<String>,
+) -> (History, tokio::task::JoinHandle<()>) {
+    let history: History = Default::default();
+    let (synced, is_synced) = tokio::sync::oneshot::channel();
+    let sink = history.clone();
+    let task = tokio::spawn(async move {
+        let mut synced = Some(synced);
+        let mut events = watcher(pods, watcher::Config::default()).boxed();
+        while let Some(event) = events.next().await {
+            let (p, what) = match event {
+                Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => {
+                    let what = state(&p);
+                    (p, what)
+                }
+                Ok(watcher::Event::Delete(p)) => (p, "deleted".to_string()),
+                Ok(watcher::Event::InitDone) => {
+                    if let Some(s) = synced.take() {
+                        let _ = s.send(());
+                    }
+                    continue;
+                }
+                Ok(watcher::Event::Init) | Err(_) => continue,
+            };
+            let name = p.metadata.name.clone().unwrap_or_default();
+            if names.contains(&name) {
+                let mut h = sink.lock().unwrap();
+                let states = h.entry(name).or_default();
+                if states.last() != Some(&what) {
+                    states.push(what);
+                }
+            }
+        }
+    });
+    is_synced
+        .await
+        .expect("the pod watch ended before its initial list");
+    (history, task)
+}
+
 struct Report(String);
 
 impl Report {
@@ -538,6 +612,9 @@ async fn kwok_nodes_with_fleet_slices() {
         .collect();
     let victim_claims: BTreeSet<String> =
         victim_pods.iter().map(|p| pod_claim[p].clone()).collect();
+    // Every state the victim pods pass through, from a watch started before the nodes
+    // go: polling would miss a status written just before a deletion.
+    let (history, watching) = watch_states(pods.clone(), victim_pods.clone()).await;
     let started = Instant::now();
     for v in &victims {
         nodes
@@ -547,7 +624,6 @@ async fn kwok_nodes_with_fleet_slices() {
     }
     let mut slices_gone_after = None;
     let mut pods_gone_after = None;
-    let mut phases_seen: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     wait_until(
         &format!("the {} deleted nodes' slices, pods and claims gone", victims.len()),
         PATIENCE,
@@ -568,11 +644,6 @@ async fn kwok_nodes_with_fleet_slices() {
                 let name = p.metadata.name.clone().unwrap_or_default();
                 if victim_pods.contains(&name) {
                     victims_left += 1;
-                    let mut what = phase(p).to_string();
-                    if p.metadata.deletion_timestamp.is_some() {
-                        what.push_str(" (deleting)");
-                    }
-                    phases_seen.entry(name).or_default().insert(what);
                 }
             }
             if victims_left == 0 && pods_gone_after.is_none() {
@@ -621,9 +692,29 @@ async fn kwok_nodes_with_fleet_slices() {
             c.metadata.name
         );
     }
-    let seen: BTreeSet<&String> = phases_seen.values().flatten().collect();
+    // What upstream does with them (kube-controller-manager's pod garbage collector, once
+    // the node has been gone 40 s): marks each Failed with a DisruptionTarget condition,
+    // then deletes it at once (grace 0; no kubelet would ever confirm).
+    watching.abort();
+    let history = history.lock().unwrap().clone();
+    let mut paths: BTreeSet<String> = BTreeSet::new();
+    for pod in &victim_pods {
+        let states = history.get(pod).cloned().unwrap_or_default();
+        assert_eq!(
+            states.last().map(String::as_str),
+            Some("deleted"),
+            "{pod} (on a deleted node): states seen {states:?}"
+        );
+        assert!(
+            states
+                .iter()
+                .any(|s| s == "Failed, DisruptionTarget: DeletionByPodGC"),
+            "{pod} (on a deleted node) was marked Failed by the pod garbage collector before its deletion: states seen {states:?}"
+        );
+        paths.insert(states.join(" -> "));
+    }
     report.line(format!(
-        "{} nodes deleted with {} pods bound: their slices gone after {:.1} s, the pods gone after {:.1} s (phases seen meanwhile: {seen:?}), their claims gone after {:.1} s; the other {} pods still Running with their claims",
+        "{} nodes deleted with {} pods bound: their slices gone after {:.1} s, the pods gone after {:.1} s ({paths:?}), their claims gone after {:.1} s; the other {} pods still Running with their claims",
         victims.len(),
         victim_pods.len(),
         slices_gone_after.unwrap_or_default().as_secs_f64(),
