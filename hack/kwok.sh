@@ -25,7 +25,8 @@
 #      limit of kube-controller-manager and kube-scheduler; default 1000, as
 #      hack/fleet-bench.sh: the defaults would make the claims' creation the bottleneck),
 #      CARGO_TARGET_DIR, KWOK_LOGS (where kwok's and the fleet's logs go; default
-#      target/kwok), KWOK_FLEET_PORT (the fleet's /healthz and /metrics on 127.0.0.1;
+#      target/kwok; the control plane's logs are copied to its cluster/ at the end),
+#      KWOK_FLEET_PORT (the fleet's /healthz and /metrics on 127.0.0.1;
 #      default 10371).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -107,6 +108,13 @@ cleanup() {
       echo "-- $logs/$f.log" >&2
       show_output "$(tail -n 30 "$logs/$f.log")" >&2
     done
+  fi
+  # The control plane's logs of this run, before the next cluster appends to them.
+  local cluster_logs
+  cluster_logs="$("$ROOT/hack/local-cluster.sh" env 2>/dev/null | sed -n 's/^LOGS=//p')" || cluster_logs=""
+  if [[ -n "$cluster_logs" && -d "$cluster_logs" ]]; then
+    mkdir -p "$logs/cluster"
+    cp -f "$cluster_logs"/kube-*.log "$logs/cluster/" 2>/dev/null || true
   fi
   "$ROOT/hack/local-cluster.sh" down >"$logs/down.log" 2>&1 \
     || echo "hack/local-cluster.sh down failed (log: $logs/down.log)" >&2
