@@ -12,7 +12,10 @@
 #               hack/kind-node-image.sh; not in the default groups)
 #   coredns     coredns (github.com/coredns/coredns, static: the kind node image's DNS)
 #   kind        kind (sigs.k8s.io/kind, for the hack/kind-*.sh scripts)
-# kubeadm, coredns and kind are not in the default groups (the kind scripts build them).
+#   kwok        kwok (sigs.k8s.io/kwok/cmd/kwok, the controller that plays the kubelet of
+#               fake nodes, for hack/kwok.sh)
+# kubeadm, coredns, kind and kwok are not in the default groups (the scripts that use them
+# build them).
 # runc and the CNI plugins are Debian's (apt-get install runc containernetworking-plugins).
 # A group whose go.mod, go.sum, own .go files, flags and Go version are unchanged since its
 # last build is skipped (stamp files in the bin directory), so a second run does nothing; a
@@ -36,7 +39,7 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
     --force) force=true; shift ;;
-    kubernetes|kubeadm|etcd|containerd|cri-tools|tools|coredns|kind) groups+=("$1"); shift ;;
+    kubernetes|kubeadm|etcd|containerd|cri-tools|tools|coredns|kind|kwok) groups+=("$1"); shift ;;
     *) die "unknown argument: $1 (try --help)" ;;
   esac
 done
@@ -176,6 +179,8 @@ for g in "${groups[@]}"; do
         -ldflags "-s -w" . ;;
     kind)
       build_group kind "$KUBE_MODULES/kind" kind -- -ldflags "-s -w" sigs.k8s.io/kind ;;
+    kwok)
+      build_group kwok "$KUBE_MODULES/kwok" kwok -- -ldflags "-s -w" sigs.k8s.io/kwok/cmd/kwok ;;
     cri-tools)
       build_group cri-tools "$KUBE_MODULES/cri-tools" "crictl" -- \
         -ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS_VERSION" \
