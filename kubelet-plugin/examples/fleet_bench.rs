@@ -7,13 +7,19 @@
 //!    create the N bare Nodes (its "fleet nodes created" log line); API requests per node;
 //!    the fleet process's peak memory (VmHWM);
 //! 2. scheduling: scheduler_perf's `SchedulingWithResourceClaimTemplate/5000pods_500nodes`
-//!    shape — 500 nodes of 10 devices, 2500 pods with a one-device claim template first
-//!    (not measured), then 2500 measured — in pods bound per second, against the same
-//!    number of pods without claims on the same nodes.
+//!    shape — 500 nodes, 2500 pods with a one-device claim template first (not measured),
+//!    then 2500 measured — in pods bound per second, against the same number of pods
+//!    without claims on the same nodes (each fleet's own floor). Shapes (`--sched-shapes`):
+//!    `fake`, 10 fake devices per node, a claim for any one; on one nvidia fleet
+//!    (`--nvidia-gpus`, 10 A100-80GB with every MIG placement by default, so that 5000
+//!    whole GPUs exist), `gpu`, a claim for one whole GPU, and `mig`, a claim for one MIG
+//!    device of `--mig-profile`, allocated from the GPUs' shared counters. Each shape starts
+//!    with every device free (the previous shape's namespace is deleted first).
 //!
 //! ```text
 //! fleet_bench --kubeconfig K --plugin target/release/fake-dra-kubelet-plugin \
-//!   [--publish 1000,5000] [--devices 8] [--sched-nodes 500] [--sched-init 2500] [--sched-pods 2500]
+//!   [--publish 1000,5000] [--devices 8] [--sched-nodes 500] [--sched-init 2500] [--sched-pods 2500] \
+//!   [--sched-shapes fake,gpu,mig] [--nvidia-gpus A100-80GB:10:mig] [--mig-profile 1g.10gb]
 //! ```
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
