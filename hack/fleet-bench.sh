@@ -4,12 +4,17 @@
 # (release binaries, the cached Kubernetes components, the images), starts a fresh cluster,
 # runs kubelet-plugin/examples/fleet_bench.rs and tears the cluster down. Prints a markdown
 # table: fleet publishing (time until every node's slice is present against creating the
-# bare Nodes, API requests per node, peak memory) and scheduling (pods/s with one-device
-# claims at scheduler_perf's 5000pods_500nodes shape against the same pods without claims).
-# Needs root. Takes about 15 minutes on 2 cores with warm caches.
+# bare Nodes, API requests per node, peak memory) and scheduling at scheduler_perf's
+# 5000pods_500nodes shape (pods/s with one-device claims against the same pods without
+# claims on the same nodes): one fake device of 10 per node (fake), one whole GPU (gpu) and
+# one MIG device (mig) of the nvidia profile's partitionable GPUs.
+# Needs root. Takes about 30 minutes on 2 cores with warm caches.
 # Usage: hack/fleet-bench.sh [--cargo-profile release|dev] [--publish 1000,5000] [--devices 8] [--sched-nodes 500]
-#                            [--sched-init 2500] [--sched-pods 2500]
-#   (--sched-pods 0 skips the scheduling part; --publish "" the publishing part)
+#                            [--sched-init 2500] [--sched-pods 2500] [--sched-shapes fake,gpu,mig]
+#                            [--nvidia-gpus A100-80GB:10:mig] [--mig-profile 1g.10gb]
+#   (--sched-pods 0 skips the scheduling part; --publish "" the publishing part;
+#   --nvidia-gpus is the nvidia nodes' GPUs, as the plugin's flag; --mig-profile the MIG
+#   devices' profile attribute the mig claims select)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ROOT/hack/kube/lib.sh"
@@ -17,15 +22,18 @@ case "${1:-}" in -h|--help) usage; exit 0 ;; esac
 [[ "$(id -u)" == 0 ]] || die "must run as root (hack/local-cluster.sh mounts and makes network interfaces)"
 cd "$ROOT"
 # --cargo-profile dev measures the binaries `cargo test --workspace` left in target/debug
-# (no release build); the default builds release ones.
+# (no release build); the default builds release ones. The controller is built too, since
+# hack/build-image-local.sh packs it into the cluster's image.
 profile=release
 if [[ "${1:-}" == --cargo-profile ]]; then
   profile="${2:?--cargo-profile needs release or dev}"
   shift 2
 fi
 case "$profile" in
-  release) cargo build -q --release -p fake-dra-kubelet-plugin --bin fake-dra-kubelet-plugin --example fleet_bench; out=release ;;
-  dev) cargo build -q -p fake-dra-kubelet-plugin --bin fake-dra-kubelet-plugin --example fleet_bench; out=debug ;;
+  release) cargo build -q --release -p fake-dra-kubelet-plugin --bin fake-dra-kubelet-plugin --example fleet_bench \
+             -p fake-dra-controller --bin fake-dra-controller; out=release ;;
+  dev) cargo build -q -p fake-dra-kubelet-plugin --bin fake-dra-kubelet-plugin --example fleet_bench \
+         -p fake-dra-controller --bin fake-dra-controller; out=debug ;;
   *) die "--cargo-profile: release or dev, not $profile" ;;
 esac
 "$ROOT/hack/kube-build.sh" >/dev/null
