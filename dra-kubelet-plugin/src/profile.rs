@@ -308,6 +308,12 @@ pub trait DeviceProfile: Debug + Send + Sync + 'static {
         Vec::new()
     }
 
+    /// How the devices are spread over the node's ResourceSlices; as few slices as the
+    /// limits allow by default.
+    fn slice_split(&self) -> crate::slices::SliceSplit {
+        crate::slices::SliceSplit::Packed
+    }
+
     /// Classic DRA: what preparing `claim` with this allocation handle (written by the
     /// driver's controller) means.
     #[cfg(feature = "classic")]

@@ -139,6 +139,7 @@ pub(crate) async fn run<D: DeviceProfile>(
                 devices: driver.profile().slice_devices(),
                 counter_sets: driver.profile().counter_sets(),
                 layout,
+                split: driver.profile().slice_split(),
             };
             // Refused before anything is served: a pool that cannot be published is an
             // inventory error the operator must fix.

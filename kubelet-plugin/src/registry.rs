@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use dra_kubelet_plugin::Plugin;
 use dra_kubelet_plugin::profile::{CounterSet, SliceDevice};
+use dra_kubelet_plugin::slices::SliceSplit;
 
 use crate::inventory::{InventoryError, InventoryFile, NodeEntry};
 
@@ -90,6 +91,10 @@ pub trait NodeProfile: fmt::Debug + Send + Sync {
     fn slice_devices(&self) -> Vec<SliceDevice>;
     /// The counter sets they consume from.
     fn counter_sets(&self) -> Vec<CounterSet>;
+    /// How they are spread over the node's slices.
+    fn slice_split(&self) -> SliceSplit {
+        SliceSplit::Packed
+    }
     /// Whether it prepares classic DRA's allocation handles; the plugin refuses
     /// `--mode classic` for a profile that does not.
     fn classic(&self) -> bool {

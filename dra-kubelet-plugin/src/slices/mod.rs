@@ -161,6 +161,24 @@ pub struct Desired {
     pub counter_sets: Vec<CounterSet>,
     /// Where the counter sets go.
     pub layout: CounterLayout,
+    /// How devices are spread over slices.
+    pub split: SliceSplit,
+}
+
+/// How a pool's devices are spread over its slices. Either way every slice is within the
+/// limits of [`CounterLayout`] and the scheduler sees the same devices; what differs is
+/// which devices a slice lists, which tools that read slices (and people) may rely on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SliceSplit {
+    /// As few slices as the limits allow.
+    #[default]
+    Packed,
+    /// The devices consuming from a counter set (by their first `consumesCounters`
+    /// entry) in slices of their own, one such group after another: on 1.34 with the
+    /// counter set (and any set its devices also consume from), from 1.35 after the slices
+    /// of counter sets. Devices without counters are packed after them. NVIDIA's
+    /// `gpu.nvidia.com` driver cuts its pool this way, one slice per partitionable GPU.
+    PerCounterSet,
 }
 
 impl Desired {
@@ -389,14 +407,37 @@ fn pack_separate(desired: &Desired, limits: Limits) -> Vec<SliceContent> {
             counter_sets: sets.to_vec(),
         })
         .collect();
-    slices.extend(
-        fill_devices(&desired.devices, limits)
-            .into_iter()
-            .map(|devices| SliceContent {
-                devices,
-                counter_sets: Vec::new(),
-            }),
-    );
+    let device_slices = match desired.split {
+        SliceSplit::Packed => fill_devices(&desired.devices, limits),
+        SliceSplit::PerCounterSet => {
+            let first_set = |d: &SliceDevice| {
+                d.consumes_counters.first().and_then(|c| {
+                    desired
+                        .counter_sets
+                        .iter()
+                        .position(|s| s.name == c.counter_set)
+                })
+            };
+            let mut by_set: Vec<Vec<&SliceDevice>> = vec![Vec::new(); desired.counter_sets.len()];
+            let mut plain = Vec::new();
+            for d in &desired.devices {
+                match first_set(d) {
+                    Some(i) => by_set[i].push(d),
+                    None => plain.push(d),
+                }
+            }
+            let mut chunks: Vec<Vec<SliceDevice>> = by_set
+                .into_iter()
+                .flat_map(|group| fill_devices(group, limits))
+                .collect();
+            chunks.extend(fill_devices(plain, limits));
+            chunks
+        }
+    };
+    slices.extend(device_slices.into_iter().map(|devices| SliceContent {
+        devices,
+        counter_sets: Vec::new(),
+    }));
     slices
 }
 
@@ -495,8 +536,10 @@ fn pack_with_devices(desired: &Desired, limits: Limits) -> Result<Vec<SliceConte
             limits.device_counters,
         )?;
         let (s, c) = (shared(&g), counters(&g));
+        let packed = desired.split == SliceSplit::Packed;
         match slices.iter_mut().find(|(open, os, oc)| {
-            open.devices.len() + g.devices.len() <= limits.devices
+            packed
+                && open.devices.len() + g.devices.len() <= limits.devices
                 && os + s <= limits.shared_counters
                 && oc + c <= limits.device_counters
         }) {
@@ -527,9 +570,14 @@ fn pack_with_devices(desired: &Desired, limits: Limits) -> Result<Vec<SliceConte
             }
         })
         .collect();
-    // Devices without counters top up the counter slices, then get slices of their own.
+    // Devices without counters top up the counter slices (when packed), then get slices
+    // of their own.
     let mut rest = plain.into_iter().map(|i| &desired.devices[i]).peekable();
-    for slice in &mut out {
+    let topped_up = match desired.split {
+        SliceSplit::Packed => out.as_mut_slice(),
+        SliceSplit::PerCounterSet => &mut [],
+    };
+    for slice in topped_up {
         while slice.devices.len() < limits.devices {
             match rest.next() {
                 Some(d) => slice.devices.push(d.clone()),

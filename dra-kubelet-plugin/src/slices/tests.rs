@@ -1,4 +1,4 @@
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use proptest::prelude::*;
@@ -18,6 +18,7 @@ fn desired(n: usize) -> Desired {
         devices: crate::testing::TestProfile::new(n).slice_devices(),
         counter_sets: Vec::new(),
         layout: CounterLayout::Separate,
+        split: SliceSplit::Packed,
     }
 }
 
@@ -376,6 +377,86 @@ fn counter_sets_share_their_devices_slice_on_1_34() {
     }
     assert_eq!(packed[0].counter_sets.len(), 16);
     assert_eq!(packed[1].counter_sets.len(), 1);
+}
+
+#[test]
+fn split_per_counter_set_gives_each_set_s_devices_slices_of_their_own() {
+    let shape = |d: &Desired| -> Vec<(Vec<String>, usize)> {
+        pack(d)
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s.counter_sets.iter().map(|c| c.name.clone()).collect(),
+                    s.devices.len(),
+                )
+            })
+            .collect()
+    };
+    let sets = |names: &[&str]| -> Vec<String> { names.iter().map(|n| n.to_string()).collect() };
+    for layout in [CounterLayout::WithDevices, CounterLayout::Separate] {
+        // Three GPUs of 3 partitions, listed out of order, and 4 devices without counters.
+        let mut d = partitioned(3, 3, layout);
+        d.devices.rotate_left(4);
+        d.devices.extend(desired(4).devices);
+        let packed_shape = shape(&d);
+        d.split = SliceSplit::PerCounterSet;
+        let split = pack(&d).unwrap();
+        for s in &split {
+            let consumed: BTreeSet<&str> = s
+                .devices
+                .iter()
+                .filter_map(|dev| dev.consumes_counters.first())
+                .map(|c| c.counter_set.as_str())
+                .collect();
+            assert!(
+                consumed.len() <= 1,
+                "{layout:?}: one slice has devices of {consumed:?}"
+            );
+        }
+        let mut names: Vec<&str> = split
+            .iter()
+            .flat_map(|s| s.devices.iter().map(|dev| dev.name.as_str()))
+            .collect();
+        names.sort_unstable();
+        let mut want: Vec<&str> = d.devices.iter().map(|dev| dev.name.as_str()).collect();
+        want.sort_unstable();
+        assert_eq!(names, want, "{layout:?}: every device once");
+        match layout {
+            CounterLayout::WithDevices => {
+                assert_eq!(
+                    packed_shape,
+                    [(
+                        sets(&["gpu-0-counters", "gpu-1-counters", "gpu-2-counters"]),
+                        13
+                    )]
+                );
+                assert_eq!(
+                    shape(&d),
+                    [
+                        (sets(&["gpu-0-counters"]), 3),
+                        (sets(&["gpu-1-counters"]), 3),
+                        (sets(&["gpu-2-counters"]), 3),
+                        (sets(&[]), 4),
+                    ]
+                );
+            }
+            CounterLayout::Separate => {
+                let all = sets(&["gpu-0-counters", "gpu-1-counters", "gpu-2-counters"]);
+                assert_eq!(packed_shape, [(all.clone(), 0), (sets(&[]), 13)]);
+                assert_eq!(
+                    shape(&d),
+                    [
+                        (all, 0),
+                        (sets(&[]), 3),
+                        (sets(&[]), 3),
+                        (sets(&[]), 3),
+                        (sets(&[]), 4)
+                    ]
+                );
+            }
+        }
+    }
 }
 
 #[test]

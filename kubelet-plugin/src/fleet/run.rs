@@ -34,7 +34,7 @@ use crate::registry::NodeProfile;
 use dra_kubelet_plugin::mode::ResourceApi;
 use dra_kubelet_plugin::profile::SliceDevice;
 use dra_kubelet_plugin::publish_slices::{self, Accepted, PoolWriter, ReconcileError};
-use dra_kubelet_plugin::slices::{self, CounterLayout, Desired, PublishedSlice};
+use dra_kubelet_plugin::slices::{self, CounterLayout, Desired, PublishedSlice, SliceSplit};
 
 /// Everything fleet mode is configured with.
 #[derive(Debug, Clone)]
@@ -76,10 +76,11 @@ pub enum FleetError {
     },
 }
 
-/// A node's devices and counter sets, before faults.
+/// A node's devices, counter sets and how its profile splits them, before faults.
 type PoolDevices = (
     Vec<SliceDevice>,
     Vec<dra_kubelet_plugin::profile::CounterSet>,
+    SliceSplit,
 );
 
 /// What fleet mode knows about one node.
@@ -461,8 +462,9 @@ impl Publisher {
                 return;
             };
             if state.devices.is_none() {
-                let built = (self.profiles)(&node).map(|p| (p.slice_devices(), p.counter_sets()));
-                if let Ok((devices, _)) = &built
+                let built = (self.profiles)(&node)
+                    .map(|p| (p.slice_devices(), p.counter_sets(), p.slice_split()));
+                if let Ok((devices, _, _)) = &built
                     && let Ok(mut names) = self.device_names.write()
                 {
                     names.insert(
@@ -488,7 +490,7 @@ impl Publisher {
                 std::mem::take(&mut state.accepted),
             )
         };
-        let (base, counter_sets) = devices;
+        let (base, counter_sets, split) = devices;
         let names: Vec<String> = base.iter().map(|d| d.name.clone()).collect();
         let node_faults = NodeFaults::resolve(&node, &names, &self.faults.borrow());
         let desired = Desired {
@@ -501,6 +503,7 @@ impl Publisher {
             ),
             counter_sets,
             layout: self.layout,
+            split,
         };
         let existing = if needs_list {
             match self

@@ -271,6 +271,7 @@ fn packed(p: &GpuProfile, layout: CounterLayout) -> Vec<slices::SliceContent> {
         devices: p.slice_devices(),
         counter_sets: p.counter_sets(),
         layout,
+        split: p.slice_split(),
     })
     .unwrap()
 }

@@ -27,7 +27,7 @@ use dra_kubelet_plugin::claim::{ClaimRef, ClaimUid};
 use dra_kubelet_plugin::profile::{
     CounterSet, DeviceProfile, DriverAllocation, ProfileError, SliceDevice,
 };
-use dra_kubelet_plugin::slices::PackError;
+use dra_kubelet_plugin::slices::{PackError, SliceSplit};
 
 use crate::gpu::env::{self as gpu_env, SeenDevice};
 use crate::shared::prepared::{self, PreparedClaim, PreparedDevice, Requests};
@@ -144,6 +144,11 @@ impl DeviceProfile for NvidiaProfile {
 
     fn counter_sets(&self) -> Vec<CounterSet> {
         self.layout.counter_sets()
+    }
+
+    /// One slice per MIG-enabled GPU, as the real driver cuts its pool.
+    fn slice_split(&self) -> SliceSplit {
+        SliceSplit::PerCounterSet
     }
 
     /// The allocated devices and their requests, as they are: the scheduler chose them

@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 use dra_kubelet_plugin::Plugin;
 use dra_kubelet_plugin::profile::{CounterSet, DeviceProfile, SliceDevice};
+use dra_kubelet_plugin::slices::SliceSplit;
 
 use super::groups::{NvidiaFlag, NvidiaGroup};
 use super::{NvidiaError, NvidiaProfile};
@@ -105,6 +106,10 @@ impl NodeProfile for NvidiaProfile {
 
     fn counter_sets(&self) -> Vec<CounterSet> {
         DeviceProfile::counter_sets(self)
+    }
+
+    fn slice_split(&self) -> SliceSplit {
+        DeviceProfile::slice_split(self)
     }
 
     fn run(

@@ -430,29 +430,48 @@ fn packed(p: &NvidiaProfile, layout: CounterLayout) -> Vec<slices::SliceContent>
         devices: p.slice_devices(),
         counter_sets: p.counter_sets(),
         layout,
+        split: p.slice_split(),
     })
     .unwrap()
 }
 
 #[test]
-fn eight_mig_gpus_pack_for_each_release_and_the_most_a_node_may_have_still_packs() {
+fn mig_gpus_get_a_slice_each_as_the_real_driver_cuts_its_pool_and_the_most_a_node_may_have_still_packs()
+ {
     let p = profile(&[group("A100-80GB", 8, Mig::All)]);
     assert_eq!(p.slice_devices().len(), 8 * 26);
-    // 1.34: each counter set with its devices; 15 counters a set, 32 a slice: two GPUs a
-    // slice (the real driver publishes one slice per GPU).
+    // As the real driver cuts its pool: on 1.34 one slice per GPU, its counter set with
+    // its devices; from 1.35 the eight counter sets in one slice, then one slice per GPU.
+    let shape = |slices: &[slices::SliceContent]| -> Vec<(usize, usize)> {
+        slices
+            .iter()
+            .map(|s| (s.counter_sets.len(), s.devices.len()))
+            .collect()
+    };
+    let gpu_of = |device: &str| device.split('-').take(2).collect::<Vec<_>>().join("-");
+    let one_gpu_each = |slices: &[slices::SliceContent]| {
+        for s in slices.iter().filter(|s| !s.devices.is_empty()) {
+            let gpus: BTreeSet<String> = s.devices.iter().map(|d| gpu_of(&d.name)).collect();
+            assert_eq!(gpus.len(), 1, "a slice lists the devices of {gpus:?}");
+        }
+    };
     let old = packed(&p, CounterLayout::WithDevices);
-    assert_eq!(old.len(), 4);
-    assert!(
-        old.iter()
-            .all(|s| s.counter_sets.len() == 2 && s.devices.len() == 52)
-    );
-    // 1.35+: the eight counter sets in one slice, then devices 64 a slice.
+    assert_eq!(shape(&old), [(1, 26); 8]);
+    one_gpu_each(&old);
     let new = packed(&p, CounterLayout::Separate);
-    let shape: Vec<(usize, usize)> = new
-        .iter()
-        .map(|s| (s.counter_sets.len(), s.devices.len()))
-        .collect();
-    assert_eq!(shape, [(8, 0), (0, 64), (0, 64), (0, 64), (0, 16)]);
+    let mut want = vec![(8, 0)];
+    want.extend([(0, 26); 8]);
+    assert_eq!(shape(&new), want);
+    one_gpu_each(&new);
+    // GPUs without MIG consume no counters: packed together after the MIG GPUs.
+    let mixed = profile(&[group("A100-40GB", 2, Mig::All), group("L4", 3, Mig::Off)]);
+    let old = packed(&mixed, CounterLayout::WithDevices);
+    assert_eq!(shape(&old)[2..], [(0, 3)]);
+    assert_eq!(shape(&old).len(), 3);
+    let new = packed(&mixed, CounterLayout::Separate);
+    assert_eq!(shape(&new)[0], (2, 0));
+    assert_eq!(shape(&new).last(), Some(&(0, 3)));
+    assert_eq!(shape(&new).len(), 4);
     let most = profile(&[group("H100-80GB", 128, Mig::All)]);
     assert_eq!(most.slice_devices().len(), 128 * 26);
     for d in most.slice_devices() {

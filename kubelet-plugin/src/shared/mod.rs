@@ -11,7 +11,7 @@
 pub mod prepared;
 
 use dra_kubelet_plugin::profile::{CounterSet, SliceDevice};
-use dra_kubelet_plugin::slices::{self, CounterLayout, Desired, PackError};
+use dra_kubelet_plugin::slices::{self, CounterLayout, Desired, PackError, SliceSplit};
 use uuid::Uuid;
 
 /// The standard attributes (k8s.io/dynamic-resource-allocation `deviceattribute`).
@@ -75,6 +75,8 @@ pub fn check_publishable(
         devices,
         counter_sets,
         layout: CounterLayout::WithDevices,
+        // Splitting never refuses what packing accepts.
+        split: SliceSplit::Packed,
     };
     for (layout, release) in [
         (CounterLayout::WithDevices, "1.34"),
