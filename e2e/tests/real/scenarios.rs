@@ -822,23 +822,25 @@ pub async fn bad_opaque_parameters<B: Backend>(b: &mut B, p: &mut Protocol) {
         ]),
     )
     .await;
-    // The kubelet names the failed claim `ResourceClaim split0` from 1.34 and
+    // The kubelet names a failed claim `ResourceClaim split0` from 1.34 and
     // `claim bad/split0` before (its DRA manager's errors, reworded in 1.34).
-    let failed_claim = if b.release().minor() >= 34 {
-        "ResourceClaim split0"
-    } else {
-        "claim bad/split0"
+    let failed_claim = |name: &str| {
+        if b.release().minor() >= 34 {
+            format!("ResourceClaim {name}")
+        } else {
+            format!("claim bad/{name}")
+        }
     };
     let note = pending_with(
         b,
         p,
         ("bad", "both"),
         "FailedPrepareDynamicResources",
-        failed_claim,
+        &failed_claim("split0"),
         "both (good + split 0)",
     )
     .await;
-    assert!(note.contains(failed_claim), "{note}");
+    assert!(note.contains(&failed_claim("split0")), "{note}");
     assert!(
         note.contains("spec.split: must be between 1 and 64, got 0"),
         "{note}"
@@ -854,7 +856,7 @@ pub async fn bad_opaque_parameters<B: Backend>(b: &mut B, p: &mut Protocol) {
         p,
         ("bad", "typo"),
         "FailedPrepareDynamicResources",
-        "ResourceClaim typo",
+        &failed_claim("typo"),
         "typo (splitt)",
     )
     .await;
