@@ -130,6 +130,14 @@ cleanup() {
     echo "-- the last lines of Kueue's log ($logs/kueue.log)" >&2
     show_output "$(tail -n 30 "$logs/kueue.log")" >&2
   fi
+  # Kueue out of the way before down: its Deployment would recreate the pod that down
+  # deletes (down then waits 60 s for it in vain), and its webhooks (failurePolicy Fail)
+  # would stand between the API server and every pod once it is gone.
+  kubectl delete --request-timeout=20s --ignore-not-found \
+    mutatingwebhookconfiguration/kueue-mutating-webhook-configuration \
+    validatingwebhookconfiguration/kueue-validating-webhook-configuration >"$logs/kueue-down.log" 2>&1 || true
+  kubectl -n kueue-system scale --request-timeout=20s deployment/kueue-controller-manager --replicas=0 \
+    >>"$logs/kueue-down.log" 2>&1 || true
   # The control plane's logs of this run, before the next cluster appends to them.
   local cluster_logs
   cluster_logs="$("$ROOT/hack/local-cluster.sh" env 2>/dev/null | sed -n 's/^LOGS=//p')" || cluster_logs=""
@@ -137,8 +145,10 @@ cleanup() {
     mkdir -p "$logs/cluster"
     cp -f "$cluster_logs"/*.log "$logs/cluster/" 2>/dev/null || true
   fi
+  local t_down=$SECONDS
   "$ROOT/hack/local-cluster.sh" down >"$logs/down.log" 2>&1 \
     || echo "hack/local-cluster.sh down failed (log: $logs/down.log)" >&2
+  echo "== teardown: $((SECONDS - t_down)) s"
   exit "$rc"
 }
 trap cleanup EXIT

@@ -20,6 +20,9 @@
 //! 4. A Job whose pod names a ResourceClaim directly (`resourceClaimName`): Kueue v0.17.0
 //!    does not admit it (its workload controller marks it inadmissible), the Job stays
 //!    suspended.
+//! 5. Jobs whose templates Kueue's DRA quota accounting does not take: the seed demo's
+//!    opaque `FakeClaimParameters` (split) and a CEL selector in the request; both stay
+//!    suspended, inadmissible.
 //!
 //! Driven by `FAKE_DRA_KUEUE_KUBECONFIG` (the cluster's kubeconfig) and
 //! `FAKE_DRA_KUEUE_KUBECTL` (the kubectl for `exec`; default `kubectl`); the report goes to
@@ -41,6 +44,7 @@ const KUBECONFIG_ENV: &str = "FAKE_DRA_KUEUE_KUBECONFIG";
 const REQUIRE_ENV: &str = "FAKE_DRA_REQUIRE_KUEUE";
 /// deploy/structured/deviceclass.yaml, which hack/deploy.sh applies.
 const CLASS: &str = "fake.3-shake.com";
+const DRIVER: &str = "fake.resource.3-shake.com";
 /// The quota resource hack/kueue/controller_manager_config.yaml maps the class to.
 const RESOURCE: &str = "fake.3-shake.com/devices";
 const NAMESPACE: &str = "kueue-fake";
@@ -723,6 +727,57 @@ async fn kueue_queues_jobs_by_fake_devices() {
     report.line(format!(
         "direct ResourceClaim (resourceClaimName): job direct-claim stays suspended, no pod: {reason}: {message}"
     ));
+
+    // 5. Templates Kueue's quota accounting does not take: the seed demo's opaque
+    //    FakeClaimParameters (split), and a CEL selector on the model.
+    let refused = [
+        (
+            "split-two",
+            json!({"devices": {
+                "requests": [{"name": "dev", "exactly": {
+                    "deviceClassName": CLASS, "allocationMode": "ExactCount", "count": 2}}],
+                "config": [{"requests": ["dev"], "opaque": {
+                    "driver": DRIVER,
+                    "parameters": {"apiVersion": "fake.resource.3-shake.com/v1alpha1",
+                                   "kind": "FakeClaimParameters", "spec": {"split": 2}}}}],
+            }}),
+            "device config is not supported",
+        ),
+        (
+            "model-selector",
+            json!({"devices": {"requests": [{"name": "dev", "exactly": {
+                "deviceClassName": CLASS, "allocationMode": "ExactCount", "count": 1,
+                "selectors": [{"cel": {"expression":
+                    "device.attributes[\"fake.resource.3-shake.com\"].model == \"ULTRA_100\""}}]}}]}}),
+            "CEL selectors are not supported",
+        ),
+    ];
+    for (name, spec, expected) in refused {
+        let t: ResourceClaimTemplate = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"spec": spec},
+        }))
+        .unwrap();
+        templates
+            .create(&pp, &t)
+            .await
+            .unwrap_or_else(|e| panic!("create ResourceClaimTemplate {name}: {e}"));
+        let job_name = format!("with-{name}");
+        jobs.create(
+            &pp,
+            &job(&job_name, "fake", ("resourceClaimTemplateName", name)),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("create job {job_name}: {e}"));
+        let (reason, message) = pending(&wls, &jobs, &pods, &job_name).await;
+        assert!(
+            reason == "Inadmissible" && message.contains(expected),
+            "job {job_name} (template {name}): expected Inadmissible with '{expected}', got {reason}: {message}"
+        );
+        report.line(format!(
+            "template {name}: job {job_name} stays suspended, no pod: {reason}: {message}"
+        ));
+    }
 
     if let Ok(path) = std::env::var("FAKE_DRA_KUEUE_REPORT") {
         std::fs::write(&path, &report.0).unwrap_or_else(|e| panic!("{path}: {e}"));
