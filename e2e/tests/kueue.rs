@@ -560,10 +560,16 @@ async fn kueue_queues_jobs_by_fake_devices() {
             );
         }
     }
-    assert_eq!(
-        quota_in_use(&cqs, "fake-devices").await.unwrap(),
-        QUOTA.to_string()
-    );
+    // The ClusterQueue's status follows the admissions (its own reconcile, a moment later).
+    wait_until(
+        &format!("ClusterQueue fake-devices with {QUOTA} {RESOURCE} in use"),
+        PATIENCE,
+        async || match quota_in_use(&cqs, "fake-devices").await? {
+            used if used == QUOTA.to_string() => Ok(()),
+            used => Err(format!("{used} in use")),
+        },
+    )
+    .await;
     let (reason, message) = pending(&wls, &jobs, &pods, &waiting).await;
     assert!(
         message.contains(&format!(
