@@ -3,8 +3,9 @@
 # (hack/local-cluster.sh; docs/kueue.md). Builds what it needs: Kueue's manager
 # (hack/kube-build.sh kueue: sigs.k8s.io/kueue/cmd/kueue at the version
 # hack/kube/kueue/go.mod pins, cached in target/kube/kueue), its image made locally as ours
-# are (an OCI archive of the static binary, no engine, no registry: IMAGES_DIR/kueue.tar,
-# which hack/local-cluster.sh up loads), the Kubernetes components, our images and the
+# are (an OCI archive of the static binary, no engine, no registry: target/kueue/kueue.tar,
+# loaded with hack/local-cluster.sh load; not in IMAGES_DIR, so other clusters do not load
+# it at up), the Kubernetes components, our images and the
 # scenario test. Then it starts a fresh cluster (structured DRA, the newest release),
 # deploys fake-dra (hack/deploy.sh structured: 8 devices on the node) and Kueue in the
 # cluster: Kueue's own config/default (CRDs, RBAC, webhook configurations, Service,
@@ -66,11 +67,12 @@ chmod 1777 "$rootfs/tmp"
 cp "$kueue_bin" "$rootfs/manager"
 printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$rootfs/etc/passwd"
 printf 'root:x:0:\nnonroot:x:65532:\n' >"$rootfs/etc/group"
-"$KUBE_BIN/ociarchive" -rootfs "$rootfs" -name "$KUEUE_IMAGE" -o "$IMAGES_DIR/kueue.tar" \
+kueue_tar="$logs/kueue.tar"
+"$KUBE_BIN/ociarchive" -rootfs "$rootfs" -name "$KUEUE_IMAGE" -o "$kueue_tar" \
   -entrypoint /manager -user 65532:65532 >>"$logs/build.log" 2>&1 \
   || { show_output "$(tail -n 20 "$logs/build.log")" >&2; die "packing Kueue's image failed"; }
 rm -rf "$rootfs"
-image_size="$(du -h "$IMAGES_DIR/kueue.tar" | cut -f1)"
+image_size="$(du -h "$kueue_tar" | cut -f1)"
 cargo test -q ${cargo_flags[@]+"${cargo_flags[@]}"} -p fake-dra-e2e --test kueue --no-run 2>"$logs/cargo-test-build.log" \
   || { show_output "$(cat "$logs/cargo-test-build.log")" >&2; die "building e2e/tests/kueue.rs failed"; }
 built=$((SECONDS - t0))
@@ -158,6 +160,7 @@ t1=$SECONDS
 echo "== hack/local-cluster.sh up"
 "$ROOT/hack/local-cluster.sh" up >"$logs/up.log" 2>&1 \
   || { show_output "$(cat "$logs/up.log")" >&2; die "hack/local-cluster.sh up failed (log: $logs/up.log)"; }
+loaded="$("$ROOT/hack/local-cluster.sh" load "$kueue_tar" 2>&1)" || die "loading Kueue's image failed: $loaded"
 up=$((SECONDS - t1))
 node="$(kubectl get nodes -o jsonpath='{.items[0].metadata.name}')"
 
