@@ -560,6 +560,29 @@ async fn kueue_queues_jobs_by_fake_devices() {
             );
         }
     }
+    // Scheduled onto our slices: each pod's claim holds 4 devices of our driver.
+    for (n, (pod, _)) in &running {
+        let p = pods.get(pod).await.expect("get a running pod");
+        let claim = p
+            .status
+            .as_ref()
+            .and_then(|s| s.resource_claim_statuses.as_ref())
+            .and_then(|s| s.iter().find(|s| s.name == "dev"))
+            .and_then(|s| s.resource_claim_name.clone())
+            .unwrap_or_else(|| panic!("pod {pod} of {n} has no claim for its entry dev"));
+        let c = claims.get(&claim).await.expect("get the pod's claim");
+        let results = c
+            .status
+            .as_ref()
+            .and_then(|s| s.allocation.as_ref())
+            .and_then(|a| a.devices.as_ref())
+            .and_then(|d| d.results.clone())
+            .unwrap_or_default();
+        assert!(
+            results.len() == PER_JOB && results.iter().all(|r| r.driver == DRIVER),
+            "claim {claim} of pod {pod} ({n}) should hold {PER_JOB} devices of {DRIVER}: {results:?}"
+        );
+    }
     // The ClusterQueue's status follows the admissions (its own reconcile, a moment later).
     wait_until(
         &format!("ClusterQueue fake-devices with {QUOTA} {RESOURCE} in use"),
