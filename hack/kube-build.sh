@@ -14,7 +14,9 @@
 #   kind        kind (sigs.k8s.io/kind, for the hack/kind-*.sh scripts)
 #   kwok        kwok (sigs.k8s.io/kwok/cmd/kwok, the controller that plays the kubelet of
 #               fake nodes, for hack/kwok.sh)
-# kubeadm, coredns, kind and kwok are not in the default groups (the scripts that use them
+#   kueue       kueue (sigs.k8s.io/kueue/cmd/kueue, the job queueing manager, static, for
+#               hack/kueue.sh, which packs it into an image)
+# kubeadm, coredns, kind, kwok and kueue are not in the default groups (the scripts that use them
 # build them).
 # runc and the CNI plugins are Debian's (apt-get install runc containernetworking-plugins).
 # A group whose go.mod, go.sum, own .go files, flags and Go version are unchanged since its
@@ -39,7 +41,7 @@ while [[ $# -gt 0 ]]; do
   case "$1" in
     -h|--help) usage; exit 0 ;;
     --force) force=true; shift ;;
-    kubernetes|kubeadm|etcd|containerd|cri-tools|tools|coredns|kind|kwok) groups+=("$1"); shift ;;
+    kubernetes|kubeadm|etcd|containerd|cri-tools|tools|coredns|kind|kwok|kueue) groups+=("$1"); shift ;;
     *) die "unknown argument: $1 (try --help)" ;;
   esac
 done
@@ -181,6 +183,12 @@ for g in "${groups[@]}"; do
       build_group kind "$KUBE_MODULES/kind" kind -- -ldflags "-s -w" sigs.k8s.io/kind ;;
     kwok)
       build_group kwok "$KUBE_MODULES/kwok" kwok -- -ldflags "-s -w" sigs.k8s.io/kwok/cmd/kwok ;;
+    kueue)
+      # Static (it runs alone in an image, hack/kueue.sh); the version as Kueue's Makefile
+      # sets it (LD_FLAGS: sigs.k8s.io/kueue/pkg/version.GitVersion).
+      v="$(go_mod_version "$KUBE_MODULES/kueue" sigs.k8s.io/kueue)"
+      build_group kueue "$KUBE_MODULES/kueue" kueue CGO_ENABLED=0 -- \
+        -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$v" sigs.k8s.io/kueue/cmd/kueue ;;
     cri-tools)
       build_group cri-tools "$KUBE_MODULES/cri-tools" "crictl" -- \
         -ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$CRI_TOOLS_VERSION" \
