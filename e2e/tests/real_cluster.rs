@@ -341,5 +341,7 @@ macro_rules! emulator_as_recorded {
 
 emulator_as_recorded!(
     the_emulator_behaves_as_the_real_cluster_did_on_1_34 = 34,
+    the_emulator_behaves_as_the_real_cluster_did_on_1_35 = 35,
+    the_emulator_behaves_as_the_real_cluster_did_on_1_36 = 36,
     the_emulator_behaves_as_the_real_cluster_did_on_1_37 = 37,
 );
