@@ -301,3 +301,57 @@ async fn a_dead_plugins_slices_are_wiped_and_come_back_with_it() {
     );
     sim.shutdown().await;
 }
+
+/// Kubernetes 1.32 keeps one plugin per driver and wipes the driver's slices as soon as
+/// its registration socket goes (`DeRegisterPlugin`, no wiping delay; 1.33 added one): a
+/// plugin killed and restarted in place (its new socket replaces the stale one) publishes
+/// a new slice, where 1.33+ keep the old one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kubernetes_1_32_replaces_the_slices_of_a_plugin_restarted_in_place() {
+    for (version, replaced) in [((1, 32), true), ((1, 33), false)] {
+        let mut sim = start(SimConfig {
+            server_version: Some(version),
+            ..structured()
+        })
+        .await;
+        sim.apply(&Generation::Structured.example("4-count-4.yaml"))
+            .await
+            .unwrap();
+        assert_eq!(
+            devices(&env_of(&sim, "test4", "pod0", "ctr0").await).len(),
+            4
+        );
+        let node = node_of(&sim, "test4", "pod0").await;
+        // 1.32 and 1.33 serve only v1beta1.
+        let slices =
+            Api::<k8s_openapi::api::resource::v1beta1::ResourceSlice>::all(sim.client().unwrap());
+        let uids = || async {
+            slices
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter(|s| s.spec.node_name.as_deref() == Some(node.as_str()))
+                .filter_map(|s| s.metadata.uid)
+                .collect::<BTreeSet<String>>()
+        };
+        let old = uids().await;
+        assert_eq!(old.len(), 1, "{version:?}: one slice before the kill");
+        sim.kill_plugin(&node).await;
+        // Returns once the kubelet registered the new socket.
+        sim.start_plugin(&node).await.unwrap();
+        let now = eventually("one slice published after the restart", || async {
+            let now = uids().await;
+            // 1.32: the old slice is wiped, then published anew.
+            (now.len() == 1 && (!replaced || now != old)).then_some(now)
+        })
+        .await;
+        assert_eq!(
+            now != old,
+            replaced,
+            "{version:?}: slice uid before {old:?}, after {now:?}"
+        );
+        sim.shutdown().await;
+    }
+}

@@ -30,6 +30,8 @@
 //! fails when `FAKE_DRA_REQUIRE_KUEUE=1` (hack/kueue.sh sets it).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod external;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -40,8 +42,15 @@ use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimTemplate};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, LogParams, PostParams};
 use serde_json::{Value, json};
 
+use external::{Scenario, wait_until};
+
 const KUBECONFIG_ENV: &str = "FAKE_DRA_KUEUE_KUBECONFIG";
-const REQUIRE_ENV: &str = "FAKE_DRA_REQUIRE_KUEUE";
+const SCENARIO: Scenario = Scenario {
+    test: "kueue::kueue_queues_jobs_by_fake_devices",
+    what: "the Kueue scenario",
+    script: "hack/kueue.sh",
+    require_env: "FAKE_DRA_REQUIRE_KUEUE",
+};
 /// deploy/structured/deviceclass.yaml, which hack/deploy.sh applies.
 const CLASS: &str = "fake.3-shake.com";
 const DRIVER: &str = "fake.resource.3-shake.com";
@@ -58,41 +67,6 @@ const SMALL_QUOTA: usize = 2;
 /// Safety net for each wait (never an assertion on speed): a pod starts in seconds, Kueue
 /// admits within a second or two; two shared cores can be slow.
 const PATIENCE: Duration = Duration::from_secs(300);
-
-/// A SKIPPED line past the harness's capture, or a failure when the scenario is required.
-fn skip(why: &str) {
-    if std::env::var(REQUIRE_ENV).as_deref() == Ok("1") {
-        panic!("{REQUIRE_ENV}=1, but the Kueue scenario cannot run: {why}");
-    }
-    use std::io::Write;
-    let _ = writeln!(
-        std::io::stderr(),
-        "\n*** SKIPPED: kueue::kueue_queues_jobs_by_fake_devices: {why}. The Kueue scenario \
-         did NOT run: hack/kueue.sh runs it ({REQUIRE_ENV}=1 makes this a failure) ***\n"
-    );
-}
-
-/// Polls `check` every second until it returns `Ok`; past `limit`, fails with what the
-/// last try saw (its `Err`).
-async fn wait_until<T>(
-    what: &str,
-    limit: Duration,
-    mut check: impl AsyncFnMut() -> Result<T, String>,
-) -> T {
-    let deadline = Instant::now() + limit;
-    loop {
-        match check().await {
-            Ok(v) => return v,
-            Err(saw) if Instant::now() >= deadline => {
-                panic!(
-                    "gave up after {} s waiting for {what}; the last try saw: {saw}",
-                    limit.as_secs()
-                )
-            }
-            Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
-        }
-    }
-}
 
 struct Report(String);
 
@@ -420,7 +394,7 @@ async fn pending(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kueue_queues_jobs_by_fake_devices() {
     let Ok(kubeconfig) = std::env::var(KUBECONFIG_ENV) else {
-        return skip(&format!(
+        return SCENARIO.skip(&format!(
             "{KUBECONFIG_ENV} is not set (not driven by hack/kueue.sh)"
         ));
     };

@@ -25,6 +25,8 @@
 //! and passes, or fails when `FAKE_DRA_REQUIRE_KWOK=1` (hack/kwok.sh sets it).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod external;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
@@ -37,8 +39,15 @@ use kube::api::{Api, DeleteParams, ListParams, ObjectList, PostParams};
 use kube::runtime::watcher;
 use serde_json::json;
 
+use external::{Scenario, wait_until};
+
 const KUBECONFIG_ENV: &str = "FAKE_DRA_KWOK_KUBECONFIG";
-const REQUIRE_ENV: &str = "FAKE_DRA_REQUIRE_KWOK";
+const SCENARIO: Scenario = Scenario {
+    test: "kwok::kwok_nodes_with_fleet_slices",
+    what: "the kwok scenario",
+    script: "hack/kwok.sh",
+    require_env: "FAKE_DRA_REQUIRE_KWOK",
+};
 const DRIVER: &str = "fake.resource.3-shake.com";
 /// deploy/structured/deviceclass.yaml, which hack/kwok.sh applies.
 const CLASS: &str = "fake.3-shake.com";
@@ -60,41 +69,6 @@ fn env_usize(name: &str, default: usize) -> usize {
             .parse()
             .unwrap_or_else(|e| panic!("{name}={v}: not a count ({e})")),
         Err(_) => default,
-    }
-}
-
-/// A SKIPPED line past the harness's capture, or a failure when the scenario is required.
-fn skip(why: &str) {
-    if std::env::var(REQUIRE_ENV).as_deref() == Ok("1") {
-        panic!("{REQUIRE_ENV}=1, but the kwok scenario cannot run: {why}");
-    }
-    use std::io::Write;
-    let _ = writeln!(
-        std::io::stderr(),
-        "\n*** SKIPPED: kwok::kwok_nodes_with_fleet_slices: {why}. The kwok scenario did NOT \
-         run: hack/kwok.sh runs it ({REQUIRE_ENV}=1 makes this a failure) ***\n"
-    );
-}
-
-/// Polls `check` every second until it returns `Ok`; past `limit`, fails with what the
-/// last try saw (its `Err`).
-async fn wait_until<T>(
-    what: &str,
-    limit: Duration,
-    mut check: impl AsyncFnMut() -> Result<T, String>,
-) -> T {
-    let deadline = Instant::now() + limit;
-    loop {
-        match check().await {
-            Ok(v) => return v,
-            Err(saw) if Instant::now() >= deadline => {
-                panic!(
-                    "gave up after {} s waiting for {what}; the last try saw: {saw}",
-                    limit.as_secs()
-                )
-            }
-            Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
-        }
     }
 }
 
@@ -410,7 +384,7 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kwok_nodes_with_fleet_slices() {
     let Ok(kubeconfig) = std::env::var(KUBECONFIG_ENV) else {
-        return skip(&format!(
+        return SCENARIO.skip(&format!(
             "{KUBECONFIG_ENV} is not set (not driven by hack/kwok.sh)"
         ));
     };

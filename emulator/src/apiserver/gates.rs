@@ -222,7 +222,9 @@ fn slice(old: Option<&Value>, new: &mut Value, on: &impl Fn(Gate) -> bool) {
 /// `DropDisabledFields` of pkg/api/resourceclaimspec/util.go (1.35+; before, the claim
 /// and template strategies' own `dropDisabledFields`), on a claim's `spec` (or a
 /// template's `spec.spec`). Requests' `tolerations` are dropped from 1.35 only: 1.33 and
-/// 1.34 keep them with `DRADeviceTaints` off.
+/// 1.34 keep them with `DRADeviceTaints` off. 1.32's `v1beta1.DeviceRequest` has no
+/// `tolerations` (device taints came in 1.33), so its decoder drops them as an unknown
+/// field, as it drops `firstAvailable` (`DRAPrioritizedList` is off there too).
 fn claim_spec(old: Option<&Value>, new: Option<&mut Value>, server_version: (u32, u32)) {
     let on = |g: Gate| g.enabled(server_version);
     let Some(new) = new else { return };
@@ -244,7 +246,8 @@ fn claim_spec(old: Option<&Value>, new: Option<&mut Value>, server_version: (u32
             .is_some_and(|e| non_empty(e, "tolerations"))
             || subrequests(r).iter().any(|s| non_empty(s, "tolerations"))
     });
-    if !on(Gate::DeviceTaints) && server_version >= (1, 35) && !tolerations_in_use {
+    let release_drops_tolerations = !((1, 33)..(1, 35)).contains(&server_version);
+    if !on(Gate::DeviceTaints) && release_drops_tolerations && !tolerations_in_use {
         for r in items_mut(new, "/devices/requests") {
             if let Some(exactly) = r.get_mut("exactly") {
                 remove(exactly, &["tolerations"]);
@@ -424,6 +427,15 @@ mod tests {
                 .pointer("/spec/devices/requests/0/exactly/tolerations")
                 .is_none()
         );
+        let mut unknown_to_1_32 = tolerations.clone();
+        drop_disabled_fields(
+            "resource.k8s.io",
+            "resourceclaims",
+            None,
+            &mut unknown_to_1_32,
+            (1, 32),
+        );
+        assert_eq!(unknown_to_1_32, dropped, "1.32 has no request tolerations");
         let mut template = json!({"spec": {"spec": spec}});
         drop_disabled_fields(
             "resource.k8s.io",

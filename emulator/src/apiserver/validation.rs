@@ -85,7 +85,13 @@ pub fn validate_write(
         ("resource.k8s.io", "resourceclaims") => {
             resource_claim(old, new, structured, &mut causes);
             if structured {
-                structured_claim_spec(new.get("spec"), "spec", old.is_none(), &mut causes);
+                structured_claim_spec(
+                    new.get("spec"),
+                    "spec",
+                    old.is_none(),
+                    server_version,
+                    &mut causes,
+                );
                 let results = len_at(new, "/status/allocation/devices/results");
                 if results > ALLOCATION_RESULTS_MAX {
                     causes.push(FieldCause::too_many(
@@ -101,6 +107,7 @@ pub fn validate_write(
                 new.pointer("/spec/spec"),
                 "spec.spec",
                 old.is_none(),
+                server_version,
                 &mut causes,
             );
         }
@@ -113,6 +120,7 @@ pub fn validate_write(
                 new.pointer("/spec/config"),
                 "spec.config",
                 old.is_none(),
+                server_version,
                 &mut causes,
             );
             selectors(
@@ -393,8 +401,13 @@ fn structured_claim_spec(
     spec: Option<&Value>,
     path: &str,
     created: bool,
+    server_version: (u32, u32),
     causes: &mut Vec<FieldCause>,
 ) {
+    // 1.32's internal request has the exact fields on the request itself and no
+    // `firstAvailable` (`validateDeviceRequest` of 1.32.13: `requests[i].deviceClassName:
+    // Required value`); 1.33 moved them into `exactly`.
+    let exact_fields_nested = server_version >= (1, 33);
     let Some(spec) = spec else { return };
     if spec.get("resourceClassName").is_some() || spec.get("parametersRef").is_some() {
         causes.push(FieldCause::invalid(
@@ -436,11 +449,20 @@ fn structured_claim_spec(
             });
         }
         names.push(name);
+        let exact_at = if exact_fields_nested {
+            format!("{at}.exactly")
+        } else {
+            at.clone()
+        };
         let exact = request.get("exactly").filter(|v| !v.is_null());
         let first = request.get("firstAvailable").filter(|v| !v.is_null());
         let exact = match (exact, first) {
             (Some(e), None) => e,
             (None, Some(_)) => continue,
+            (None, None) if !exact_fields_nested => {
+                causes.push(FieldCause::required(format!("{at}.deviceClassName"), ""));
+                continue;
+            }
             _ => {
                 causes.push(FieldCause::required(
                     &at,
@@ -455,7 +477,7 @@ fn structured_claim_spec(
             .is_none_or(str::is_empty)
         {
             causes.push(FieldCause::required(
-                format!("{at}.exactly.deviceClassName"),
+                format!("{exact_at}.deviceClassName"),
                 "",
             ));
         }
@@ -464,7 +486,7 @@ fn structured_claim_spec(
                 let count = exact.get("count").and_then(Value::as_i64).unwrap_or(0);
                 if count <= 0 {
                     causes.push(FieldCause::invalid(
-                        format!("{at}.exactly.count"),
+                        format!("{exact_at}.count"),
                         exact.get("count").unwrap_or(&Value::Null),
                         "must be greater than zero",
                     ));
@@ -473,7 +495,7 @@ fn structured_claim_spec(
             Some("All") => {
                 if exact.get("count").is_some_and(|c| !c.is_null()) {
                     causes.push(FieldCause::invalid(
-                        format!("{at}.exactly.count"),
+                        format!("{exact_at}.count"),
                         exact.get("count").unwrap_or(&Value::Null),
                         "must not be specified when allocationMode is All",
                     ));
@@ -481,7 +503,7 @@ fn structured_claim_spec(
             }
             other => causes.push(FieldCause {
                 reason: "FieldValueNotSupported",
-                field: format!("{at}.exactly.allocationMode"),
+                field: format!("{exact_at}.allocationMode"),
                 message: format!(
                     "Unsupported value: {:?}: supported values: \"All\", \"ExactCount\"",
                     other.unwrap_or_default()
@@ -490,7 +512,7 @@ fn structured_claim_spec(
         }
         selectors(
             exact.get("selectors"),
-            &format!("{at}.exactly.selectors"),
+            &format!("{exact_at}.selectors"),
             causes,
         );
     }
@@ -498,6 +520,7 @@ fn structured_claim_spec(
         spec.pointer("/devices/config"),
         &format!("{path}.devices.config"),
         created,
+        server_version,
         causes,
     );
 }

@@ -16,7 +16,8 @@
 //!   them has taints or consumes counters
 //!   (`ResourceSliceMaxDevicesWithTaintsOrConsumesCounters`).
 //! - Opaque parameters (`validateRawExtension`): required, a JSON object, at most 10 KiB
-//!   on create (`OpaqueParametersMaxLength`); in claims, templates and DeviceClasses.
+//!   on create (`OpaqueParametersMaxLength`); in claims, templates and DeviceClasses. The
+//!   refusal of a non-object is worded differently up to 1.33.
 
 use serde_json::Value;
 
@@ -179,8 +180,16 @@ pub fn opaque_config(
     config: Option<&Value>,
     path: &str,
     created: bool,
+    server_version: (u32, u32),
     causes: &mut Vec<FieldCause>,
 ) {
+    // The wording lost its leading "parameters " in 1.34 (1.32.13 and 1.33.13 say
+    // "parameters must be a valid JSON object"; 1.34.4 on say "must be …").
+    let not_an_object = if server_version >= (1, 34) {
+        "must be a valid JSON object"
+    } else {
+        "parameters must be a valid JSON object"
+    };
     for (i, entry) in config
         .and_then(Value::as_array)
         .into_iter()
@@ -204,11 +213,7 @@ pub fn opaque_config(
                 })
             }
             Some(Value::Object(_)) => {}
-            Some(_) => causes.push(FieldCause::invalid(
-                field,
-                &omitted,
-                "must be a valid JSON object",
-            )),
+            Some(_) => causes.push(FieldCause::invalid(field, &omitted, not_an_object)),
         }
     }
 }
@@ -285,7 +290,13 @@ mod tests {
             {"opaque": {"driver": "d"}},
             {"opaque": {"driver": "d", "parameters": {"x": "y".repeat(OPAQUE_PARAMETERS_MAX)}}}
         ]);
-        opaque_config(Some(&config), "spec.devices.config", true, &mut causes);
+        opaque_config(
+            Some(&config),
+            "spec.devices.config",
+            true,
+            (1, 34),
+            &mut causes,
+        );
         let got: Vec<String> = causes
             .into_iter()
             .map(|c| format!("{}: {}", c.field, c.message))
@@ -297,6 +308,18 @@ mod tests {
                 "spec.devices.config[2].opaque.parameters: Required value",
                 "spec.devices.config[3].opaque.parameters: Too long: may not be more than 10240 bytes",
             ]
+        );
+        let mut causes = Vec::new();
+        opaque_config(
+            Some(&config),
+            "spec.devices.config",
+            true,
+            (1, 33),
+            &mut causes,
+        );
+        assert_eq!(
+            causes[0].message,
+            "Invalid value: \"<value omitted>\": parameters must be a valid JSON object"
         );
     }
 }

@@ -81,9 +81,20 @@ impl Release {
     }
 
     /// Plugins may run several instances per driver, an endpoint registered twice is
-    /// refused, and a driver's ResourceSlices are wiped when it leaves (1.32+).
+    /// refused, and a driver's ResourceSlices are wiped [`DEFAULT_WIPING_DELAY`] after it
+    /// left unless it comes back (1.33+, `plugins_store.go` and `wipingDelay` of
+    /// `registration.go`). Up to 1.32 the newest registration replaces the driver's plugin
+    /// and a socket's removal deregisters the driver by name (`pluginsStore.delete`).
     fn plugin_store(self) -> bool {
-        self.structured()
+        self.0 >= (1, 33)
+    }
+
+    /// 1.32's `DeRegisterPlugin` wipes the driver's ResourceSlices at once, whatever
+    /// registers next (`go h.wipeResourceSlices(pluginName)`, no delay, nothing cancels
+    /// it): a plugin restarted in place publishes new slices (seen on a real 1.32.13
+    /// kubelet: the slice's uid changes across a kill -9 of the plugin).
+    fn wipes_slices_at_deregistration(self) -> bool {
+        self.structured() && !self.plugin_store()
     }
 
     /// The kubelet watches each plugin's gRPC connection and wipes the slices of a driver

@@ -11,11 +11,12 @@
 //!   (new inode) registers again. Upstream learns of changes through inotify; this
 //!   kubelet rescans the directory every [`REGISTRY_SCAN`], which finds the same set.
 //! - 1.27–1.30 keep one plugin per driver, a new registration replacing the old
-//!   (`pluginsStore.add`). 1.32+ keep every instance and refuse an endpoint already
-//!   registered for the driver ("endpoint … already registered"), wipe the node's
-//!   ResourceSlices at startup, and wipe a driver's slices [`super::DEFAULT_WIPING_DELAY`]
-//!   after its last instance deregistered — or, 1.34+, after none of its instances is
-//!   connected (`sync`) — unless it comes back first.
+//!   (`pluginsStore.add`), and so does 1.32, which wipes the driver's ResourceSlices as
+//!   soon as its socket is removed. 1.33+ keep every instance and refuse an endpoint
+//!   already registered for the driver ("endpoint … already registered"), and wipe a
+//!   driver's slices [`super::DEFAULT_WIPING_DELAY`] after its last instance
+//!   deregistered — or, 1.34+, after none of its instances is connected (`sync`) —
+//!   unless it comes back first. 1.32+ wipe the node's ResourceSlices at startup.
 
 use std::collections::{BTreeSet, HashMap};
 use std::os::unix::fs::MetadataExt;
@@ -246,16 +247,30 @@ async fn add_plugin(
 
 /// `DeRegisterPlugin`: the registration socket is gone.
 async fn deregister(ctx: &Arc<NodeContext>, driver: &str, endpoint: &Path) {
-    {
+    let removed = {
         let mut plugins = ctx.plugins.write().await;
-        if let Some(instances) = plugins.get_mut(driver) {
-            instances.retain(|p| p.endpoint != endpoint);
-            if instances.is_empty() {
-                plugins.remove(driver);
+        if ctx.release.plugin_store() {
+            if let Some(instances) = plugins.get_mut(driver) {
+                instances.retain(|p| p.endpoint != endpoint);
+                if instances.is_empty() {
+                    plugins.remove(driver);
+                }
             }
+            false
+        } else {
+            // Up to 1.32 the store has one plugin per driver and forgets it by name,
+            // even when a newer registration replaced the instance whose socket is gone.
+            plugins.remove(driver).is_some()
         }
-    }
+    };
     tracing::info!(node = %ctx.node, %driver, endpoint = %endpoint.display(), "DRA plugin deregistered (socket removed)");
+    if removed && ctx.release.wipes_slices_at_deregistration() {
+        tokio::spawn(wipe_slices(
+            ctx.clone(),
+            Some(driver.to_string()),
+            Duration::ZERO,
+        ));
+    }
     sync(ctx, driver).await;
 }
 
