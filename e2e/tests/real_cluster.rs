@@ -340,6 +340,8 @@ macro_rules! emulator_as_recorded {
 }
 
 emulator_as_recorded!(
+    the_emulator_behaves_as_the_real_cluster_did_on_1_32 = 32,
+    the_emulator_behaves_as_the_real_cluster_did_on_1_33 = 33,
     the_emulator_behaves_as_the_real_cluster_did_on_1_34 = 34,
     the_emulator_behaves_as_the_real_cluster_did_on_1_35 = 35,
     the_emulator_behaves_as_the_real_cluster_did_on_1_36 = 36,
