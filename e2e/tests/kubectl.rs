@@ -727,9 +727,16 @@ async fn which_devices_each_pod_holds() {
         .await
         .unwrap();
     let columns = "custom-columns=NAMESPACE:.metadata.namespace,CLAIM:.metadata.name,POD:.status.reservedFor[*].name,NODE:.status.allocation.nodeSelector.nodeSelectorTerms[*].matchFields[*].values[*],DEVICES:.status.allocation.devices.results[*].device";
+    // The claim's name starts with its pod's ("pod0-fake-…"), so wait on the POD column:
+    // the claim exists before the scheduler reserves it for the pod.
     let table = eventually("the claim allocated and reserved", || async {
         let (table, _) = kubectl.ok(&["get", "resourceclaims", "-A", "-o", columns]);
-        table.contains("pod0").then_some(table)
+        let reserved = table
+            .lines()
+            .nth(1)
+            .and_then(|row| row.split_whitespace().nth(2))
+            == Some("pod0");
+        reserved.then_some(table)
     })
     .await;
     assert_eq!(
