@@ -13,8 +13,9 @@ case "${1:-}" in
   "") args=(--check) ;;
   *) echo "unknown argument: $1 (try --help)" >&2; exit 2 ;;
 esac
-cargo build -q -p fake-dra-api --bin crdgen
-crdgen="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')/debug/crdgen"
+source hack/lib.sh
+# crdgen as `cargo test --workspace` builds it (after that command, nothing to build).
+crdgen="$(workspace_artifact api crdgen)"
 status=0
 for d in "${dirs[@]}"; do
   "$crdgen" "${args[@]}" --out-dir "$d" || status=1

@@ -18,6 +18,7 @@
 #   --no-lock  the caller holds /tmp/fake-dra-cluster.lock already
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
+source "$ROOT/hack/ci-lib.sh"
 profile=dev
 keep=false
 lock=true
@@ -33,19 +34,15 @@ done
 [[ "$(id -u)" == 0 ]] || die "must run as root"
 H="$ROOT/hack"
 t0=$SECONDS
-stage() { echo "== $1: $((SECONDS - t_stage)) s"; t_stage=$SECONDS; }
+# stage <name>: the time since the last stage; a sub-row of .ci/run's "kind" row.
+stage() {
+  echo "== $1: $((SECONDS - t_stage)) s"
+  [[ -z "${FAKE_DRA_CI_TABLE:-}" ]] || ci_row "  $1" "$((SECONDS - t_stage))" - passed
+  t_stage=$SECONDS
+}
 t_stage=$SECONDS
 
-missing=()
-for pkg in podman runc debootstrap iptables jq; do
-  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
-done
-if [[ ${#missing[@]} -gt 0 ]]; then
-  echo "installing: ${missing[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null \
-    || die "apt-get install ${missing[*]} failed"
-fi
+ci_apt_install podman runc debootstrap iptables jq
 stage "kind: packages"
 
 "$H/kind-node-image.sh"

@@ -1,35 +1,33 @@
 #!/usr/bin/env bash
-# CI step "real Kubernetes": installs the Debian packages the local cluster needs, builds
-# the components from the Go module proxy (cached: hack/kube-build.sh; .ci/run starts
-# these builds in the background first, and this step waits for them), builds our images
-# from the dev-profile binaries that `cargo test --workspace` already left in target/debug
-# (built here if they are missing), runs hack/real-k8s-demo.sh (a fresh one-node cluster,
-# the structured overlay, the seed demo, teardown) on the newest release and the classic
-# seed demo on Kubernetes 1.30, hack/example-fpga.sh demo (the example driver on its own
-# fresh cluster: a pod sees /dev/fpga0), then the real-cluster e2e suite on the newest
-# release (e2e/tests/real_cluster.rs, FAKE_DRA_REQUIRE_REAL_K8S=1: its own cluster,
-# compared with its recorded protocol, teardown), then the Helm chart on a fresh cluster
-# (hack/helm-real-k8s.sh: install, seed demo, uninstall), then the chaos soak at its CI
-# size (hack/soak.sh --ci, docs/soak.md: its own cluster, faults of every kind, teardown).
-# The whole version matrix
-# (hack/real-matrix.sh: every release line of hack/kube/, the suite on each structured one)
-# runs instead of the suite on demand (--matrix always). It does not fit in CI's hour on a
-# fresh machine (nine release builds, a suite of about 20 minutes per structured release),
-# so by default (--matrix auto) this step only says loudly when the files of
-# hack/kube/matrix-inputs changed since the matrix was last recorded
-# (e2e/tests/real/observed/inputs.sha256). Prints the time of each stage. Needs root.
-# Run it after `cargo test --workspace`: it packs the binaries that left in target/debug
-# (a separate `cargo build -p ... --bin ...` would recompile for 3.5 minutes, because the
-# features unify differently without the test targets).
+# CI's real-Kubernetes steps, each a row of the CI table (hack/ci-lib.sh): installs the
+# Debian packages the local cluster needs; waits for (or builds) the components from the Go
+# module proxy (hack/kube-build.sh; .ci/run builds them in the background); packs our
+# images from the dev-profile binaries `cargo test --workspace` left in target/debug
+# (built here if missing); then, each on its own fresh one-node cluster, on the newest
+# release: the seed demo (hack/real-k8s-demo.sh), the real-cluster e2e suite
+# (e2e/tests/it/real_cluster.rs, FAKE_DRA_REQUIRE_REAL_K8S=1, compared with its recorded
+# protocol), the Helm chart (hack/helm-real-k8s.sh: install, seed demo, uninstall), the
+# chaos soak at its CI size (hack/soak.sh --ci, docs/soak.md), the out-of-tree example
+# driver (hack/example-fpga.sh demo: a pod sees /dev/fpga0); last, the classic seed demo
+# on Kubernetes 1.30 (built in the background meanwhile). The steps on a cluster are
+# retried once on failure, and the table says so.
+# The whole version matrix (hack/real-matrix.sh: every release line of hack/kube/, the
+# suite on each structured one) runs instead of the suite on demand (--matrix always). It
+# does not fit in CI's budget (nine release builds, a suite of about 20 minutes per
+# structured release), so by default (--matrix auto) this only says loudly when the files
+# of hack/kube/matrix-inputs changed since the matrix was last recorded
+# (e2e/tests/it/real/observed/inputs.sha256). Needs root. Run it after
+# `cargo test --workspace`: it packs the binaries that left in target/debug (a separate
+# `cargo build -p ... --bin ...` would recompile, because the features unify differently
+# without the test targets).
 # Usage: hack/ci-real-k8s.sh [--cargo-profile dev|release] [--no-suite] [--no-soak] [--matrix auto|always|never]
 #   --no-suite  the demos only (not the e2e suite, not the matrix, not the soak)
 #   --no-soak   not the chaos soak
 #   --matrix    auto (default): the newest release's suite, and a note when the matrix's inputs
 #               changed since it was recorded; always: the whole matrix; never: no note
 # Env: FAKE_DRA_CI_MATRIX (as --matrix)
-# Cold (empty Go caches) the Go builds take about 18.5 minutes on 2 cores for 1.37 and
-# about 8 more for 1.30; warm, the demos take about a minute each and the suite about 5
-# minutes; the whole matrix, warm, see docs/real-kubernetes.md#the-version-matrix.
+# Times of each step, cold and warm: docs/ci.md; the whole matrix, warm:
+# docs/real-kubernetes.md#the-version-matrix.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ROOT/hack/kube/lib.sh"
@@ -49,50 +47,27 @@ while [[ $# -gt 0 ]]; do
 done
 case "$matrix" in auto|always|never) ;; *) die "--matrix: auto, always or never, not '$matrix'" ;; esac
 [[ "$(id -u)" == 0 ]] || die "must run as root"
-t0=$SECONDS
-missing=()
-for pkg in runc containernetworking-plugins iptables busybox-static openssl iproute2 binutils util-linux; do
-  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
-done
-if [[ ${#missing[@]} -gt 0 ]]; then
-  echo "installing: ${missing[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null \
-    || die "apt-get install ${missing[*]} failed"
-fi
-echo "== packages: $((SECONDS - t0)) s"
+source "$ROOT/hack/ci-lib.sh"
+ci_table_init
+$CI_TABLE_OWNER && trap ci_table_print EXIT
+# What a real-cluster step reads: everything but the prose.
+real_inputs=(--inputs . ':!docs' ':!*.md')
 
-t1=$SECONDS
-"$ROOT/hack/kube-build.sh"
-echo "== kube-build: $((SECONDS - t1)) s"
-t1=$SECONDS
-KUBE_MODULE=kubernetes-1.30 "$ROOT/hack/kube-build.sh"
-echo "== kube-build 1.30 (classic): $((SECONDS - t1)) s"
+ci_step "real: packages" -- ci_apt_install runc containernetworking-plugins iptables busybox-static \
+  openssl iproute2 binutils util-linux
+# Built by .ci/run's background build (this waits for it) or here.
+ci_step "real: Kubernetes 1.37 built" --go -- "$ROOT/hack/kube-build.sh"
 
-t1=$SECONDS
 dir=release; [[ "$profile" == release ]] || dir=debug
 skip=()
 if [[ -x "$ROOT/target/$dir/fake-dra-controller" && -x "$ROOT/target/$dir/fake-dra-kubelet-plugin" ]]; then
   skip=(--skip-cargo)
 fi
-"$ROOT/hack/build-image-local.sh" --cargo-profile "$profile" "${skip[@]}"
-echo "== images: $((SECONDS - t1)) s"
-
-t1=$SECONDS
-"$ROOT/hack/real-k8s-demo.sh" --skip-build
-echo "== real-k8s demo: $((SECONDS - t1)) s"
-t1=$SECONDS
-KUBE_MODULE=kubernetes-1.30 "$ROOT/hack/real-k8s-demo.sh" --skip-build
-echo "== real-k8s demo, classic 1.30: $((SECONDS - t1)) s"
-
-# The out-of-tree example driver (examples/fpga-driver) on its own fresh cluster: a pod
-# sees /dev/fpga0 and its env.
-t1=$SECONDS
-"$ROOT/hack/example-fpga.sh" demo
-echo "== fpga example driver demo: $((SECONDS - t1)) s"
+ci_step "real: images" -- "$ROOT/hack/build-image-local.sh" --cargo-profile "$profile" "${skip[@]}"
+ci_step "real: seed demo 1.37" --retry-once "${real_inputs[@]}" -- "$ROOT/hack/real-k8s-demo.sh" --skip-build
 
 if $suite && [[ "$matrix" == auto ]]; then
-  recorded="$(cat "$ROOT/e2e/tests/real/observed/inputs.sha256" 2>/dev/null || true)"
+  recorded="$(cat "$ROOT/e2e/tests/it/real/observed/inputs.sha256" 2>/dev/null || true)"
   current="$(matrix_inputs_sha256)"
   if [[ "$recorded" != "$current" ]]; then
     echo "== NOTE: the version matrix's inputs (hack/kube/matrix-inputs) changed since it was"
@@ -101,42 +76,37 @@ if $suite && [[ "$matrix" == auto ]]; then
     echo "   with --matrix always) and commit what it writes."
   fi
 fi
+# real_suite: the test executable `cargo test --workspace` just built (e2e_test_exe: the
+# same selection, so nothing recompiles), run as cargo runs it (from the package's
+# directory). The suite packs the binaries next to its executable (target/debug).
+real_suite() {
+  local exe
+  exe="$(e2e_test_exe)"
+  (cd "$ROOT/e2e" && FAKE_DRA_REQUIRE_REAL_K8S=1 "$exe" --exact real_cluster::scenarios_on_the_real_cluster)
+}
 if $suite && [[ "$matrix" == always ]]; then
-  t1=$SECONDS
   # Every release line, the newest one's suite included; the binaries are built above or
   # by hack/kube-build.sh in there.
-  "$ROOT/hack/real-matrix.sh"
-  echo "== version matrix: $((SECONDS - t1)) s"
+  ci_step "real: version matrix" -- "$ROOT/hack/real-matrix.sh"
 elif $suite; then
-  # The test executable `cargo test --workspace` just built, run as cargo runs it (from
-  # the package's directory): any `cargo test --test real_cluster` selects fewer packages,
-  # unifies features differently and recompiles part of the tree (about 2 minutes here).
-  # The suite packs the binaries that sit next to its executable (target/debug) into its
-  # images.
-  t1=$SECONDS
-  target="${CARGO_TARGET_DIR:-$ROOT/target}"
-  # The newest, if an older build left another one.
-  exes="$(find "$target/debug/deps" -maxdepth 1 -type f -executable -name 'real_cluster-*' -printf '%T@ %p\n' | sort -rn)"
-  exe="${exes%%$'\n'*}"
-  exe="${exe#* }"
-  if [[ -n "$exe" ]]; then
-    (cd "$ROOT/e2e" && FAKE_DRA_REQUIRE_REAL_K8S=1 "$exe" scenarios_on_the_real_cluster)
-  else
-    (cd "$ROOT" && FAKE_DRA_REQUIRE_REAL_K8S=1 cargo test --locked --workspace --test real_cluster -- scenarios_on_the_real_cluster)
-  fi
-  echo "== real-cluster e2e suite: $((SECONDS - t1)) s"
+  ci_step "real: e2e suite 1.37" --retry-once "${real_inputs[@]}" -- real_suite
 fi
 
 # The Helm chart on a fresh cluster: install, the seed demo, uninstall leaves nothing.
-t1=$SECONDS
-"$ROOT/hack/helm-real-k8s.sh"
-echo "== helm on the real cluster: $((SECONDS - t1)) s"
+ci_step "real: Helm chart" --retry-once "${real_inputs[@]}" -- "$ROOT/hack/helm-real-k8s.sh"
 
 if $soak; then
-  # The soak test executable of the same `cargo test --workspace` (hack/soak.sh finds it);
-  # its report also goes to target/soak/report.txt.
-  t1=$SECONDS
-  "$ROOT/hack/soak.sh" --ci
-  echo "== chaos soak (hack/soak.sh --ci): $((SECONDS - t1)) s"
+  # The soak test of the same executable (hack/soak.sh finds it); its report also goes to
+  # target/soak/report.txt.
+  ci_step "real: chaos soak" --retry-once "${real_inputs[@]}" -- "$ROOT/hack/soak.sh" --ci
 fi
-echo "== ci-real-k8s: $((SECONDS - t0)) s"
+
+# The out-of-tree example driver (examples/fpga-driver) on its own fresh cluster: a pod
+# sees /dev/fpga0 and its env.
+ci_step "real: fpga example demo" --retry-once "${real_inputs[@]}" -- "$ROOT/hack/example-fpga.sh" demo
+
+# Classic DRA last: its Kubernetes (1.30) builds in .ci/run's background while the steps
+# above run.
+ci_step "real: Kubernetes 1.30 built" --go -- env KUBE_MODULE=kubernetes-1.30 "$ROOT/hack/kube-build.sh"
+ci_step "real: seed demo 1.30 (classic)" --retry-once "${real_inputs[@]}" \
+  -- env KUBE_MODULE=kubernetes-1.30 "$ROOT/hack/real-k8s-demo.sh" --skip-build

@@ -4,8 +4,9 @@
 #   lock  checks examples/fpga-driver/Cargo.lock still agrees with the workspace crates the
 #         example uses by path (a dependency added to one of them changes it); fast, so CI
 #         runs it before the long steps
-#   test  lock, fmt check, clippy and unit tests, with CARGO_TARGET_DIR at the main target/ so
-#         the dependencies the workspace built are used where their features agree
+#   test  lock, fmt check, clippy's lints and the unit tests in one build (hack/lib.sh
+#         clippy_build_env), with CARGO_TARGET_DIR at the main target/ so the dependencies
+#         the workspace built are used where their features agree
 #   demo  on a fresh one-node cluster of hack/local-cluster.sh (root): the driver's image
 #         (built here without an engine, as hack/build-image-local.sh builds ours), its
 #         DaemonSet, a pod with the node's two cards; prints the pod's log (`ls -l /dev/fpga*` and
@@ -34,7 +35,10 @@ case "$cmd" in
     check_lock
     cd "$example"
     cargo fmt -- --check
-    cargo clippy --locked --all-targets -- -D warnings
+    # Clippy's lints (-D warnings) in the same build as the tests (clippy_build_env): the
+    # dependencies compile once.
+    clippy_build_env
+    cargo test --locked --all-targets --no-run
     cargo test --locked
     exit 0
     ;;

@@ -3,7 +3,7 @@
 # Go module proxy into target/helm/<version>/helm, unless it is already there (a stamp of
 # go.mod, go.sum, the flags and the Go version; a second run does nothing), and prints its
 # path on the last line of stdout (progress and timings go to stderr). The deploy checks
-# (hack/ci-deploy-checks.sh) and e2e/tests/deploy.rs use it; so can you:
+# (hack/ci-deploy-checks.sh) and e2e/tests/it/deploy.rs use it; so can you:
 #   "$(hack/helm.sh)" template fake-dra deploy/helm/fake-dra
 # Usage: hack/helm.sh [--force]   --force rebuilds even if the stamp matches
 # Env: HELM_OUT (default target/helm/<version>), GOFLAGS, GOCACHE, GOMODCACHE as for go.
@@ -25,6 +25,11 @@ version="$(awk '$1 == "helm.sh/helm/v4" { print $2; exit }' "$module/go.mod")"
 [[ -n "$version" ]] || die "$module/go.mod does not require helm.sh/helm/v4"
 out="${HELM_OUT:-$ROOT/target/helm/$version}"
 ldflags="-s -w -X helm.sh/helm/v4/internal/version.version=$version"
+# Concurrent runs (.ci/run's background build and a test) take turns; the second finds
+# the stamp up to date.
+mkdir -p "$out"
+exec {lock}>"$out/.lock"
+flock "$lock"
 key="$(cat "$module/go.mod" "$module/go.sum" | sha256sum | cut -d' ' -f1) $(go version) CGO_ENABLED=0 $ldflags"
 if ! $force && [[ -x "$out/helm" && -f "$out/.stamp" && "$(cat "$out/.stamp")" == "$key" ]]; then
   echo "$out/helm"

@@ -24,7 +24,7 @@
 # group built alike for another release (etcd, containerd, crictl, tools) is hard-linked
 # from there. Go builds run at the lowest CPU priority (nice 19), so a build never slows
 # the machine's other work (.ci/run starts them in the background while cargo works);
-# concurrent runs take turns (flock on target/kube/.build-lock). Prints timings, and while
+# concurrent runs take turns per group (flock on target/kube/<version>/bin/.lock-<group>). Prints timings, and while
 # a group builds (13+ minutes cold for kubernetes) its progress every 30 s: the elapsed
 # time, the packages compiled so far of the most there are to build, the latest.
 # Usage: hack/kube-build.sh [--force] [GROUP...]   (default: all groups)
@@ -48,16 +48,6 @@ done
 [[ ${#groups[@]} -gt 0 ]] || groups=(tools kubernetes etcd containerd cri-tools)
 need go "Go 1.26 (https://go.dev/doc/install)"
 mkdir -p "$KUBE_BIN"
-# One build at a time per target/kube: a second run (CI's, while .ci/run's background
-# build still runs) waits here, then finds the stamps up to date.
-exec {build_lock}>"$ROOT/target/kube/.build-lock"
-if ! flock -n "$build_lock"; then
-  echo "== waiting for another hack/kube-build.sh (target/kube/.build-lock)"
-  t_wait=$SECONDS
-  flock "$build_lock"
-  echo "== waited $((SECONDS - t_wait)) s"
-fi
-
 PROGRESS_EVERY="${PROGRESS_EVERY:-30}"
 
 # with_progress <label> <total or ""> <output file> <command...>: runs the command with its
@@ -90,13 +80,31 @@ with_progress() {
 in_dir() { (cd "$1" && shift && "$@"); }
 
 # build_group <name> <module dir> <binaries> <env...> -- <go build arguments...>
-# Skips the group when its stamp matches and every binary exists.
+# Skips the group when its stamp matches and every binary exists. One build of a group at a
+# time per release directory: a second run (a CI step, while .ci/run's background build
+# builds that group) waits for it, then finds the stamp up to date; groups already built
+# never wait for another group's build.
 build_group() {
+  local lock_fd t_wait
+  exec {lock_fd}>"$KUBE_BIN/.lock-$1"
+  if ! flock -n "$lock_fd"; then
+    echo "== $1: waiting for another hack/kube-build.sh building it ($KUBE_BIN/.lock-$1)"
+    t_wait=$SECONDS
+    flock "$lock_fd"
+    echo "== $1: waited $((SECONDS - t_wait)) s"
+  fi
+  build_group_unlocked "$@"
+  exec {lock_fd}>&-
+}
+
+build_group_unlocked() {
   local name="$1" dir="$2" bins="$3"; shift 3
   local envs=()
   while [[ "$1" != -- ]]; do envs+=("$1"); shift; done
   shift
-  local stamp key b missing=false t0 t1 t2
+  local stamp key b missing=false t0 t1 t2 label="$name"
+  # kubernetes and kubeadm differ per release; the others are shared.
+  [[ "$name" != kubernetes && "$name" != kubeadm ]] || label="$name $KUBE_VERSION"
   stamp="$KUBE_BIN/.stamp-$name"
   local srcs gofiles
   mapfile -t gofiles < <(find "$dir" -name '*.go' | sort)
@@ -104,7 +112,7 @@ build_group() {
   key="$(cat "${srcs[@]}" 2>/dev/null | sha256sum | cut -d' ' -f1) $(go version) ${envs[*]} $*"
   for b in $bins; do [[ -x "$KUBE_BIN/$b" ]] || missing=true; done
   if ! $force && ! $missing && [[ -f "$stamp" && "$(cat "$stamp")" == "$key" ]]; then
-    echo "== $name: up to date ($bins)"
+    echo "== $label: up to date ($bins)"
     return
   fi
   # etcd, containerd, crictl and the tools are the same for every Kubernetes release: the
@@ -119,11 +127,11 @@ build_group() {
       # Hard links: the same file for every release (a copy across file systems).
       for b in $bins; do ln -f "$(dirname "$other")/$b" "$KUBE_BIN/$b" 2>/dev/null || cp -f "$(dirname "$other")/$b" "$KUBE_BIN/$b"; done
       echo "$key" >"$stamp"
-      echo "== $name: copied from $(dirname "$other") (same go.mod, flags and Go)"
+      echo "== $label: copied from $(dirname "$other") (same go.mod, flags and Go)"
       return
     done
   fi
-  echo "== $name: building $bins"
+  echo "== $label: building $bins"
   t0=$SECONDS
   local out total
   out="$(mktemp)"
@@ -140,7 +148,7 @@ build_group() {
   rm -f "$out"
   t2=$SECONDS
   echo "$key" >"$stamp"
-  echo "== $name: modules $((t1 - t0)) s, build $((t2 - t1)) s"
+  echo "== $label: modules $((t1 - t0)) s, build $((t2 - t1)) s"
 }
 
 total0=$SECONDS

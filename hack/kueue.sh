@@ -13,7 +13,7 @@
 # in the Go module cache (nothing of Kueue's is copied into this repository), with our
 # Configuration (hack/kueue/controller_manager_config.yaml: the DynamicResourceAllocation
 # gate, DeviceClass fake.3-shake.com mapped to the quota resource fake.3-shake.com/devices)
-# and image (hack/kueue/manager-patch.yaml). Runs the scenario e2e/tests/kueue.rs (a
+# and image (hack/kueue/manager-patch.yaml). Runs the scenario e2e/tests/it/kueue.rs (a
 # ClusterQueue of 8 devices, three Jobs of 4: two admitted and running, the third waits
 # and runs when one finishes; a quota smaller than one request; a direct ResourceClaim),
 # tears the cluster down, also on failure, and prints a short report. Needs root (the
@@ -73,8 +73,8 @@ kueue_tar="$logs/kueue.tar"
   || { show_output "$(tail -n 20 "$logs/build.log")" >&2; die "packing Kueue's image failed"; }
 rm -rf "$rootfs"
 image_size="$(du -h "$kueue_tar" | cut -f1)"
-cargo test -q ${cargo_flags[@]+"${cargo_flags[@]}"} -p fake-dra-e2e --test kueue --no-run 2>"$logs/cargo-test-build.log" \
-  || { show_output "$(cat "$logs/cargo-test-build.log")" >&2; die "building e2e/tests/kueue.rs failed"; }
+cargo test -q ${cargo_flags[@]+"${cargo_flags[@]}"} -p fake-dra-e2e --test it --no-run 2>"$logs/cargo-test-build.log" \
+  || { show_output "$(cat "$logs/cargo-test-build.log")" >&2; die "building e2e/tests/it/kueue.rs failed"; }
 built=$((SECONDS - t0))
 
 # Kueue's manifests: its config/default from the module cache (kustomize takes a relative
@@ -198,13 +198,13 @@ wait_for "Kueue's webhook to answer the API server" 180 webhook_answers \
   || die "Kueue's webhook does not answer (its log: kubectl -n kueue-system logs deployment/kueue-controller-manager)"
 kueue_up=$((SECONDS - t1))
 
-echo "== e2e/tests/kueue.rs"
+echo "== e2e/tests/it/kueue.rs"
 t2=$SECONDS
 report="$logs/report.txt"
 rm -f "$report"
 FAKE_DRA_KUEUE_KUBECONFIG="$KUBECONFIG" FAKE_DRA_REQUIRE_KUEUE=1 FAKE_DRA_KUEUE_REPORT="$report" \
   FAKE_DRA_KUEUE_KUBECTL="$KUBE_BIN/kubectl" \
-  cargo test -q ${cargo_flags[@]+"${cargo_flags[@]}"} -p fake-dra-e2e --test kueue -- --nocapture 2>&1 \
+  cargo test -q ${cargo_flags[@]+"${cargo_flags[@]}"} -p fake-dra-e2e --test it -- kueue:: --nocapture 2>&1 \
   | tee "$logs/scenario.log"
 scenario=$((SECONDS - t2))
 [[ -f "$report" ]] || die "the scenario wrote no report ($report); its output: $logs/scenario.log"

@@ -7,7 +7,7 @@
 #   kwok   --config hack/kwok-stages.yaml --manage-nodes-with-annotation-selector
 #          kwok.x-k8s.io/node=fake (nodes Ready, their pods Running, deletions completed)
 #   fake-dra-kubelet-plugin fleet --node-selector type=kwok (one pool per kwok node)
-# then the scenario e2e/tests/kwok.rs: it creates the N nodes (annotated
+# then the scenario e2e/tests/it/kwok.rs: it creates the N nodes (annotated
 # kwok.x-k8s.io/node=fake for kwok, labelled type=kwok for the fleet and the pods' node
 # selector, tainted kwok.x-k8s.io/node=fake:NoSchedule so only pods that tolerate it land
 # where no container runs), M pods with claims of 1 and 2 devices, deletes some nodes
@@ -77,8 +77,8 @@ fi
 export IMAGES_DIR
 cargo build -q ${cargo_flags[@]+"${cargo_flags[@]}"} -p fake-dra-kubelet-plugin --bin fake-dra-kubelet-plugin
 plugin="$target/$out/fake-dra-kubelet-plugin"
-cargo test -q ${cargo_flags[@]+"${cargo_flags[@]}"} -p fake-dra-e2e --test kwok --no-run 2>"$logs/cargo-test-build.log" \
-  || { show_output "$(cat "$logs/cargo-test-build.log")" >&2; die "building e2e/tests/kwok.rs failed"; }
+cargo test -q ${cargo_flags[@]+"${cargo_flags[@]}"} -p fake-dra-e2e --test it --no-run 2>"$logs/cargo-test-build.log" \
+  || { show_output "$(cat "$logs/cargo-test-build.log")" >&2; die "building e2e/tests/it/kwok.rs failed"; }
 built=$((SECONDS - t0))
 
 status="$("$ROOT/hack/local-cluster.sh" status 2>&1)" || die "hack/local-cluster.sh status failed: $status"
@@ -159,13 +159,13 @@ fleet_healthy() {
 wait_for "kwok watching its nodes" 60 kwok_watching
 wait_for "the fleet's /healthz" 60 fleet_healthy
 
-echo "== e2e/tests/kwok.rs: $nodes nodes, $pods pods, $delete_nodes nodes deleted under their pods, $devices devices a node"
+echo "== e2e/tests/it/kwok.rs: $nodes nodes, $pods pods, $delete_nodes nodes deleted under their pods, $devices devices a node"
 t2=$SECONDS
 report="$logs/report.txt"
 rm -f "$report"
 FAKE_DRA_KWOK_KUBECONFIG="$kubeconfig" FAKE_DRA_REQUIRE_KWOK=1 FAKE_DRA_KWOK_NODES="$nodes" \
   FAKE_DRA_KWOK_PODS="$pods" FAKE_DRA_KWOK_DELETE_NODES="$delete_nodes" FAKE_DRA_KWOK_REPORT="$report" \
-  cargo test -q ${cargo_flags[@]+"${cargo_flags[@]}"} -p fake-dra-e2e --test kwok -- --nocapture 2>&1 \
+  cargo test -q ${cargo_flags[@]+"${cargo_flags[@]}"} -p fake-dra-e2e --test it -- kwok:: --nocapture 2>&1 \
   | tee "$logs/scenario.log"
 scenario=$((SECONDS - t2))
 [[ -f "$report" ]] || die "the scenario wrote no report ($report); its output: $logs/scenario.log"

@@ -228,6 +228,61 @@ structured_manifest() {
   esac
 }
 
+# workspace_artifact <package dir> <target>: the path of that executable target (a binary,
+# or a test: `it`, the one integration-test binary of each crate) exactly as
+# `cargo test --workspace` builds it. The same selection as the README's test command, so
+# nothing recompiles when that command ran last (any -p or --test would unify features
+# differently and rebuild part of the tree); builds it when missing. Cargo's build messages
+# go to stderr, the path to stdout.
+workspace_artifact() {
+  local dir="$1" name="$2" json exe
+  json="$(cd "$ROOT" && cargo test --locked --workspace --no-run --message-format=json-render-diagnostics)" \
+    || die "cargo test --workspace --no-run failed (its messages above)"
+  exe="$(python3 -c '
+import json, sys
+want_dir, want_name = sys.argv[1], sys.argv[2]
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == want_name \
+            and m["manifest_path"].endswith("/" + want_dir + "/Cargo.toml") and m.get("executable"):
+        print(m["executable"])
+        break
+' "$dir" "$name" <<<"$json")"
+  [[ -n "$exe" && -x "$exe" ]] || die "cargo test --workspace --no-run named no executable $name of $dir/ (saw: ${exe:-nothing})"
+  echo "$exe"
+}
+
+# e2e_test_exe: fake-dra-e2e's integration tests (e2e/tests/it; pick a suite with a filter:
+# real_cluster::, soak::), as workspace_artifact.
+e2e_test_exe() { workspace_artifact e2e it; }
+
+# clippy_build_env: makes every later cargo build of this shell also run clippy's lints on
+# the workspace's own crates, with -D warnings, as `cargo clippy --all-targets -- -D warnings`
+# does: clippy-driver is rustc with clippy's lints added, so it compiles and lints in one
+# pass, and the dependencies compile once, not once to check and once to build (cargo
+# clippy is `cargo check` with clippy-driver as the workspace's rustc wrapper, and cargo
+# passes it the lint flags in CLIPPY_ARGS, as here). Checks first that a lint breach fails
+# a build this way, so a clippy that changed how it takes its flags cannot let breaches
+# through. Cargo does not rebuild a crate a plain build compiled when only the wrapper
+# changed: run it on a fresh target/ (CI's clean clone) or after `cargo clean`.
+clippy_build_env() {
+  local driver probe out
+  driver="$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver)" \
+    || die "clippy-driver not found (rustup component add clippy)"
+  probe="$(mktemp -d)"
+  printf 'fn main() {\n    let v: Option<u8> = None;\n    println!("{}", v.unwrap());\n}\n' >"$probe/probe.rs"
+  if out="$(cd "$probe" && CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__" \
+      "$driver" rustc --edition 2024 --crate-type bin -o "$probe/probe" probe.rs 2>&1)"; then
+    rm -rf "$probe"
+    die "clippy-driver built a program that breaks clippy::unnecessary_literal_unwrap with CLIPPY_ARGS=-D warnings; it no longer takes its flags that way: run cargo clippy instead (it printed: ${out:-nothing})"
+  fi
+  rm -rf "$probe"
+  [[ "$out" == *unnecessary_literal_unwrap* ]] \
+    || die "clippy-driver failed on the lint probe for another reason than the lint: $out"
+  export RUSTC_WORKSPACE_WRAPPER="$driver"
+  export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+}
+
 if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
   echo "hack/lib.sh: helpers sourced by the other hack/ scripts (die, need, engine, kind_setup, usage, to_v1beta1, cluster_mode, ...); nothing to run"
   exit 0

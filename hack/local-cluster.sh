@@ -740,7 +740,7 @@ restart() {
 }
 
 # env: the cluster's paths as shell assignments, for tools that drive it (the Rust e2e
-# suite e2e/tests/real_cluster.rs reads them instead of repeating the layout).
+# suite e2e/tests/it/real_cluster.rs reads them instead of repeating the layout).
 print_env() {
   printf 'KUBECONFIG=%q\nKUBE_BIN=%q\nKUBE_VERSION=%q\nCLUSTER_DIR=%q\nNODE_NAME=%q\nCONTAINERD_SOCK=%q\nIMAGES_DIR=%q\nLOGS=%q\n' \
     "$ADMIN_KUBECONFIG" "$KUBE_BIN" "$KUBE_VERSION" "$CLUSTER_DIR" "$NODE_NAME" "$CONTAINERD_SOCK" "$IMAGES_DIR" "$LOGS"

@@ -3,7 +3,7 @@
 # github.com/prometheus/prometheus/model/textparse, chosen by the Content-Type as
 # Prometheus 3 chooses it) from the Go module proxy into target/promcheck/promcheck, unless
 # it is already there (a stamp of go.mod, go.sum, main.go and the Go version), and prints
-# its path on the last line of stdout. e2e/tests/metrics.rs scrapes both binaries with it:
+# its path on the last line of stdout. e2e/tests/it/metrics.rs scrapes both binaries with it:
 #   "$(hack/promcheck.sh | tail -n 1)" http://127.0.0.1:8080/metrics
 # Usage: hack/promcheck.sh [--force]   --force rebuilds even if the stamp matches
 # Env: PROMCHECK_OUT (default target/promcheck), GOFLAGS, GOCACHE, GOMODCACHE as for go.
@@ -21,6 +21,11 @@ need go "Go 1.26 (https://go.dev/doc/install)"
 export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 module="$ROOT/hack/promcheck"
 out="${PROMCHECK_OUT:-$ROOT/target/promcheck}"
+# Concurrent runs (.ci/run's background build and a test) take turns; the second finds
+# the stamp up to date.
+mkdir -p "$out"
+exec {lock}>"$out/.lock"
+flock "$lock"
 key="$(cat "$module/go.mod" "$module/go.sum" "$module/main.go" | sha256sum | cut -d' ' -f1) $(go version)"
 if ! $force && [[ -x "$out/promcheck" && -f "$out/.stamp" && "$(cat "$out/.stamp")" == "$key" ]]; then
   echo "$out/promcheck"

@@ -3,15 +3,15 @@
 # (or each RELEASE named): builds its components (cached: hack/kube-build.sh), brings up
 # hack/local-cluster.sh's cluster with what that release needs turned on, deploys the
 # release's overlay and runs the seed demo (hack/real-k8s-demo.sh), then
-#   structured (1.32+): the real-cluster suite (e2e/tests/real_cluster.rs) on a fresh
-#     cluster, compared with the release's record e2e/tests/real/observed/1.MINOR.txt
+#   structured (1.32+): the real-cluster suite (e2e/tests/it/real_cluster.rs) on a fresh
+#     cluster, compared with the release's record e2e/tests/it/real/observed/1.MINOR.txt
 #     (a scenario whose feature gate a default cluster of the release has off records
 #     that it does not apply);
 #   classic (1.27-1.30): the seed scenarios of deploy/examples (hack/e2e-kind.sh
 #     --no-setup) on the demo's cluster;
 # and tears the cluster down. Ends with a table (release, demo, scenarios passed / failed
 # / not applicable, minutes) and exits 0 only if everything passed; when every release
-# line ran and passed, it writes e2e/tests/real/observed/inputs.sha256 (see
+# line ran and passed, it writes e2e/tests/it/real/observed/inputs.sha256 (see
 # hack/kube/matrix-inputs). Logs and each release's results go to target/real-matrix/.
 # Needs root.
 # Usage: hack/real-matrix.sh [--skip-build] [--demo-only] [--record] [--lock FILE] [RELEASE...]
@@ -23,8 +23,8 @@
 #   --record      rewrite each structured release's observed file instead of comparing
 #   --lock FILE   hold FILE (flock) while a release's clusters run, released between
 #                 releases (for machines several people take turns on)
-# After a change to the driver, run `cargo test --workspace --no-run` first: the matrix
-# uses the newest real_cluster test executable and the binaries next to it.
+# The matrix runs the e2e test executable `cargo test --workspace` builds (built first when
+# stale) and the binaries next to it.
 # Env: KUBE_FEATURE_GATES (more gates on every component: such a run is neither
 #      recorded nor compared), CARGO_TARGET_DIR.
 set -euo pipefail
@@ -74,25 +74,18 @@ mkdir -p "$OUT"
 t_all=$SECONDS
 
 # The driver as `cargo test --workspace` (or `--no-run`) built it: the demo's images are
-# packed from target/debug, the suite runs the newest real_cluster test executable (and
-# packs the binaries next to it). Built here only when missing.
+# packed from target/debug, the suite runs the e2e test executable (e2e_test_exe, built
+# when missing; it packs the binaries next to it).
 target="${CARGO_TARGET_DIR:-$ROOT/target}"
-newest_suite() {
-  local exes
-  exes="$(find "$target/debug/deps" -maxdepth 1 -type f -executable -name 'real_cluster-*' -printf '%T@ %p\n' 2>/dev/null | sort -rn)"
-  exes="${exes%%$'\n'*}"
-  echo "${exes#* }"
-}
+exe=""
+if $build || $suite; then
+  exe="$(e2e_test_exe)"
+  [[ -x "$target/debug/fake-dra-kubelet-plugin" ]] || die "no $target/debug/fake-dra-kubelet-plugin after cargo test --workspace --no-run"
+fi
 if $build; then
-  if [[ ! -x "$target/debug/fake-dra-kubelet-plugin" || -z "$(newest_suite)" ]]; then
-    echo "== building the driver and the real-cluster suite (cargo test --workspace --no-run)"
-    (cd "$ROOT" && cargo test --locked --workspace --no-run) || die "cargo test --no-run failed"
-  fi
   "$ROOT/hack/build-image-local.sh" --cargo-profile dev --skip-cargo
 fi
-exe="$(newest_suite)"
 if $suite; then
-  [[ -n "$exe" ]] || die "no real_cluster test executable in $target/debug/deps (cargo test --workspace --no-run)"
   echo "== the suite: $exe"
 fi
 
@@ -173,7 +166,7 @@ for r in "${releases[@]}"; do
     envs=(FAKE_DRA_REQUIRE_REAL_K8S=1 "FAKE_DRA_REAL_RESULTS=$results")
     ! $record || envs+=(FAKE_DRA_RECORD_REAL_CLUSTER=1)
     rc=0
-    (cd "$ROOT/e2e" && env "${envs[@]}" "$exe" --exact scenarios_on_the_real_cluster --nocapture) \
+    (cd "$ROOT/e2e" && env "${envs[@]}" "$exe" --exact real_cluster::scenarios_on_the_real_cluster --nocapture) \
       >"$log/suite.log" 2>&1 || rc=$?
     ((rc == 0)) || { status=1; note_of[$r]="the suite failed; see $log/suite.log"; }
     if [[ -f "$results" ]]; then
@@ -200,7 +193,7 @@ done
 # Every release line passed, on default clusters: CI need not run the matrix again until
 # one of hack/kube/matrix-inputs changes (hack/ci-real-k8s.sh --matrix auto).
 if ((status == 0)) && $all_releases && $suite && [[ -z "$KUBE_FEATURE_GATES_ALL" ]]; then
-  (source "$ROOT/hack/kube/lib.sh" && matrix_inputs_sha256) >"$ROOT/e2e/tests/real/observed/inputs.sha256"
-  echo "wrote e2e/tests/real/observed/inputs.sha256 (the matrix's inputs as they passed)"
+  (source "$ROOT/hack/kube/lib.sh" && matrix_inputs_sha256) >"$ROOT/e2e/tests/it/real/observed/inputs.sha256"
+  echo "wrote e2e/tests/it/real/observed/inputs.sha256 (the matrix's inputs as they passed)"
 fi
 exit "$status"

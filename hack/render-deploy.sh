@@ -2,7 +2,7 @@
 # Keeps deploy/rendered/<overlay>.yaml equal to `kubectl kustomize deploy/<overlay>` for every
 # overlay of deploy/ (each directory with a kustomization.yaml, base aside). fake-dra-sim and
 # the emulator's suites install the driver from these files (no kustomize of their own);
-# e2e/tests/deploy.rs and hack/ci-deploy-checks.sh fail while one differs.
+# e2e/tests/it/deploy.rs and hack/ci-deploy-checks.sh fail while one differs.
 # Usage: hack/render-deploy.sh [--write]
 #   (none)   checks: exits 1 and shows the diff when a file is stale, missing or extra
 #   --write  regenerates the files

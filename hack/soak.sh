@@ -9,7 +9,7 @@
 # reboot would; the plugin aborting between a CDI write and its checkpoint write), checks
 # the invariants as it goes and at the end, prints the report (also written to
 # target/soak/report.txt) and takes the cluster down. Fails on any violation. Needs root.
-# Runs the soak test executable that `cargo test --workspace` built (e2e/tests/soak.rs),
+# Runs the soak test executable that `cargo test --workspace` built (e2e/tests/it/soak.rs),
 # as hack/ci-real-k8s.sh runs the real-cluster suite's; builds it when there is none.
 # Usage: hack/soak.sh [--size N] [--duration D] [--seed N] [--devices N] [--concurrency N]
 #                     [--faults LIST] [--fault-gap SECONDS] [--quiet SECONDS] [--report FILE]
@@ -77,18 +77,10 @@ done
 [[ -n "$seed" ]] || seed="$(date +%s)"
 
 target="${CARGO_TARGET_DIR:-$ROOT/target}"
-# The newest soak executable, if an older build left another one.
-exes="$(find "$target/debug/deps" -maxdepth 1 -type f -executable -name 'soak-*' -printf '%T@ %p\n' 2>/dev/null | sort -rn)"
-exe="${exes%%$'\n'*}"
-exe="${exe#* }"
-if [[ -z "$exe" || ! -x "$target/debug/fake-dra-kubelet-plugin" ]]; then
-  echo "building the soak test and the binaries it packs (cargo test --workspace --no-run)"
-  (cd "$ROOT" && cargo test --locked --workspace --no-run)
-  exes="$(find "$target/debug/deps" -maxdepth 1 -type f -executable -name 'soak-*' -printf '%T@ %p\n' | sort -rn)"
-  exe="${exes%%$'\n'*}"
-  exe="${exe#* }"
-  [[ -n "$exe" ]] || die "no soak test executable in $target/debug/deps after cargo test --no-run"
-fi
+# The e2e test executable as `cargo test --workspace` built it (built here when missing),
+# and the binaries it packs next to it.
+exe="$(e2e_test_exe)"
+[[ -x "$target/debug/fake-dra-kubelet-plugin" ]] || die "no $target/debug/fake-dra-kubelet-plugin after cargo test --workspace --no-run"
 
 echo "soak: size $size, duration ${duration:-0} s, seed $seed, $devices devices, concurrency $concurrency, faults $faults (gap $gap s, window ${window} s, quiet $quiet s)"
 echo "soak: $exe"
@@ -101,7 +93,7 @@ rc=0
     FAKE_DRA_SOAK_FAULTS="$faults" FAKE_DRA_SOAK_FAULT_GAP="$gap" FAKE_DRA_SOAK_QUIET="$quiet" \
     FAKE_DRA_SOAK_FAULT_WINDOW="$window" \
     ${report:+"FAKE_DRA_SOAK_REPORT=$report"} \
-    "$exe" soak_on_the_real_cluster --exact --nocapture --test-threads 1
+    "$exe" soak::soak_on_the_real_cluster --exact --nocapture --test-threads 1
 ) || rc=$?
 echo "== soak: $((SECONDS - t0)) s (seed $seed, exit $rc)"
 exit "$rc"

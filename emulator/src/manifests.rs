@@ -198,7 +198,7 @@ pub fn load(path: &Path) -> Result<Vec<Manifest>, ManifestError> {
 
 /// The objects of a deploy overlay as real kustomize renders them: the checked-in
 /// `<deploy_dir>/rendered/<overlay>.yaml`, which `hack/render-deploy.sh --write` writes with
-/// `kubectl kustomize <deploy_dir>/<overlay>` and `e2e/tests/deploy.rs` keeps equal to it.
+/// `kubectl kustomize <deploy_dir>/<overlay>` and `e2e/tests/it/deploy.rs` keeps equal to it.
 /// The emulator carries no kustomize of its own.
 pub fn rendered(deploy_dir: &Path, overlay: &str) -> Result<Vec<Manifest>, ManifestError> {
     let path = deploy_dir.join("rendered").join(format!("{overlay}.yaml"));

@@ -33,7 +33,7 @@ KUBE_BIN="$KUBE_OUT/bin"
 kube_minor() { local v="${KUBE_VERSION#v1.}"; echo "${v%%.*}"; }
 
 # matrix_inputs_sha256: one hash over the files hack/kube/matrix-inputs names (git
-# pathspecs): CI compares it with e2e/tests/real/observed/inputs.sha256, written when the
+# pathspecs): CI compares it with e2e/tests/it/real/observed/inputs.sha256, written when the
 # whole version matrix last passed (hack/real-matrix.sh), to say whether it is due.
 matrix_inputs_sha256() {
   local patterns files

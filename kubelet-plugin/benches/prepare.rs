@@ -8,7 +8,7 @@
 //! its CDI dir and checkpoint on the temp dir's file system (fsync included).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common/mod.rs"]
 mod common;
 
 use std::time::{Duration, Instant};

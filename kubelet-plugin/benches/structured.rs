@@ -10,7 +10,7 @@
 //! (its watch sees the deletion; the bench polls the apiserver every 1 ms).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common/mod.rs"]
 mod common;
 
 use std::time::{Duration, Instant};

@@ -1,6 +1,6 @@
 //! What the plugin tests of this repository share, whatever the driver: the CDI checks
 //! (the project's JSON schema and the container-device-interface crate), the emulated
-//! apiserver, claims allocated as the scheduler would. `kubelet-plugin/tests/common`
+//! apiserver, claims allocated as the scheduler would. `kubelet-plugin/tests/it/common`
 //! includes it too.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 

@@ -1,7 +1,7 @@
 {{/*
 Names. With the defaults (release fake-dra, no overrides) they are the names of the
 kustomize overlays of deploy/ (fake-dra-controller, fake-dra-kubelet-plugin,
-fake-dra-fleet), which e2e/tests/deploy.rs and hack/ci-deploy-checks.sh compare with.
+fake-dra-fleet), which e2e/tests/it/deploy.rs and hack/ci-deploy-checks.sh compare with.
 fullname follows the usual chart rule: the release name when it contains the chart's name,
 else <release>-<name>; fullnameOverride replaces it, nameOverride the chart's name.
 */}}

@@ -1,0 +1,6 @@
+//! The integration tests of `api`, one test binary (each file a module): the
+//! dependencies link once, not once per file (docs/ci.md).
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod crdgen;
+mod roundtrip;
