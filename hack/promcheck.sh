@@ -26,7 +26,7 @@ out="${PROMCHECK_OUT:-$ROOT/target/promcheck}"
 mkdir -p "$out"
 exec {lock}>"$out/.lock"
 flock "$lock"
-key="$(cat "$module/go.mod" "$module/go.sum" "$module/main.go" | sha256sum | cut -d' ' -f1) $(go version)"
+key="$(cat "$module/go.mod" "$module/go.sum" "$module/main.go" | sha256sum | cut -d' ' -f1) $(go version) ${GO_BUILD_FLAGS[*]}"
 if ! $force && [[ -x "$out/promcheck" && -f "$out/.stamp" && "$(cat "$out/.stamp")" == "$key" ]]; then
   echo "$out/promcheck"
   exit 0
@@ -34,7 +34,7 @@ fi
 mkdir -p "$out"
 echo "== promcheck: building into $out" >&2
 t0=$SECONDS
-(cd "$module" && CGO_ENABLED=0 go build -trimpath -o "$out/promcheck" .) >&2 \
+(cd "$module" && CGO_ENABLED=0 go build "${GO_BUILD_FLAGS[@]}" -o "$out/promcheck" .) >&2 \
   || die "go build of promcheck failed in $module (is the Go module proxy reachable? GOPROXY=$(go env GOPROXY))"
 echo "$key" >"$out/.stamp"
 echo "== promcheck: built in $((SECONDS - t0)) s" >&2

@@ -23,7 +23,7 @@ flock "$lock"
 t0=$SECONDS
 for module in current classic; do
   bin=wire-client-go; [[ "$module" == current ]] || bin="wire-client-go-$module"
-  (cd "$ROOT/hack/wire-clients/go/$module" && go build -buildvcs=false -trimpath -o "$out/$bin" .) >&2 \
+  (cd "$ROOT/hack/wire-clients/go/$module" && go build -buildvcs=false "${GO_BUILD_FLAGS[@]}" -o "$out/$bin" .) >&2 \
     || die "go build of hack/wire-clients/go/$module failed (is the Go module proxy reachable? GOPROXY=$(go env GOPROXY))"
 done
 echo "== wire clients: built in $((SECONDS - t0)) s" >&2

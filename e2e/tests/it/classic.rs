@@ -194,7 +194,7 @@ spec:
   containers:
   - name: ctr0
     image: busybox
-    command: ["sh", "-c", "export; sleep infinity"]
+    command: ["sh", "-c", "trap 'exit 0' TERM; export; sleep infinity & wait"]
     resources: {{claims: [{{name: fake}}]}}
   resourceClaims:
   - name: fake
@@ -378,7 +378,7 @@ spec:
   containers:
   - name: ctr0
     image: busybox
-    command: ["sh", "-c", "export; sleep infinity"]
+    command: ["sh", "-c", "trap 'exit 0' TERM; export; sleep infinity & wait"]
     resources: {{claims: [{{name: fake}}]}}
   resourceClaims:
   - name: fake

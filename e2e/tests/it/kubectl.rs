@@ -113,7 +113,7 @@ spec:
   containers:
   - name: ctr0
     image: busybox
-    command: ["sh", "-c", "export; sleep infinity"]
+    command: ["sh", "-c", "trap 'exit 0' TERM; export; sleep infinity & wait"]
     resources: {claims: [{name: fake}]}
   resourceClaims:
   - name: fake

@@ -40,13 +40,10 @@ const NODE: &str = "fake-dra-node";
 /// Where the real run writes each scenario's outcome for hack/real-matrix.sh.
 const RESULTS_ENV: &str = "FAKE_DRA_REAL_RESULTS";
 
-/// One cluster at a time: the real one has fixed paths, and both want the two cores.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn turn() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+/// One cluster at a time, real or emulated: the real one has fixed paths, and both want the
+/// two cores (the same turn as the emulator suites' `common::start`).
+fn turn() -> tokio::sync::MutexGuard<'static, ()> {
+    crate::common::one_at_a_time()
 }
 
 fn runtime() -> tokio::runtime::Runtime {

@@ -47,8 +47,15 @@ pub fn common_env_ok(env: &BTreeMap<String, String>) {
 pub const PATIENCE: Duration = Duration::from_secs(120);
 
 /// One emulated cluster at a time: each runs a controller, two plugins and containers,
-/// and two cores are shared by all.
+/// and two cores are shared by all (the suites are modules of one test binary, so this
+/// holds across them all).
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The same turn as [`start`] takes, for a synchronous test that runs clusters of its own
+/// (the real-cluster suite and its emulator comparisons). Not from inside a runtime.
+pub fn one_at_a_time() -> tokio::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.blocking_lock()
+}
 
 pub struct TestSim {
     pub sim: Option<Sim>,

@@ -375,7 +375,7 @@ spec:
   containers:
     - name: ctr0
       image: busybox:1.36
-      command: ["sh", "-c", "export; sleep infinity"]
+      command: ["sh", "-c", "trap 'exit 0' TERM; export; sleep infinity & wait"]
       resources:
         claims: [{}]
   resourceClaims:
