@@ -21,6 +21,7 @@ use super::validation;
 mod crds;
 mod create;
 mod delete;
+mod limits;
 mod read;
 mod update;
 

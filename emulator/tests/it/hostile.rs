@@ -1,0 +1,304 @@
+//! Hostile input to the emulated apiserver: every refusal is a clear status naming the
+//! field or the limit, given in bounded work, and what was stored before stays as it was.
+
+use fake_dra_emulator::apiserver::{ApiServer, ApiServerOptions};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim};
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::{Value, json};
+
+async fn server(version: (u32, u32)) -> (ApiServer, kube::Client) {
+    let server = ApiServer::start_with(ApiServerOptions {
+        server_version: version,
+        crds: fake_dra_api::crdgen::yaml_documents().expect("the driver's CRDs"),
+        ..ApiServerOptions::default()
+    })
+    .await
+    .expect("start the emulated apiserver");
+    let client = server.client().expect("client");
+    (server, client)
+}
+
+/// A raw request: the status code and the body (a `Status` for a refusal).
+async fn raw(
+    client: &kube::Client,
+    method: &str,
+    uri: &str,
+    content_type: &str,
+    body: String,
+) -> (u16, Value) {
+    use http_body_util::BodyExt;
+    let request = http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("content-type", content_type)
+        .body(kube::client::Body::from(body.into_bytes()))
+        .unwrap();
+    let response = client.send(request).await.unwrap();
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+fn message(body: &Value) -> &str {
+    body["message"].as_str().unwrap_or_default()
+}
+
+/// `{"a": {"a": … "leaf" …}}`, `levels` objects deep.
+fn nested(levels: usize) -> Value {
+    let mut v = json!("leaf");
+    for _ in 0..levels {
+        v = json!({ "a": v });
+    }
+    v
+}
+
+async fn config_map(client: &kube::Client, name: &str) -> ConfigMap {
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    cms.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": "v"}})).unwrap(),
+    )
+    .await
+    .unwrap()
+}
+
+/// D1: `add` a 1,000-character annotation, then `copy` the annotations into themselves:
+/// each copy doubles them (14 of them made 16.6 MB of 2.3 KB). The copies stop at
+/// kube-apiserver's 3 MiB `JSONPatchMaxCopyBytes`; the ConfigMap is as before.
+#[tokio::test]
+async fn json_patch_copies_stop_at_the_copy_limit_and_change_nothing() {
+    let (server, client) = server((1, 30)).await;
+    let before = config_map(&client, "amp").await;
+    let mut ops = vec![
+        json!({"op": "add", "path": "/metadata/annotations", "value": {"a": "x".repeat(1000)}}),
+    ];
+    for i in 0..14 {
+        ops.push(json!({"op": "copy", "from": "/metadata/annotations", "path": format!("/metadata/annotations/c{i}")}));
+    }
+    let uri = format!("{}/api/v1/namespaces/default/configmaps/amp", server.url());
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &uri,
+        "application/json-patch+json",
+        Value::Array(ops).to_string(),
+    )
+    .await;
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        message(&body).contains("the accumulated size increase of copy is")
+            && message(&body).contains("exceeding the limit 3145728"),
+        "{body}"
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let after = cms.get("amp").await.unwrap();
+    assert_eq!(
+        after.metadata.resource_version,
+        before.metadata.resource_version
+    );
+    assert_eq!(after.metadata.annotations, None);
+}
+
+/// D1: more than `maxJSONPatchOperations` (10,000) is 413 before any is applied.
+#[tokio::test]
+async fn json_patch_with_too_many_operations_is_413() {
+    let (server, client) = server((1, 30)).await;
+    config_map(&client, "ops").await;
+    let ops: Vec<Value> = (0..10_001)
+        .map(|_| json!({"op": "test", "path": "/data/k", "value": "v"}))
+        .collect();
+    let uri = format!("{}/api/v1/namespaces/default/configmaps/ops", server.url());
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &uri,
+        "application/json-patch+json",
+        Value::Array(ops).to_string(),
+    )
+    .await;
+    assert_eq!(code, 413, "{body}");
+    assert_eq!(
+        message(&body),
+        "Request entity too large: The allowed maximum operations in a JSON patch is 10000, got 10001"
+    );
+}
+
+/// D1 by other routes: a merge or strategic-merge patch (or an update) that makes the
+/// object larger than etcd's 1.5 MiB is refused with the size and the limit.
+#[tokio::test]
+async fn objects_over_etcds_limit_are_refused_by_every_route() {
+    let (server, client) = server((1, 30)).await;
+    let before = config_map(&client, "big").await;
+    let uri = format!("{}/api/v1/namespaces/default/configmaps/big", server.url());
+    let big = json!({"data": {"big": "x".repeat(1600 * 1024)}}).to_string();
+    for content_type in [
+        "application/merge-patch+json",
+        "application/strategic-merge-patch+json",
+    ] {
+        let (code, body) = raw(&client, "PATCH", &uri, content_type, big.clone()).await;
+        assert_eq!(code, 413, "{content_type}: {body}");
+        assert!(message(&body).contains("1572864 bytes"), "{body}");
+    }
+    let put = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"big": "x".repeat(1600 * 1024)}});
+    let (code, body) = raw(&client, "PUT", &uri, "application/json", put.to_string()).await;
+    assert_eq!(code, 413, "{body}");
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let after = cms.get("big").await.unwrap();
+    assert_eq!(
+        after.metadata.resource_version,
+        before.metadata.resource_version
+    );
+}
+
+/// D6: a claim whose opaque parameters nest 119 levels was stored, and then every
+/// ResourceClaim list failed to decode (serde_json stops at 128 levels). Refused at the
+/// door, naming the field; the list still decodes. The same through a DeviceClass's config
+/// and through a JSON patch that copies a deep value into a deep place.
+#[tokio::test]
+async fn objects_nested_too_deep_are_refused_and_lists_still_decode() {
+    let (server, client) = server((1, 34)).await;
+    let claim = |name: &str, parameters: Value| {
+        json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name},
+            "spec": {"devices": {
+                "requests": [{"name": "r", "exactly": {"deviceClassName": "c", "allocationMode": "ExactCount", "count": 1}}],
+                "config": [{"opaque": {"driver": "d.example.com", "parameters": parameters}}],
+            }},
+        })
+    };
+    let uri = format!(
+        "{}/apis/resource.k8s.io/v1/namespaces/default/resourceclaims",
+        server.url()
+    );
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &uri,
+        "application/json",
+        claim("deep", nested(119)).to_string(),
+    )
+    .await;
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        message(&body).contains("spec.devices.config[0].opaque.parameters")
+            && message(&body).contains("exceeded max depth of 100"),
+        "{body}"
+    );
+    // A JSON patch copying a 60-level value 60 levels down builds 120 levels.
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &uri,
+        "application/json",
+        claim("shallow", nested(60)).to_string(),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    let mut deep_path = "/spec/devices/config/0/opaque/parameters".to_string();
+    for _ in 0..55 {
+        deep_path.push_str("/a");
+    }
+    let ops = json!([{"op": "copy", "from": "/spec/devices/config/0/opaque/parameters", "path": format!("{deep_path}/b")}]);
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{uri}/shallow"),
+        "application/json-patch+json",
+        ops.to_string(),
+    )
+    .await;
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        message(&body).contains("exceeded max depth of 100"),
+        "{body}"
+    );
+
+    let classes = format!("{}/apis/resource.k8s.io/v1/deviceclasses", server.url());
+    let class = json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "c"},
+        "spec": {"config": [{"opaque": {"driver": "d.example.com", "parameters": nested(119)}}]}});
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &classes,
+        "application/json",
+        class.to_string(),
+    )
+    .await;
+    assert_eq!(code, 400, "{body}");
+
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), "default");
+    let list = claims.list(&ListParams::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    let dcs: Api<DeviceClass> = Api::all(client);
+    assert!(
+        dcs.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+}
+
+/// D7: the same for a custom resource whose schema keeps unknown fields (a DeviceFault's
+/// `deviceStatus.data`, 123 levels), by create and by merge patch.
+#[tokio::test]
+async fn custom_resources_nested_too_deep_are_refused() {
+    let (server, client) = server((1, 34)).await;
+    let uri = format!(
+        "{}/apis/fake.resource.3-shake.com/v1alpha1/devicefaults",
+        server.url()
+    );
+    let fault = |name: &str, data: Value| {
+        json!({"apiVersion": "fake.resource.3-shake.com/v1alpha1", "kind": "DeviceFault",
+            "metadata": {"name": name}, "spec": {"deviceStatus": {"data": data}}})
+    };
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &uri,
+        "application/json",
+        fault("deep", nested(123)).to_string(),
+    )
+    .await;
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        message(&body).contains("spec.deviceStatus.data")
+            && message(&body).contains("exceeded max depth of 100"),
+        "{body}"
+    );
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &uri,
+        "application/json",
+        fault("ok", nested(3)).to_string(),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    let patch = json!({"spec": {"deviceStatus": {"data": nested(110)}}});
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{uri}/ok"),
+        "application/merge-patch+json",
+        patch.to_string(),
+    )
+    .await;
+    assert_eq!(code, 400, "{body}");
+    let faults: Api<fake_dra_api::fault::DeviceFault> = Api::all(client);
+    let list = faults.list(&ListParams::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    assert_eq!(
+        list.items[0]
+            .spec
+            .device_status
+            .as_ref()
+            .and_then(|s| s.data.clone()),
+        Some(nested(3))
+    );
+}
