@@ -2,7 +2,7 @@
 //! field or the limit, given in bounded work, and what was stored before stays as it was.
 
 use fake_dra_emulator::apiserver::{ApiServer, ApiServerOptions};
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim};
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
@@ -301,4 +301,122 @@ async fn custom_resources_nested_too_deep_are_refused() {
             .and_then(|s| s.data.clone()),
         Some(nested(3))
     );
+}
+
+/// D5: a merge patch that makes a label a map was stored; then every typed PodList failed
+/// to decode and no new pod was scheduled. Every route that writes a Pod is now decoded
+/// into the type first: patches (merge, strategic, JSON, apply) answer 422 on `patch`,
+/// create and update 400, each naming the field; the pod is unchanged and lists decode.
+#[tokio::test]
+async fn wrongly_typed_fields_are_refused_by_every_route() {
+    let (server, client) = server((1, 34)).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "p", "labels": {"app": "a"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }))
+    .unwrap();
+    let before = pods.create(&PostParams::default(), &pod).await.unwrap();
+    let uri = format!("{}/api/v1/namespaces/default/pods", server.url());
+    let bad_labels = json!({"metadata": {"labels": {"x": {"y": "z"}}}}).to_string();
+    for content_type in [
+        "application/merge-patch+json",
+        "application/strategic-merge-patch+json",
+    ] {
+        let (code, body) = raw(
+            &client,
+            "PATCH",
+            &format!("{uri}/p"),
+            content_type,
+            bad_labels.clone(),
+        )
+        .await;
+        assert_eq!(code, 422, "{content_type}: {body}");
+        assert_eq!(body["details"]["causes"][0]["field"], "patch", "{body}");
+        assert!(
+            message(&body).contains("metadata.labels.x: invalid type: map"),
+            "{body}"
+        );
+    }
+    let json_patch =
+        json!([{"op": "add", "path": "/spec/containers/0/image", "value": 7}]).to_string();
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{uri}/p"),
+        "application/json-patch+json",
+        json_patch,
+    )
+    .await;
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        message(&body).contains("spec.containers[0].image"),
+        "{body}"
+    );
+    let apply = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  labels:\n    x:\n      y: z\n";
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{uri}/p?fieldManager=m"),
+        "application/apply-patch+yaml",
+        apply.to_string(),
+    )
+    .await;
+    assert_eq!(code, 422, "{body}");
+    let mut put = serde_json::to_value(&before).unwrap();
+    put["metadata"]["labels"] = json!({"x": ["y"]});
+    let (code, body) = raw(
+        &client,
+        "PUT",
+        &format!("{uri}/p"),
+        "application/json",
+        put.to_string(),
+    )
+    .await;
+    assert_eq!(code, 400, "{body}");
+    assert_eq!(
+        message(&body),
+        "Pod in version \"v1\" cannot be handled as a Pod: metadata.labels.x: invalid type: sequence, expected a string"
+    );
+    let created = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "q"},
+        "spec": {"containers": [{"name": "c", "image": "busybox", "ports": [{"containerPort": "80"}]}]}});
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &uri,
+        "application/json",
+        created.to_string(),
+    )
+    .await;
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        message(&body).contains("spec.containers[0].ports[0].containerPort"),
+        "{body}"
+    );
+
+    let list = pods.list(&ListParams::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    assert_eq!(
+        list.items[0].metadata.resource_version,
+        before.metadata.resource_version
+    );
+    assert_eq!(list.items[0].metadata.labels, before.metadata.labels);
+
+    // A custom resource's metadata is an ObjectMeta too.
+    let faults = format!(
+        "{}/apis/fake.resource.3-shake.com/v1alpha1/devicefaults",
+        server.url()
+    );
+    let fault = json!({"apiVersion": "fake.resource.3-shake.com/v1alpha1", "kind": "DeviceFault",
+        "metadata": {"name": "f", "labels": {"x": {"y": "z"}}}, "spec": {}});
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &faults,
+        "application/json",
+        fault.to_string(),
+    )
+    .await;
+    assert_eq!(code, 400, "{body}");
+    assert!(message(&body).contains("metadata.labels.x"), "{body}");
 }

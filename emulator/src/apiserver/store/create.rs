@@ -78,6 +78,7 @@ impl Store {
         let rt = self.rt(&target.key)?.clone();
         limits::check_depth(&rt.kind, &target.version, &body)?;
         Self::check_body_identity(&rt, target, &body)?;
+        Self::check_type(&rt, &target.version, &body, false)?;
         self.check_fields(&rt, &target.version, &mut body, opts)?;
         conversion::to_storage(&target.key, &target.version, &mut body)?;
         if target.subresource.is_some() {

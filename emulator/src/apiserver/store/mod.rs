@@ -491,6 +491,38 @@ impl Store {
         Ok(())
     }
 
+    /// Refuses an object that does not decode into its kind's type ([`fields::type_error`]),
+    /// as kube-apiserver does before storing: a body (create, update) is a 400
+    /// (`<Kind> in version "v1" cannot be handled as a <Kind>: …`, the codec's error), a
+    /// patched object a 422 on the field `patch` (k8s.io/apiserver
+    /// `pkg/endpoints/handlers/patch.go`, `applyPatchToCurrentObject` and
+    /// `applyPatchToObject`: `field.Invalid(field.NewPath("patch"), …)`).
+    fn check_type(rt: &ResourceType, version: &str, obj: &Value, patched: bool) -> ApiResult<()> {
+        let Some(e) = fields::type_error(rt, version, obj) else {
+            return Ok(());
+        };
+        let kind = &rt.kind;
+        if patched {
+            let cause = FieldCause {
+                reason: "FieldValueInvalid",
+                field: "patch".into(),
+                message: format!(
+                    "Invalid value: the patched {kind}: {}: {}",
+                    e.field, e.message
+                ),
+            };
+            return Err(ApiError::invalid(
+                &rt.kind_group(),
+                meta_str(obj, "name").unwrap_or_default(),
+                vec![cause],
+            ));
+        }
+        Err(ApiError::bad_request(format!(
+            "{kind} in version \"{version}\" cannot be handled as a {kind}: {}: {}",
+            e.field, e.message
+        )))
+    }
+
     pub fn add_fault(&mut self, fault: Fault) {
         self.faults.push(fault);
     }

@@ -13,6 +13,7 @@ impl Store {
         let rt = self.rt(&target.key)?.clone();
         limits::check_depth(&rt.kind, &target.version, &body)?;
         Self::check_body_identity(&rt, target, &body)?;
+        Self::check_type(&rt, &target.version, &body, false)?;
         self.check_fields(&rt, &target.version, &mut body, opts)?;
         conversion::to_storage(&target.key, &target.version, &mut body)?;
         let old = self.lookup(target)?.clone();
@@ -219,6 +220,7 @@ impl Store {
             ));
         }
         Self::check_body_identity(&rt, target, &patched)?;
+        Self::check_type(&rt, &target.version, &patched, true)?;
         self.check_fields(&rt, &target.version, &mut patched, opts)?;
         conversion::to_storage(&target.key, &target.version, &mut patched)?;
         let new = Self::merge_into_old(&rt, target, &old.object, patched)?;
@@ -337,6 +339,14 @@ impl Store {
         }
         let merged = managed.apply(&manager, &old.object, &config, &Shape::of(rt));
         limits::check_depth(&rt.kind, &target.version, &merged)?;
+        // The applied configuration may leave out what its type requires; the merged
+        // object may not.
+        Self::check_type(
+            rt,
+            &target.version,
+            &Self::render(rt, &target.version, &merged),
+            true,
+        )?;
         let new = Self::merge_into_old(rt, target, &old.object, merged)?;
         self.finish_update(rt, target, old, new, managed)
     }
