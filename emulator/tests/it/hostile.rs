@@ -420,3 +420,116 @@ async fn wrongly_typed_fields_are_refused_by_every_route() {
     assert_eq!(code, 400, "{body}");
     assert!(message(&body).contains("metadata.labels.x"), "{body}");
 }
+
+/// D2, D3, D4 at the door: a DeviceClass or claim selector longer than 10 KiB, nested
+/// deeper than the parser allows, or estimated over `CELSelectorExpressionMaxCost` is
+/// refused with 422 naming the field; 12 nested parentheses (which killed the sim) are
+/// an ordinary selector.
+#[tokio::test]
+async fn cel_selectors_are_held_to_length_nesting_and_cost() {
+    let (server, client) = server((1, 34)).await;
+    let classes = format!("{}/apis/resource.k8s.io/v1/deviceclasses", server.url());
+    let class = |name: &str, expression: &str| {
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name},
+            "spec": {"selectors": [{"cel": {"expression": expression}}]}})
+        .to_string()
+    };
+    let parens = |n: usize| format!("{}true{}", "(".repeat(n), ")".repeat(n));
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &classes,
+        "application/json",
+        class("twelve", &parens(12)),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &classes,
+        "application/json",
+        class("deep", &parens(200)),
+    )
+    .await;
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        message(&body).contains("spec.selectors[0].cel.expression")
+            && message(&body).contains("expression recursion limit exceeded: 96"),
+        "{body}"
+    );
+
+    let long = format!("true{}", " && true".repeat(1300));
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &classes,
+        "application/json",
+        class("long", &long),
+    )
+    .await;
+    assert_eq!(code, 422, "{body}");
+    assert_eq!(
+        body["details"]["causes"][0]["reason"], "FieldValueTooLong",
+        "{body}"
+    );
+    assert!(
+        message(&body).contains("Too long: may not be more than 10240 bytes"),
+        "{body}"
+    );
+
+    let list = format!(
+        "[{}]",
+        (0..1000)
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let costly = format!("{list}.all(x, {list}.all(y, x + y >= 0))");
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &classes,
+        "application/json",
+        class("costly", &costly),
+    )
+    .await;
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        message(&body).contains("Forbidden: too complex, exceeds cost limit"),
+        "{body}"
+    );
+
+    // The same through a claim's request.
+    let claims = format!(
+        "{}/apis/resource.k8s.io/v1/namespaces/default/resourceclaims",
+        server.url()
+    );
+    let claim = json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c"},
+        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "twelve",
+            "allocationMode": "ExactCount", "count": 1, "selectors": [{"cel": {"expression": costly}}]}}]}}});
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &claims,
+        "application/json",
+        claim.to_string(),
+    )
+    .await;
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        message(&body).contains("spec.devices.requests[0].exactly.selectors[0].cel.expression"),
+        "{body}"
+    );
+    let dcs: Api<DeviceClass> = Api::all(client);
+    let names: Vec<String> = dcs
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    assert_eq!(names, ["twelve"]);
+}
