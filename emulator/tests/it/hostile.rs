@@ -533,3 +533,58 @@ async fn cel_selectors_are_held_to_length_nesting_and_cost() {
         .collect();
     assert_eq!(names, ["twelve"]);
 }
+
+/// D10: the garbage collector walked every object after every write, so applying N
+/// objects took O(N²) (1,000 ConfigMaps 27 s, 2,000 77 s). Now a write without owner
+/// references costs it nothing and one with them only a look at that object; a deletion
+/// still makes it walk everything, and still collects the dependents.
+#[test]
+fn garbage_collection_work_grows_linearly_with_writes() {
+    use fake_dra_emulator::apiserver::{ResourceKey, Store, Target, WriteOptions};
+    let mut store = Store::for_version((1, 30)).unwrap();
+    let target = |name: Option<&str>| Target {
+        key: ResourceKey {
+            group: String::new(),
+            plural: "configmaps".into(),
+        },
+        version: "v1".into(),
+        namespace: Some("default".into()),
+        name: name.map(str::to_string),
+        subresource: None,
+    };
+    let n = 2_000;
+    for i in 0..n {
+        let cm = json!({"metadata": {"name": format!("cm{i}")}, "data": {"k": "v"}});
+        store
+            .create(&target(None), cm, &WriteOptions::default())
+            .unwrap();
+        store.collect_garbage();
+    }
+    assert_eq!(store.garbage_collector_visits(), 0);
+    let owner = store
+        .create(
+            &target(None),
+            json!({"metadata": {"name": "owner"}}),
+            &WriteOptions::default(),
+        )
+        .unwrap();
+    let owner_ref = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+        "uid": owner["metadata"]["uid"]}]);
+    for i in 0..n {
+        let cm = json!({"metadata": {"name": format!("owned{i}"), "ownerReferences": owner_ref}});
+        store
+            .create(&target(None), cm, &WriteOptions::default())
+            .unwrap();
+        store.collect_garbage();
+    }
+    assert_eq!(store.garbage_collector_visits(), n as u64);
+    store
+        .delete(&target(Some("owner")), &Default::default())
+        .unwrap();
+    store.collect_garbage();
+    store.collect_garbage();
+    let left = store
+        .list(&target(None), &Default::default(), None, None)
+        .unwrap();
+    assert_eq!(left["items"].as_array().map(Vec::len), Some(n));
+}
