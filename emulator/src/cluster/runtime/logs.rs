@@ -190,7 +190,7 @@ pub(super) async fn forward_lines(
 
 /// Reads up to and including the next newline, or `max` bytes, whichever comes first;
 /// 0 at the end of the stream.
-pub(super) async fn read_line_bounded(
+pub(crate) async fn read_line_bounded(
     reader: &mut (impl AsyncBufReadExt + Unpin),
     buf: &mut Vec<u8>,
     max: usize,
