@@ -229,6 +229,15 @@ impl FieldCause {
         }
     }
 
+    /// apimachinery's `field.TooLong` (the value is omitted).
+    pub fn too_long(field: impl Into<String>, max: usize) -> Self {
+        Self {
+            reason: "FieldValueTooLong",
+            message: format!("Too long: may not be more than {max} bytes"),
+            field: field.into(),
+        }
+    }
+
     pub fn too_many(field: impl Into<String>, actual: usize, max: usize) -> Self {
         Self {
             reason: "FieldValueTooMany",

@@ -326,6 +326,53 @@ pub fn unknown_fields(
     out
 }
 
+/// Why an object does not decode into its kind's type: where, and the decoder's words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TypeError {
+    /// `metadata.labels.x`, as kube-apiserver names fields.
+    pub field: String,
+    pub message: String,
+}
+
+/// Decodes `obj` into `T`, naming the field that does not fit.
+fn decode_typed<T: serde::de::DeserializeOwned>(obj: &Value) -> Result<T, TypeError> {
+    serde_path_to_error::deserialize(obj).map_err(|e| TypeError {
+        field: e.path().to_string(),
+        message: e.inner().to_string(),
+    })
+}
+
+/// Whether `obj` (a whole object of `rt` in `version`) decodes into its kind's type, as
+/// kube-apiserver decodes every body and every patched object into its Go struct before
+/// anything is stored: a label that is a map, a count that is a string, a container
+/// without a name. Stored, such an object broke every typed list of its kind (kube-rs
+/// decodes lists into the same types). Built-in kinds are checked whole (the `k8s-openapi`
+/// types); custom resources (whose schema [`super::schema::admit`] checks) and the
+/// classic `v1alpha2` kinds (no types here) have their `ObjectMeta` checked.
+pub fn type_error(rt: &ResourceType, version: &str, obj: &Value) -> Option<TypeError> {
+    let checked = if rt.custom || (rt.group == "resource.k8s.io" && version == "v1alpha2") {
+        None
+    } else {
+        with_type(&rt.group, version, &rt.plural, obj, Decodes)
+    };
+    match checked {
+        Some(result) => result.err(),
+        None => {
+            let metadata = obj.get("metadata")?;
+            decode_typed::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>(metadata)
+                .err()
+                .map(|e| TypeError {
+                    field: if e.field == "." {
+                        "metadata".into()
+                    } else {
+                        format!("metadata.{}", e.field)
+                    },
+                    message: e.message,
+                })
+        }
+    }
+}
+
 /// Removes the fields at `paths` from `obj`.
 pub fn remove_fields(obj: &mut Value, paths: &[FieldPath]) {
     for path in paths {
@@ -382,16 +429,52 @@ fn lost(sent: &Value, kept: &Value, path: &FieldPath, out: &mut Vec<FieldPath>) 
     }
 }
 
+/// Something done with an object as its `k8s-openapi` type (one `match` of the kinds for
+/// every use).
+trait WithType {
+    type Out;
+    fn with<T: serde::de::DeserializeOwned + serde::Serialize>(self, obj: &Value) -> Self::Out;
+}
+
+struct UnknownFields;
+
+impl WithType for UnknownFields {
+    type Out = Option<Vec<FieldPath>>;
+    fn with<T: serde::de::DeserializeOwned + serde::Serialize>(self, obj: &Value) -> Self::Out {
+        typed_unknown::<T>(obj)
+    }
+}
+
+struct Decodes;
+
+impl WithType for Decodes {
+    type Out = Result<(), TypeError>;
+    fn with<T: serde::de::DeserializeOwned + serde::Serialize>(self, obj: &Value) -> Self::Out {
+        decode_typed::<T>(obj).map(|_| ())
+    }
+}
+
 fn typed_unknown_for(
     group: &str,
     version: &str,
     plural: &str,
     obj: &Value,
 ) -> Option<Vec<FieldPath>> {
+    with_type(group, version, plural, obj, UnknownFields).flatten()
+}
+
+/// Runs `action` with the `k8s-openapi` type of the kind; `None` for a kind without one.
+fn with_type<A: WithType>(
+    group: &str,
+    version: &str,
+    plural: &str,
+    obj: &Value,
+    action: A,
+) -> Option<A::Out> {
     use k8s_openapi::api;
     macro_rules! check {
         ($t:ty) => {
-            typed_unknown::<$t>(obj)
+            Some(action.with::<$t>(obj))
         };
     }
     match (group, version, plural) {

@@ -3,7 +3,7 @@
 //! onto each emulated node's directories), so the deployed configuration is the tested one.
 
 use super::*;
-use crate::cluster::runtime::{Stream, cri_record};
+use crate::cluster::runtime::{MAX_LOG_LINE_BYTES, Stream, cri_record, read_line_bounded};
 
 /// How to start one driver process: what the Deployment/DaemonSet container says, mapped
 /// onto this machine.
@@ -75,17 +75,17 @@ impl ProcessSpec {
     }
 }
 
-/// Copies a driver's output line by line into its plain log and its CRI log.
+/// Copies a driver's output line by line into its plain log and its CRI log, a line longer
+/// than 16 KiB in parts, as a container's (so output without a newline stays bounded).
 async fn copy_lines(
     stream: impl tokio::io::AsyncRead + Unpin,
     which: Stream,
     files: std::sync::Arc<std::sync::Mutex<(std::fs::File, std::fs::File)>>,
 ) {
     use std::io::Write;
-    use tokio::io::AsyncBufReadExt;
     let mut reader = tokio::io::BufReader::new(stream);
     let mut buf = Vec::new();
-    while let Ok(n) = reader.read_until(b'\n', &mut buf).await {
+    while let Ok(n) = read_line_bounded(&mut reader, &mut buf, MAX_LOG_LINE_BYTES).await {
         if n == 0 {
             return;
         }

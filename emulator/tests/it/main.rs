@@ -4,6 +4,7 @@
 
 mod apiserver;
 mod apply;
+mod hostile;
 mod lifeline;
 mod runtime;
 mod structured_emulator;

@@ -76,7 +76,9 @@ impl Store {
     ) -> ApiResult<Value> {
         self.take_fault(FaultVerb::Create, target)?;
         let rt = self.rt(&target.key)?.clone();
+        limits::check_depth(&rt.kind, &target.version, &body)?;
         Self::check_body_identity(&rt, target, &body)?;
+        Self::check_type(&rt, &target.version, &body, false)?;
         self.check_fields(&rt, &target.version, &mut body, opts)?;
         conversion::to_storage(&target.key, &target.version, &mut body)?;
         if target.subresource.is_some() {
@@ -180,6 +182,7 @@ impl Store {
         if rt.group == "apiextensions.k8s.io" && rt.plural == "customresourcedefinitions" {
             self.register_crd(&mut body)?;
         }
+        limits::check_size(&rt.kind, &name, &body)?;
         let mut managed = ManagedFields::default();
         managed.record_update(&opts.manager(), None, &body, &Shape::of(&rt));
         let stored = Stored {

@@ -239,12 +239,33 @@ impl Store {
     /// are all gone are deleted (background propagation), dangling owner references removed,
     /// and terminating namespaces emptied and then removed.
     pub fn collect_garbage(&mut self) {
-        let live: std::collections::HashSet<String> = self
-            .objects
-            .values()
-            .flat_map(|m| m.values())
-            .filter_map(|s| meta_str(&s.object, "uid").map(str::to_string))
-            .collect();
+        let work = std::mem::take(&mut self.gc.written);
+        if !self.gc.everything {
+            // Nothing removed: only the objects just written can point at a missing owner.
+            let mut visits = 0;
+            let orphaned = work.into_iter().any(|(key, okey)| {
+                visits += 1;
+                self.objects
+                    .get(&key)
+                    .and_then(|m| m.get(&okey))
+                    .and_then(|s| s.object.pointer("/metadata/ownerReferences"))
+                    .and_then(Value::as_array)
+                    .is_some_and(|refs| {
+                        refs.iter().any(|r| {
+                            !r.get("uid")
+                                .and_then(Value::as_str)
+                                .is_some_and(|u| self.uids.contains(u))
+                        })
+                    })
+            });
+            self.gc.visits += visits;
+            if !orphaned {
+                return;
+            }
+        }
+        self.gc.everything = false;
+        self.gc.visits += self.objects.values().map(|m| m.len() as u64).sum::<u64>();
+        let live = self.uids.clone();
         let ns_key = ResourceKey {
             group: String::new(),
             plural: "namespaces".into(),
@@ -333,7 +354,15 @@ impl Store {
                 .all(|(key, m)| key == &ns_key || !m.keys().any(|(n, _)| n == &ns));
             if empty {
                 self.remove(&ns_key, &(String::new(), ns));
+            } else {
+                // Still emptying: look again after the next write.
+                self.gc.everything = true;
             }
         }
+    }
+
+    /// How many objects the garbage collector has looked at, over the store's life.
+    pub fn garbage_collector_visits(&self) -> u64 {
+        self.gc.visits
     }
 }

@@ -11,7 +11,9 @@ impl Store {
     ) -> ApiResult<Value> {
         self.take_fault(FaultVerb::Update, target)?;
         let rt = self.rt(&target.key)?.clone();
+        limits::check_depth(&rt.kind, &target.version, &body)?;
         Self::check_body_identity(&rt, target, &body)?;
+        Self::check_type(&rt, &target.version, &body, false)?;
         self.check_fields(&rt, &target.version, &mut body, opts)?;
         conversion::to_storage(&target.key, &target.version, &mut body)?;
         let old = self.lookup(target)?.clone();
@@ -141,6 +143,7 @@ impl Store {
                 return Ok(Self::render(rt, &target.version, &old.object));
             }
         }
+        limits::check_size(&rt.kind, &name, &new)?;
         let okey = target.object_key();
         let grace = meta(&new)
             .and_then(|m| m.get("deletionGracePeriodSeconds"))
@@ -201,21 +204,15 @@ impl Store {
                 let ops: json_patch::Patch = serde_json::from_value(patch).map_err(|e| {
                     ApiError::bad_request(format!("error decoding JSON patch: {e}"))
                 })?;
-                json_patch::patch(&mut patched, &ops).map_err(|e| {
-                    // A failed `test` is the JSON-patch way of a precondition: the apiserver says 422.
-                    ApiError::invalid(
-                        &rt.kind_group(),
-                        target.name.as_deref().unwrap_or_default(),
-                        vec![FieldCause::invalid(
-                            "",
-                            &Value::Null,
-                            format!("the JSON patch could not be applied: {e}"),
-                        )],
-                    )
+                // A failed `test` is the JSON-patch way of a precondition: the apiserver
+                // says 422; too many operations 413 (see `limits`).
+                limits::apply_json_patch(&mut patched, &ops).map_err(|e| {
+                    e.into_api_error(&rt.kind_group(), target.name.as_deref().unwrap_or_default())
                 })?;
             }
             PatchType::Apply => unreachable_patch(),
         }
+        limits::check_depth(&rt.kind, &target.version, &patched)?;
         if meta_str(&patched, "resourceVersion") != meta_str(&old.object, "resourceVersion") {
             return Err(ApiError::stale_resource_version(
                 &rt.qualified(),
@@ -223,6 +220,7 @@ impl Store {
             ));
         }
         Self::check_body_identity(&rt, target, &patched)?;
+        Self::check_type(&rt, &target.version, &patched, true)?;
         self.check_fields(&rt, &target.version, &mut patched, opts)?;
         conversion::to_storage(&target.key, &target.version, &mut patched)?;
         let new = Self::merge_into_old(&rt, target, &old.object, patched)?;
@@ -340,6 +338,15 @@ impl Store {
             return Err(err);
         }
         let merged = managed.apply(&manager, &old.object, &config, &Shape::of(rt));
+        limits::check_depth(&rt.kind, &target.version, &merged)?;
+        // The applied configuration may leave out what its type requires; the merged
+        // object may not.
+        Self::check_type(
+            rt,
+            &target.version,
+            &Self::render(rt, &target.version, &merged),
+            true,
+        )?;
         let new = Self::merge_into_old(rt, target, &old.object, merged)?;
         self.finish_update(rt, target, old, new, managed)
     }

@@ -317,6 +317,11 @@ async fn read_logs(
         let Ok(content) = tokio::fs::read(file).await else {
             return;
         };
+        if content.len() < offset {
+            // Rotated (runtime::CriLog): the path is a new file, read from its start, as
+            // the kubelet's follow reopens a rotated log.
+            offset = 0;
+        }
         let complete = content[offset..]
             .iter()
             .rposition(|b| *b == b'\n')

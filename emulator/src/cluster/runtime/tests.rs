@@ -352,3 +352,82 @@ async fn wait_for_sees_earlier_and_later_lines() {
     assert_eq!(timed_out, vec!["early", "late"]);
     assert_eq!(sink.all().len(), 3);
 }
+
+fn origin(dir: &std::path::Path) -> Origin {
+    Origin {
+        namespace: "ns".into(),
+        pod: "p".into(),
+        container: "c".into(),
+        file: CriLog::create(&dir.join("0.log")),
+    }
+}
+
+/// D8: output without a newline was buffered without bound (200 MB of `a` grew the sim by
+/// 200 MB). It is cut into 16 KiB parts, as containerd cuts a long line: `P` records in the
+/// log file, one sink line each.
+#[tokio::test]
+async fn a_line_without_newline_is_cut_at_16_kib() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = LogSink::default();
+    let output = vec![b'a'; 200 * 1024];
+    forward_lines(
+        &output[..],
+        sink.clone(),
+        origin(dir.path()),
+        Stream::Stdout,
+        false,
+    )
+    .await;
+    let lines = sink.lines("ns", "p", "c");
+    assert_eq!(lines.len(), (200 * 1024_usize).div_ceil(MAX_LOG_LINE_BYTES));
+    assert!(lines.iter().all(|l| l.len() <= MAX_LOG_LINE_BYTES));
+    assert_eq!(lines.iter().map(String::len).sum::<usize>(), 200 * 1024);
+    let file = std::fs::read_to_string(dir.path().join("0.log")).unwrap();
+    assert_eq!(file.lines().count(), lines.len());
+    assert!(
+        file.lines().all(|l| l.split(' ').nth(2) == Some("P")),
+        "every part is partial"
+    );
+}
+
+/// D9: every line stayed in memory for the sim's life (2 M lines: +440 MB). The sink keeps
+/// the latest 1 MiB of each container; the log file is rotated at the kubelet's 10 MiB and
+/// at most 5 files are kept.
+#[tokio::test]
+async fn logs_are_bounded_in_memory_and_rotated_on_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = LogSink::default();
+    let line = format!("{}\n", "x".repeat(999));
+    let lines = 60 * 1024; // 60 MiB of output
+    let output = line.repeat(lines);
+    forward_lines(
+        output.as_bytes(),
+        sink.clone(),
+        origin(dir.path()),
+        Stream::Stdout,
+        false,
+    )
+    .await;
+    sink.push(LogLine {
+        namespace: "ns".into(),
+        pod: "other".into(),
+        container: "c".into(),
+        line: "kept".into(),
+    });
+    let kept = sink.lines("ns", "p", "c");
+    let kept_bytes: usize = kept.iter().map(String::len).sum();
+    assert!(kept_bytes <= SINK_BYTES_PER_CONTAINER, "{kept_bytes}");
+    assert!(kept.len() > 100 && kept.len() < lines, "{}", kept.len());
+    assert_eq!(sink.lines("ns", "other", "c"), ["kept"]);
+    let files: Vec<u64> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .collect();
+    assert_eq!(files.len(), CONTAINER_LOG_MAX_FILES, "{files:?}");
+    assert!(
+        files
+            .iter()
+            .all(|len| *len <= CONTAINER_LOG_MAX_BYTES + 2 * 1024),
+        "{files:?}"
+    );
+}

@@ -171,10 +171,24 @@ impl Programs {
         }
     }
 
+    /// The compiled program, or why there is none. One whose estimated cost passes the
+    /// limit is never evaluated: kube-scheduler's runtime cost limit would stop it
+    /// (`cel.CostLimit(CELSelectorExpressionMaxCost)` in k8s.io/dynamic-resource-allocation
+    /// `cel/compile.go`), and the `cel` crate cannot be stopped once it runs.
     fn get(&mut self, expression: &str) -> Result<Arc<cel::Program>, String> {
         self.compiled
             .entry(expression.to_string())
-            .or_insert_with(|| compile(expression).map(Arc::new))
+            .or_insert_with(|| {
+                let program = compile(expression).map_err(|e| e.to_string())?;
+                let cost = crate::cel::with_stack(|| crate::cel::estimate(&program));
+                if cost > crate::cel::MAX_COST {
+                    return Err(format!(
+                        "estimated cost {cost} exceeds the limit {}: operation cancelled: actual cost limit exceeded",
+                        crate::cel::MAX_COST
+                    ));
+                }
+                Ok(Arc::new(program))
+            })
             .clone()
     }
 }

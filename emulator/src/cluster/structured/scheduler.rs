@@ -214,6 +214,16 @@ fn extended_resource_request(
     })
 }
 
+/// Runs blocking work on this worker thread after handing its other tasks to another
+/// worker (`block_in_place`), so a long evaluation stalls no timer, signal or request; in
+/// place on a current-thread runtime (tests), which has no other worker.
+fn off_the_runtime<R>(f: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
 /// Schedules one pod; returns the node it was bound to.
 pub(super) async fn schedule(
     api: &ResourceClient,
@@ -281,53 +291,58 @@ pub(super) async fn schedule(
     }
     let pending: Vec<&ResourceClaim> = claims.iter().filter(|c| !is_allocated(c)).collect();
 
-    // Filter.
-    let mut feasible: Vec<(String, Option<Vec<Value>>)> = Vec::new();
-    let mut reasons: BTreeMap<&'static str, usize> = BTreeMap::new();
-    for node in &world.nodes {
-        let name = node.metadata.name.clone().unwrap_or_default();
-        let empty = BTreeMap::new();
-        let view = NodeView {
-            name: &name,
-            labels: node.metadata.labels.as_ref().unwrap_or(&empty),
-        };
-        let allocated_fit = claims.iter().filter(|c| is_allocated(c)).all(|c| {
-            c.status
-                .as_ref()
-                .and_then(|s| s.allocation.as_ref())
-                .and_then(|a| a.node_selector.as_ref())
-                .is_none_or(|s| node_selector::matches(s, view))
-        });
-        if !allocated_fit {
-            *reasons
-                .entry("resourceclaim not available on the node")
-                .or_default() += 1;
-            continue;
-        }
-        if pending.is_empty() {
-            feasible.push((name, None));
-            continue;
-        }
-        match allocate_on_node(
-            &name,
-            &pending,
-            &world.classes,
-            &world.slices,
-            &world.taken,
-            &mut world.programs,
-        ) {
-            Ok(Some(allocations)) => feasible.push((name, Some(allocations))),
-            Ok(None) => *reasons.entry("cannot allocate all claims").or_default() += 1,
-            // A Filter error (not a rejection) ends the scheduling cycle; the framework
-            // names the plugin (frameworkImpl.RunFilterPlugins).
-            Err(AllocateError::Cel(e)) => {
-                return Err(ScheduleError::Unschedulable(format!(
-                    "running \"DynamicResources\" filter plugin: {e}"
-                )));
+    // Filter. CEL evaluation is CPU work bounded only by the selectors' cost limit: it runs
+    // where it blocks no other task of the runtime, on a stack deep enough for CEL.
+    let filter = || -> Result<_, ScheduleError> {
+        let mut feasible: Vec<(String, Option<Vec<Value>>)> = Vec::new();
+        let mut reasons: BTreeMap<&'static str, usize> = BTreeMap::new();
+        for node in &world.nodes {
+            let name = node.metadata.name.clone().unwrap_or_default();
+            let empty = BTreeMap::new();
+            let view = NodeView {
+                name: &name,
+                labels: node.metadata.labels.as_ref().unwrap_or(&empty),
+            };
+            let allocated_fit = claims.iter().filter(|c| is_allocated(c)).all(|c| {
+                c.status
+                    .as_ref()
+                    .and_then(|s| s.allocation.as_ref())
+                    .and_then(|a| a.node_selector.as_ref())
+                    .is_none_or(|s| node_selector::matches(s, view))
+            });
+            if !allocated_fit {
+                *reasons
+                    .entry("resourceclaim not available on the node")
+                    .or_default() += 1;
+                continue;
             }
-            Err(e) => return Err(ScheduleError::Unschedulable(e.to_string())),
+            if pending.is_empty() {
+                feasible.push((name, None));
+                continue;
+            }
+            match allocate_on_node(
+                &name,
+                &pending,
+                &world.classes,
+                &world.slices,
+                &world.taken,
+                &mut world.programs,
+            ) {
+                Ok(Some(allocations)) => feasible.push((name, Some(allocations))),
+                Ok(None) => *reasons.entry("cannot allocate all claims").or_default() += 1,
+                // A Filter error (not a rejection) ends the scheduling cycle; the framework
+                // names the plugin (frameworkImpl.RunFilterPlugins).
+                Err(AllocateError::Cel(e)) => {
+                    return Err(ScheduleError::Unschedulable(format!(
+                        "running \"DynamicResources\" filter plugin: {e}"
+                    )));
+                }
+                Err(e) => return Err(ScheduleError::Unschedulable(e.to_string())),
+            }
         }
-    }
+        Ok((feasible, reasons))
+    };
+    let (feasible, reasons) = off_the_runtime(|| crate::cel::with_stack(filter))?;
 
     if feasible.is_empty() {
         // PostFilter, DynamicResources first (before DefaultPreemption): an allocated claim

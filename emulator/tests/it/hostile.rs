@@ -1,0 +1,590 @@
+//! Hostile input to the emulated apiserver: every refusal is a clear status naming the
+//! field or the limit, given in bounded work, and what was stored before stays as it was.
+
+use fake_dra_emulator::apiserver::{ApiServer, ApiServerOptions};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim};
+use kube::api::{Api, ListParams, PostParams};
+use serde_json::{Value, json};
+
+async fn server(version: (u32, u32)) -> (ApiServer, kube::Client) {
+    let server = ApiServer::start_with(ApiServerOptions {
+        server_version: version,
+        crds: fake_dra_api::crdgen::yaml_documents().expect("the driver's CRDs"),
+        ..ApiServerOptions::default()
+    })
+    .await
+    .expect("start the emulated apiserver");
+    let client = server.client().expect("client");
+    (server, client)
+}
+
+/// A raw request: the status code and the body (a `Status` for a refusal).
+async fn raw(
+    client: &kube::Client,
+    method: &str,
+    uri: &str,
+    content_type: &str,
+    body: String,
+) -> (u16, Value) {
+    use http_body_util::BodyExt;
+    let request = http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("content-type", content_type)
+        .body(kube::client::Body::from(body.into_bytes()))
+        .unwrap();
+    let response = client.send(request).await.unwrap();
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+fn message(body: &Value) -> &str {
+    body["message"].as_str().unwrap_or_default()
+}
+
+/// `{"a": {"a": … "leaf" …}}`, `levels` objects deep.
+fn nested(levels: usize) -> Value {
+    let mut v = json!("leaf");
+    for _ in 0..levels {
+        v = json!({ "a": v });
+    }
+    v
+}
+
+async fn config_map(client: &kube::Client, name: &str) -> ConfigMap {
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    cms.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": "v"}})).unwrap(),
+    )
+    .await
+    .unwrap()
+}
+
+/// D1: `add` a 1,000-character annotation, then `copy` the annotations into themselves:
+/// each copy doubles them (14 of them made 16.6 MB of 2.3 KB). The copies stop at
+/// kube-apiserver's 3 MiB `JSONPatchMaxCopyBytes`; the ConfigMap is as before.
+#[tokio::test]
+async fn json_patch_copies_stop_at_the_copy_limit_and_change_nothing() {
+    let (server, client) = server((1, 30)).await;
+    let before = config_map(&client, "amp").await;
+    let mut ops = vec![
+        json!({"op": "add", "path": "/metadata/annotations", "value": {"a": "x".repeat(1000)}}),
+    ];
+    for i in 0..14 {
+        ops.push(json!({"op": "copy", "from": "/metadata/annotations", "path": format!("/metadata/annotations/c{i}")}));
+    }
+    let uri = format!("{}/api/v1/namespaces/default/configmaps/amp", server.url());
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &uri,
+        "application/json-patch+json",
+        Value::Array(ops).to_string(),
+    )
+    .await;
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        message(&body).contains("the accumulated size increase of copy is")
+            && message(&body).contains("exceeding the limit 3145728"),
+        "{body}"
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let after = cms.get("amp").await.unwrap();
+    assert_eq!(
+        after.metadata.resource_version,
+        before.metadata.resource_version
+    );
+    assert_eq!(after.metadata.annotations, None);
+}
+
+/// D1: more than `maxJSONPatchOperations` (10,000) is 413 before any is applied.
+#[tokio::test]
+async fn json_patch_with_too_many_operations_is_413() {
+    let (server, client) = server((1, 30)).await;
+    config_map(&client, "ops").await;
+    let ops: Vec<Value> = (0..10_001)
+        .map(|_| json!({"op": "test", "path": "/data/k", "value": "v"}))
+        .collect();
+    let uri = format!("{}/api/v1/namespaces/default/configmaps/ops", server.url());
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &uri,
+        "application/json-patch+json",
+        Value::Array(ops).to_string(),
+    )
+    .await;
+    assert_eq!(code, 413, "{body}");
+    assert_eq!(
+        message(&body),
+        "Request entity too large: The allowed maximum operations in a JSON patch is 10000, got 10001"
+    );
+}
+
+/// D1 by other routes: a merge or strategic-merge patch (or an update) that makes the
+/// object larger than etcd's 1.5 MiB is refused with the size and the limit.
+#[tokio::test]
+async fn objects_over_etcds_limit_are_refused_by_every_route() {
+    let (server, client) = server((1, 30)).await;
+    let before = config_map(&client, "big").await;
+    let uri = format!("{}/api/v1/namespaces/default/configmaps/big", server.url());
+    let big = json!({"data": {"big": "x".repeat(1600 * 1024)}}).to_string();
+    for content_type in [
+        "application/merge-patch+json",
+        "application/strategic-merge-patch+json",
+    ] {
+        let (code, body) = raw(&client, "PATCH", &uri, content_type, big.clone()).await;
+        assert_eq!(code, 413, "{content_type}: {body}");
+        assert!(message(&body).contains("1572864 bytes"), "{body}");
+    }
+    let put = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"big": "x".repeat(1600 * 1024)}});
+    let (code, body) = raw(&client, "PUT", &uri, "application/json", put.to_string()).await;
+    assert_eq!(code, 413, "{body}");
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let after = cms.get("big").await.unwrap();
+    assert_eq!(
+        after.metadata.resource_version,
+        before.metadata.resource_version
+    );
+}
+
+/// D6: a claim whose opaque parameters nest 119 levels was stored, and then every
+/// ResourceClaim list failed to decode (serde_json stops at 128 levels). Refused at the
+/// door, naming the field; the list still decodes. The same through a DeviceClass's config
+/// and through a JSON patch that copies a deep value into a deep place.
+#[tokio::test]
+async fn objects_nested_too_deep_are_refused_and_lists_still_decode() {
+    let (server, client) = server((1, 34)).await;
+    let claim = |name: &str, parameters: Value| {
+        json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name},
+            "spec": {"devices": {
+                "requests": [{"name": "r", "exactly": {"deviceClassName": "c", "allocationMode": "ExactCount", "count": 1}}],
+                "config": [{"opaque": {"driver": "d.example.com", "parameters": parameters}}],
+            }},
+        })
+    };
+    let uri = format!(
+        "{}/apis/resource.k8s.io/v1/namespaces/default/resourceclaims",
+        server.url()
+    );
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &uri,
+        "application/json",
+        claim("deep", nested(119)).to_string(),
+    )
+    .await;
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        message(&body).contains("spec.devices.config[0].opaque.parameters")
+            && message(&body).contains("exceeded max depth of 100"),
+        "{body}"
+    );
+    // A JSON patch copying a 60-level value 60 levels down builds 120 levels.
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &uri,
+        "application/json",
+        claim("shallow", nested(60)).to_string(),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    let mut deep_path = "/spec/devices/config/0/opaque/parameters".to_string();
+    for _ in 0..55 {
+        deep_path.push_str("/a");
+    }
+    let ops = json!([{"op": "copy", "from": "/spec/devices/config/0/opaque/parameters", "path": format!("{deep_path}/b")}]);
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{uri}/shallow"),
+        "application/json-patch+json",
+        ops.to_string(),
+    )
+    .await;
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        message(&body).contains("exceeded max depth of 100"),
+        "{body}"
+    );
+
+    let classes = format!("{}/apis/resource.k8s.io/v1/deviceclasses", server.url());
+    let class = json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "c"},
+        "spec": {"config": [{"opaque": {"driver": "d.example.com", "parameters": nested(119)}}]}});
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &classes,
+        "application/json",
+        class.to_string(),
+    )
+    .await;
+    assert_eq!(code, 400, "{body}");
+
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), "default");
+    let list = claims.list(&ListParams::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    let dcs: Api<DeviceClass> = Api::all(client);
+    assert!(
+        dcs.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+}
+
+/// D7: the same for a custom resource whose schema keeps unknown fields (a DeviceFault's
+/// `deviceStatus.data`, 123 levels), by create and by merge patch.
+#[tokio::test]
+async fn custom_resources_nested_too_deep_are_refused() {
+    let (server, client) = server((1, 34)).await;
+    let uri = format!(
+        "{}/apis/fake.resource.3-shake.com/v1alpha1/devicefaults",
+        server.url()
+    );
+    let fault = |name: &str, data: Value| {
+        json!({"apiVersion": "fake.resource.3-shake.com/v1alpha1", "kind": "DeviceFault",
+            "metadata": {"name": name}, "spec": {"deviceStatus": {"data": data}}})
+    };
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &uri,
+        "application/json",
+        fault("deep", nested(123)).to_string(),
+    )
+    .await;
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        message(&body).contains("spec.deviceStatus.data")
+            && message(&body).contains("exceeded max depth of 100"),
+        "{body}"
+    );
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &uri,
+        "application/json",
+        fault("ok", nested(3)).to_string(),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    let patch = json!({"spec": {"deviceStatus": {"data": nested(110)}}});
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{uri}/ok"),
+        "application/merge-patch+json",
+        patch.to_string(),
+    )
+    .await;
+    assert_eq!(code, 400, "{body}");
+    let faults: Api<fake_dra_api::fault::DeviceFault> = Api::all(client);
+    let list = faults.list(&ListParams::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    assert_eq!(
+        list.items[0]
+            .spec
+            .device_status
+            .as_ref()
+            .and_then(|s| s.data.clone()),
+        Some(nested(3))
+    );
+}
+
+/// D5: a merge patch that makes a label a map was stored; then every typed PodList failed
+/// to decode and no new pod was scheduled. Every route that writes a Pod is now decoded
+/// into the type first: patches (merge, strategic, JSON, apply) answer 422 on `patch`,
+/// create and update 400, each naming the field; the pod is unchanged and lists decode.
+#[tokio::test]
+async fn wrongly_typed_fields_are_refused_by_every_route() {
+    let (server, client) = server((1, 34)).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "p", "labels": {"app": "a"}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }))
+    .unwrap();
+    let before = pods.create(&PostParams::default(), &pod).await.unwrap();
+    let uri = format!("{}/api/v1/namespaces/default/pods", server.url());
+    let bad_labels = json!({"metadata": {"labels": {"x": {"y": "z"}}}}).to_string();
+    for content_type in [
+        "application/merge-patch+json",
+        "application/strategic-merge-patch+json",
+    ] {
+        let (code, body) = raw(
+            &client,
+            "PATCH",
+            &format!("{uri}/p"),
+            content_type,
+            bad_labels.clone(),
+        )
+        .await;
+        assert_eq!(code, 422, "{content_type}: {body}");
+        assert_eq!(body["details"]["causes"][0]["field"], "patch", "{body}");
+        assert!(
+            message(&body).contains("metadata.labels.x: invalid type: map"),
+            "{body}"
+        );
+    }
+    let json_patch =
+        json!([{"op": "add", "path": "/spec/containers/0/image", "value": 7}]).to_string();
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{uri}/p"),
+        "application/json-patch+json",
+        json_patch,
+    )
+    .await;
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        message(&body).contains("spec.containers[0].image"),
+        "{body}"
+    );
+    let apply = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  labels:\n    x:\n      y: z\n";
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{uri}/p?fieldManager=m"),
+        "application/apply-patch+yaml",
+        apply.to_string(),
+    )
+    .await;
+    assert_eq!(code, 422, "{body}");
+    let mut put = serde_json::to_value(&before).unwrap();
+    put["metadata"]["labels"] = json!({"x": ["y"]});
+    let (code, body) = raw(
+        &client,
+        "PUT",
+        &format!("{uri}/p"),
+        "application/json",
+        put.to_string(),
+    )
+    .await;
+    assert_eq!(code, 400, "{body}");
+    assert_eq!(
+        message(&body),
+        "Pod in version \"v1\" cannot be handled as a Pod: metadata.labels.x: invalid type: sequence, expected a string"
+    );
+    let created = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "q"},
+        "spec": {"containers": [{"name": "c", "image": "busybox", "ports": [{"containerPort": "80"}]}]}});
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &uri,
+        "application/json",
+        created.to_string(),
+    )
+    .await;
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        message(&body).contains("spec.containers[0].ports[0].containerPort"),
+        "{body}"
+    );
+
+    let list = pods.list(&ListParams::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    assert_eq!(
+        list.items[0].metadata.resource_version,
+        before.metadata.resource_version
+    );
+    assert_eq!(list.items[0].metadata.labels, before.metadata.labels);
+
+    // A custom resource's metadata is an ObjectMeta too.
+    let faults = format!(
+        "{}/apis/fake.resource.3-shake.com/v1alpha1/devicefaults",
+        server.url()
+    );
+    let fault = json!({"apiVersion": "fake.resource.3-shake.com/v1alpha1", "kind": "DeviceFault",
+        "metadata": {"name": "f", "labels": {"x": {"y": "z"}}}, "spec": {}});
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &faults,
+        "application/json",
+        fault.to_string(),
+    )
+    .await;
+    assert_eq!(code, 400, "{body}");
+    assert!(message(&body).contains("metadata.labels.x"), "{body}");
+}
+
+/// D2, D3, D4 at the door: a DeviceClass or claim selector longer than 10 KiB, nested
+/// deeper than the parser allows, or estimated over `CELSelectorExpressionMaxCost` is
+/// refused with 422 naming the field; 12 nested parentheses (which killed the sim) are
+/// an ordinary selector.
+#[tokio::test]
+async fn cel_selectors_are_held_to_length_nesting_and_cost() {
+    let (server, client) = server((1, 34)).await;
+    let classes = format!("{}/apis/resource.k8s.io/v1/deviceclasses", server.url());
+    let class = |name: &str, expression: &str| {
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name},
+            "spec": {"selectors": [{"cel": {"expression": expression}}]}})
+        .to_string()
+    };
+    let parens = |n: usize| format!("{}true{}", "(".repeat(n), ")".repeat(n));
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &classes,
+        "application/json",
+        class("twelve", &parens(12)),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &classes,
+        "application/json",
+        class("deep", &parens(200)),
+    )
+    .await;
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        message(&body).contains("spec.selectors[0].cel.expression")
+            && message(&body).contains("expression recursion limit exceeded: 96"),
+        "{body}"
+    );
+
+    let long = format!("true{}", " && true".repeat(1300));
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &classes,
+        "application/json",
+        class("long", &long),
+    )
+    .await;
+    assert_eq!(code, 422, "{body}");
+    assert_eq!(
+        body["details"]["causes"][0]["reason"], "FieldValueTooLong",
+        "{body}"
+    );
+    assert!(
+        message(&body).contains("Too long: may not be more than 10240 bytes"),
+        "{body}"
+    );
+
+    let list = format!(
+        "[{}]",
+        (0..1000)
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let costly = format!("{list}.all(x, {list}.all(y, x + y >= 0))");
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &classes,
+        "application/json",
+        class("costly", &costly),
+    )
+    .await;
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        message(&body).contains("Forbidden: too complex, exceeds cost limit"),
+        "{body}"
+    );
+
+    // The same through a claim's request.
+    let claims = format!(
+        "{}/apis/resource.k8s.io/v1/namespaces/default/resourceclaims",
+        server.url()
+    );
+    let claim = json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c"},
+        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "twelve",
+            "allocationMode": "ExactCount", "count": 1, "selectors": [{"cel": {"expression": costly}}]}}]}}});
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &claims,
+        "application/json",
+        claim.to_string(),
+    )
+    .await;
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        message(&body).contains("spec.devices.requests[0].exactly.selectors[0].cel.expression"),
+        "{body}"
+    );
+    let dcs: Api<DeviceClass> = Api::all(client);
+    let names: Vec<String> = dcs
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    assert_eq!(names, ["twelve"]);
+}
+
+/// D10: the garbage collector walked every object after every write, so applying N
+/// objects took O(N²) (1,000 ConfigMaps 27 s, 2,000 77 s). Now a write without owner
+/// references costs it nothing and one with them only a look at that object; a deletion
+/// still makes it walk everything, and still collects the dependents.
+#[test]
+fn garbage_collection_work_grows_linearly_with_writes() {
+    use fake_dra_emulator::apiserver::{ResourceKey, Store, Target, WriteOptions};
+    let mut store = Store::for_version((1, 30)).unwrap();
+    let target = |name: Option<&str>| Target {
+        key: ResourceKey {
+            group: String::new(),
+            plural: "configmaps".into(),
+        },
+        version: "v1".into(),
+        namespace: Some("default".into()),
+        name: name.map(str::to_string),
+        subresource: None,
+    };
+    let n = 2_000;
+    for i in 0..n {
+        let cm = json!({"metadata": {"name": format!("cm{i}")}, "data": {"k": "v"}});
+        store
+            .create(&target(None), cm, &WriteOptions::default())
+            .unwrap();
+        store.collect_garbage();
+    }
+    assert_eq!(store.garbage_collector_visits(), 0);
+    let owner = store
+        .create(
+            &target(None),
+            json!({"metadata": {"name": "owner"}}),
+            &WriteOptions::default(),
+        )
+        .unwrap();
+    let owner_ref = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+        "uid": owner["metadata"]["uid"]}]);
+    for i in 0..n {
+        let cm = json!({"metadata": {"name": format!("owned{i}"), "ownerReferences": owner_ref}});
+        store
+            .create(&target(None), cm, &WriteOptions::default())
+            .unwrap();
+        store.collect_garbage();
+    }
+    assert_eq!(store.garbage_collector_visits(), n as u64);
+    store
+        .delete(&target(Some("owner")), &Default::default())
+        .unwrap();
+    store.collect_garbage();
+    store.collect_garbage();
+    let left = store
+        .list(&target(None), &Default::default(), None, None)
+        .unwrap();
+    assert_eq!(left["items"].as_array().map(Vec::len), Some(n));
+}
