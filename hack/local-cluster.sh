@@ -445,6 +445,27 @@ no_workload_pods() {
   [[ -z "$out" ]] || { echo "$out"; return 1; }
 }
 
+# The CDI vendors of the drivers this repository deploys on the cluster (fake-dra, the
+# fpga example).
+OUR_CDI_VENDORS=(k8s.fake.resource.3-shake.com k8s.fpga.example.com)
+
+# set_aside_stale_cdi_specs: with a fresh kubelet root no claim is prepared, so our drivers'
+# specs in /var/run/cdi are an earlier cluster's that was killed before down. Left there,
+# they stop our plugin at start (a checkpoint missing beside prepared claims' specs is what
+# a wrong --plugin-dir looks like), so they move to $LOGS/stale-cdi, named here.
+set_aside_stale_cdi_specs() {
+  local v f moved=()
+  for v in "${OUR_CDI_VENDORS[@]}"; do
+    for f in /var/run/cdi/"$v"-*.json; do
+      [[ -e "$f" ]] || continue
+      mkdir -p "$LOGS/stale-cdi"
+      mv -f "$f" "$LOGS/stale-cdi/" && moved+=("${f##*/}")
+    done
+  done
+  ((${#moved[@]} == 0)) \
+    || echo "warning: moved ${#moved[@]} CDI spec(s) of an earlier cluster from /var/run/cdi to $LOGS/stale-cdi: ${moved[*]}" >&2
+}
+
 up() {
   check_prereqs
   if running kube-apiserver && running kubelet; then echo "the cluster runs already"; status; return; fi
@@ -485,7 +506,10 @@ up() {
     for d in /run/containerd /var/lib/cni "$KUBELET_ROOT" /var/log/pods; do [[ ! -e "$d" ]] || echo "$d"; done >"$RUN/preexisting"
     if grep -qx "$KUBELET_ROOT" "$RUN/preexisting"; then
       echo "warning: $KUBELET_ROOT exists already (an earlier cluster not taken down?); down will leave it" >&2
+    else
+      set_aside_stale_cdi_specs
     fi
+    ls /var/run/cdi 2>/dev/null >"$RUN/cdi.before" || true
   fi
 
   # KUBE_API_QPS as up saw it, so that restart gives the same flags.
@@ -641,10 +665,20 @@ down() {
     esac
   done
   rmdir /var/log/containers 2>/dev/null || true
-  local u d
+  local u d f v
   for u in $uids; do rm -f "/var/run/cdi/k8s.fake.resource.3-shake.com-fake_$u.json"; done
   if grep -qs "FAKE_NODE_NAME=$NODE_NAME\"" /var/run/cdi/k8s.fake.resource.3-shake.com-fake_common.json; then
     rm -f /var/run/cdi/k8s.fake.resource.3-shake.com-fake_common.json
+  fi
+  # Whatever else our drivers wrote there since up (claims the API server no longer
+  # listed, other profiles, the fpga example): the next up must not find it.
+  if [[ -f "$RUN/cdi.before" ]]; then
+    for v in "${OUR_CDI_VENDORS[@]}"; do
+      for f in /var/run/cdi/"$v"-*.json; do
+        [[ -e "$f" ]] || continue
+        grep -qxF "${f##*/}" "$RUN/cdi.before" || rm -f "$f"
+      done
+    done
   fi
   if [[ -f "$RUN/sysctl.saved" ]]; then
     sysctl -q -p "$RUN/sysctl.saved" >/dev/null || echo "could not restore every kernel setting of $RUN/sysctl.saved"

@@ -67,11 +67,13 @@ diagnose() {
   fi
   kubectl get resourceclaims -A >&2 || true
   kubectl -n test5 describe pod pod0 >&2 || true
-  kubectl -n fake-dra logs daemonset/fake-dra-kubelet-plugin --tail=40 >&2 || true
   local logs
   logs="$(dirname "$KUBECONFIG")/logs"
   echo "-- kubelet log, DRA and plugin lines (full logs in $logs)" >&2
   grep -i -E 'dra|plugin|registration|resourceclaim' "$logs/kubelet.log" | tail -40 >&2 || true
+  # The plugin's own words last: CI shows the end of a failed step's output.
+  echo "-- the plugin's log" >&2
+  kubectl -n fake-dra logs daemonset/fake-dra-kubelet-plugin --tail=40 >&2 || true
 }
 finish() {
   local rc=$?
