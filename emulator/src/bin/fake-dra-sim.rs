@@ -171,19 +171,36 @@ enum Cmd {
     },
 }
 
-/// `90s`, `5m`, `1h`, or plain seconds.
+/// The longest `--timeout`: Go's `time.Duration` (what kubectl's `--timeout` flags are)
+/// holds 2562047h47m16s; anything longer is no timeout anyone means, and past the end of
+/// a `tokio::time::Instant` it panicked (`--timeout 18446744073709551615`).
+const MAX_TIMEOUT_SECS: u64 = i64::MAX as u64 / 1_000_000_000;
+
+/// `90s`, `5m`, `1h`, or plain seconds, up to [`MAX_TIMEOUT_SECS`].
 fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("{text:?} is not a duration like 90s, 5m or 1h");
     let (number, unit) = text
         .find(|c: char| !c.is_ascii_digit())
         .map_or((text, "s"), |i| text.split_at(i));
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration like 90s, 5m or 1h"))?;
-    match unit {
-        "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        "h" => Ok(Duration::from_secs(n * 3600)),
-        _ => Err(format!("{text:?} is not a duration like 90s, 5m or 1h")),
+    let factor: u64 = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        _ => return Err(bad()),
+    };
+    let too_long = || {
+        format!(
+            "{text:?} is longer than the longest timeout, {MAX_TIMEOUT_SECS}s (2562047h, Go's time.Duration as kubectl's --timeout)"
+        )
+    };
+    // All digits: a number too large for u64 is too long, not malformed.
+    if number.is_empty() {
+        return Err(bad());
+    }
+    let n: u64 = number.parse().map_err(|_| too_long())?;
+    match n.checked_mul(factor) {
+        Some(secs) if secs <= MAX_TIMEOUT_SECS => Ok(Duration::from_secs(secs)),
+        _ => Err(too_long()),
     }
 }
 
@@ -344,7 +361,7 @@ async fn drive(sim: &Sim, args: &Args, manifests: &[Manifest]) -> Result<(), Str
             wait: true,
             timeout,
             ..
-        } => Some(tokio::time::Instant::now() + timeout),
+        } => tokio::time::Instant::now().checked_add(timeout),
         _ => None,
     };
     let client = sim.client().map_err(|e| e.to_string())?;
@@ -400,6 +417,7 @@ async fn drive(sim: &Sim, args: &Args, manifests: &[Manifest]) -> Result<(), Str
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use clap::CommandFactory;
@@ -407,6 +425,47 @@ mod tests {
     #[test]
     fn every_flag_follows_the_env_rule() {
         assert_eq!(flags::rule_breakers(&Args::command()), Vec::<String>::new());
+    }
+
+    /// D14, D25: `u64::MAX` seconds panicked after start, `u64::MAX` minutes overflowed
+    /// the multiplication; both are refused by clap, naming the longest timeout.
+    #[test]
+    fn timeouts_past_the_longest_are_refused_not_overflowed() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(
+            parse_duration("2562047h"),
+            Ok(Duration::from_secs(2_562_047 * 3600))
+        );
+        for text in [
+            "18446744073709551615",
+            "18446744073709551615m",
+            "18446744073709551616",
+            "2562048h",
+            "9223372037s",
+        ] {
+            let err = parse_duration(text).unwrap_err();
+            assert!(
+                err.contains("is longer than the longest timeout, 9223372036s"),
+                "{text}: {err}"
+            );
+        }
+        for text in ["", "m", "5d", "-1s", "1.5h"] {
+            let err = parse_duration(text).unwrap_err();
+            assert!(err.contains("is not a duration like 90s"), "{text}: {err}");
+        }
+        let err = Args::try_parse_from([
+            "fake-dra-sim",
+            "run",
+            "-f",
+            "x.yaml",
+            "--timeout",
+            "18446744073709551615",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("--timeout"), "{err}");
     }
 
     #[test]
