@@ -108,6 +108,25 @@ fn parse_query(query: Option<&str>) -> HashMap<String, String> {
         .collect()
 }
 
+/// An `int64` query parameter (`timeoutSeconds`, `limit`, `gracePeriodSeconds`), read as
+/// kube-apiserver's parameter codec reads it (apimachinery `runtime.string_to_int64`,
+/// `strconv.ParseInt(in, 10, 64)`), refused with its words as a 400 (`DecodeParameters`
+/// errors become `NewBadRequest`, apiserver `endpoints/handlers/get.go`).
+fn int64_param(query: &HashMap<String, String>, key: &str) -> ApiResult<Option<i64>> {
+    let Some(text) = query.get(key) else {
+        return Ok(None);
+    };
+    text.parse::<i64>().map(Some).map_err(|e| {
+        let why = match e.kind() {
+            std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow => {
+                "value out of range"
+            }
+            _ => "invalid syntax",
+        };
+        ApiError::bad_request(format!("strconv.ParseInt: parsing {text:?}: {why}"))
+    })
+}
+
 fn flag(query: &HashMap<String, String>, key: &str) -> bool {
     matches!(query.get(key).map(String::as_str), Some("true" | "1"))
 }
@@ -432,13 +451,10 @@ async fn serve_resource(
             let sel = selectors(target, query)?;
             let mut store = shared.lock();
             check_list_resource_version(&store, query)?;
-            let limit = query
-                .get("limit")
-                .map(|l| {
-                    l.parse::<usize>()
-                        .map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))
-                })
-                .transpose()?;
+            // A limit of 0 or less asks for everything, as upstream's storage reads it.
+            let limit = int64_param(query, "limit")?
+                .and_then(|l| usize::try_from(l).ok())
+                .filter(|l| *l > 0);
             let list = store.list(
                 target,
                 &sel,
@@ -608,13 +624,7 @@ fn delete_options(query: &HashMap<String, String>, body: &Bytes) -> ApiResult<De
     } else {
         decode_json(body)?
     };
-    let grace = query
-        .get("gracePeriodSeconds")
-        .map(|g| {
-            g.parse::<i64>()
-                .map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {g:?}")))
-        })
-        .transpose()?
+    let grace = int64_param(query, "gracePeriodSeconds")?
         .or_else(|| from_body.get("gracePeriodSeconds").and_then(Value::as_i64));
     if from_body
         .get("dryRun")

@@ -588,3 +588,78 @@ fn garbage_collection_work_grows_linearly_with_writes() {
         .unwrap();
     assert_eq!(left["items"].as_array().map(Vec::len), Some(n));
 }
+
+/// D17: `timeoutSeconds` past int64 answered an empty 200 and panicked the watch's task
+/// (1e19 s added to the clock). It is a 400 with strconv's words, as kube-apiserver's
+/// parameter codec answers; `limit` too. The largest int64 is a watch without deadline,
+/// and the same number as `gracePeriodSeconds` a deletion far in the future, not a panic.
+#[tokio::test]
+async fn int64_query_parameters_past_the_range_are_400_and_huge_ones_do_not_panic() {
+    let (server, client) = server((1, 34)).await;
+    let pods = format!("{}/api/v1/namespaces/default/pods", server.url());
+    for (query, text) in [
+        ("watch=true&timeoutSeconds=", "10000000000000000000"),
+        ("limit=", "10000000000000000000"),
+        ("watch=true&timeoutSeconds=", "soon"),
+    ] {
+        let (code, body) = raw(
+            &client,
+            "GET",
+            &format!("{pods}?{query}{text}"),
+            "application/json",
+            String::new(),
+        )
+        .await;
+        assert_eq!(code, 400, "{query}{text}: {body}");
+        let why = if text == "soon" {
+            "invalid syntax"
+        } else {
+            "value out of range"
+        };
+        assert_eq!(
+            message(&body),
+            format!("strconv.ParseInt: parsing \"{text}\": {why}")
+        );
+    }
+    // The largest int64: a watch that stays open, and sees what happens next.
+    let request = client
+        .request_events::<Pod>(
+            http::Request::get(format!("{pods}?watch=true&timeoutSeconds={}", i64::MAX))
+                .body(Vec::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut request = Box::pin(request);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "p"},
+        "spec": {"nodeName": "somewhere", "containers": [{"name": "c", "image": "busybox"}]},
+    }))
+    .unwrap();
+    let api: Api<Pod> = Api::namespaced(client.clone(), "default");
+    api.create(&PostParams::default(), &pod).await.unwrap();
+    use futures::StreamExt;
+    let event = tokio::time::timeout(std::time::Duration::from_secs(30), request.next())
+        .await
+        .expect("a watch event (hang guard)");
+    assert!(
+        matches!(event, Some(Ok(kube::api::WatchEvent::Added(_)))),
+        "{event:?}"
+    );
+    let (code, body) = raw(
+        &client,
+        "DELETE",
+        &format!("{pods}/p?gracePeriodSeconds={}", i64::MAX),
+        "application/json",
+        String::new(),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        body["metadata"]["deletionTimestamp"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("9999-")),
+        "{body}"
+    );
+    assert!(api.get("p").await.is_ok());
+}
