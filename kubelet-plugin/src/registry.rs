@@ -299,7 +299,8 @@ impl Registry {
             }
         }
         format!(
-            "unknown field `{field}`; the fields are {}",
+            "unknown field `{}`; the fields are {}",
+            crate::inventory::cut(field),
             known.join(", ")
         )
     }
@@ -309,7 +310,8 @@ impl Registry {
             None => None,
             Some(name) => Some(self.get(name).ok_or_else(|| {
                 format!(
-                    "profile {name:?} is not a profile; the profiles are {}",
+                    "profile {} is not a profile; the profiles are {}",
+                    crate::inventory::shown(name),
                     self.names_joined()
                 )
             })?),

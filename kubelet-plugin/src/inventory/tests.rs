@@ -326,6 +326,49 @@ fn entries_are_checked_naming_their_index() {
     assert!(parse_err(&file(&long)).contains("is 254 characters; at most 253"));
 }
 
+/// D31: a 10 KB pattern was echoed whole in the error; it is cut to its start.
+#[test]
+fn a_long_pattern_is_shown_by_its_start() {
+    let huge = format!("- names: [\"{}\"]\n", "a".repeat(10_000));
+    let err = parse_err(&file(&huge));
+    assert_eq!(
+        err,
+        format!(
+            "inventory file inventory.yaml: nodes[0]: names[0] \"{}\"... is 10000 characters; at most 253",
+            "a".repeat(64)
+        )
+    );
+    let bad = format!("- names: [\"{}X\"]\n", "b".repeat(200));
+    let err = parse_err(&file(&bad));
+    assert!(err.len() < 300, "{err}");
+    assert!(err.ends_with("... has 'X'; patterns are node name characters (lowercase letters, digits, '-', '.') and the wildcards '*' and '?'"), "{err}");
+}
+
+/// D24: a key given twice was last-wins (`numDevices: 2` then `numDevices: 64`: the
+/// node got 64 without a word); refused naming the key and its line.
+#[test]
+fn a_key_given_twice_is_refused_naming_it_and_its_line() {
+    let err = parse_err(&file("- names: [a]\n  numDevices: 2\n  numDevices: 64\n"));
+    assert_eq!(
+        err,
+        "inventory file inventory.yaml: line 6: key \"numDevices\" already set in map (in nodes[0]): a key may be given once per mapping; remove one of them"
+    );
+    let top = format!("{}nodes: []\n", file("- names: [a]\n"));
+    assert!(
+        parse_err(&top).contains("line 5: key \"nodes\" already set in map: "),
+        "{}",
+        parse_err(&top)
+    );
+    let json = format!(
+        "{{\"apiVersion\": \"{API_VERSION}\", \"kind\": \"Inventory\", \"kind\": \"Inventory\"}}"
+    );
+    assert!(
+        parse_err(&json).contains("key \"kind\" already set in map"),
+        "{}",
+        parse_err(&json)
+    );
+}
+
 #[test]
 fn the_first_matching_entry_wins_and_flags_fill_the_rest() {
     let p = profiles("gpu", Some(EXAMPLE));
