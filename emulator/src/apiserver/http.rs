@@ -444,6 +444,15 @@ async fn serve_resource(
         duplicate_fields: Vec::new(),
         patch_op_issues: Vec::new(),
     };
+    let options_kind = match *method {
+        Method::POST => Some("CreateOptions.meta.k8s.io"),
+        Method::PUT => Some("UpdateOptions.meta.k8s.io"),
+        Method::PATCH => Some("PatchOptions.meta.k8s.io"),
+        _ => None,
+    };
+    if let (Some(kind), Some(manager)) = (options_kind, opts.field_manager.as_deref()) {
+        validate_field_manager(kind, manager)?;
+    }
     let is_collection = target.name.is_none();
     match (method.clone(), is_collection) {
         (Method::GET, true) if flag(query, "watch") => watch_response(shared, target, query, view),
@@ -541,6 +550,37 @@ async fn serve_resource(
             }
         }
         _ => Err(ApiError::method_not_allowed()),
+    }
+}
+
+/// apimachinery's `FieldManagerMaxLength`.
+const FIELD_MANAGER_MAX_LENGTH: usize = 128;
+
+/// `ValidateFieldManager` (apimachinery `pkg/apis/meta/v1/validation`): at most 128 bytes,
+/// printable characters only; refused as the create, update or patch handler refuses its
+/// options (`NewInvalid` of `CreateOptions`/`UpdateOptions`/`PatchOptions`, 422).
+fn validate_field_manager(options_kind: &str, manager: &str) -> ApiResult<()> {
+    let mut causes = Vec::new();
+    if manager.len() > FIELD_MANAGER_MAX_LENGTH {
+        causes.push(super::error::FieldCause::too_long(
+            "fieldManager",
+            FIELD_MANAGER_MAX_LENGTH,
+        ));
+    }
+    // Go's unicode.IsPrint: no control, format or separator character but the ASCII space.
+    for (i, c) in manager.char_indices() {
+        if c.is_control() || (c.is_whitespace() && c != ' ') {
+            causes.push(super::error::FieldCause::invalid(
+                "fieldManager",
+                &Value::String(manager.to_string()),
+                format!("invalid character U+{:04X} (at position {i})", u32::from(c)),
+            ));
+        }
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(options_kind, "", causes))
     }
 }
 

@@ -663,3 +663,92 @@ async fn int64_query_parameters_past_the_range_are_400_and_huge_ones_do_not_pani
     );
     assert!(api.get("p").await.is_ok());
 }
+
+/// D30: a 200-character fieldManager was accepted (and recorded in managedFields).
+/// kube-apiserver's ValidateFieldManager allows 128 bytes of printable characters; the
+/// create, update and patch handlers refuse their options with 422.
+#[tokio::test]
+async fn field_managers_past_128_bytes_are_refused_by_every_verb() {
+    let (server, client) = server((1, 34)).await;
+    let before = config_map(&client, "fm").await;
+    let cms = format!("{}/api/v1/namespaces/default/configmaps", server.url());
+    let long = "m".repeat(200);
+    let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fm2"}});
+    let mut put = serde_json::to_value(&before).unwrap();
+    put["data"] = json!({"k": "changed"});
+    for (method, uri, content_type, body, kind) in [
+        (
+            "POST",
+            cms.clone(),
+            "application/json",
+            body.to_string(),
+            "CreateOptions",
+        ),
+        (
+            "PUT",
+            format!("{cms}/fm"),
+            "application/json",
+            put.to_string(),
+            "UpdateOptions",
+        ),
+        (
+            "PATCH",
+            format!("{cms}/fm"),
+            "application/merge-patch+json",
+            json!({"data": {"k": "x"}}).to_string(),
+            "PatchOptions",
+        ),
+        (
+            "PATCH",
+            format!("{cms}/fm"),
+            "application/apply-patch+yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: fm}\ndata: {k: y}\n".into(),
+            "PatchOptions",
+        ),
+    ] {
+        let (code, status) = raw(
+            &client,
+            method,
+            &format!("{uri}?fieldManager={long}"),
+            content_type,
+            body,
+        )
+        .await;
+        assert_eq!(code, 422, "{method} {content_type}: {status}");
+        assert_eq!(
+            message(&status),
+            format!(
+                "{kind}.meta.k8s.io \"\" is invalid: fieldManager: Too long: may not be more than 128 bytes"
+            ),
+        );
+        assert_eq!(
+            status["details"]["causes"][0]["reason"],
+            "FieldValueTooLong"
+        );
+    }
+    let (code, status) = raw(
+        &client,
+        "PATCH",
+        &format!("{cms}/fm?fieldManager=a%07b"),
+        "application/merge-patch+json",
+        json!({"data": {"k": "x"}}).to_string(),
+    )
+    .await;
+    assert_eq!(code, 422, "{status}");
+    assert!(
+        message(&status).contains("invalid character U+0007 (at position 1)"),
+        "{status}"
+    );
+    let exactly = "m".repeat(128);
+    let (code, status) = raw(
+        &client,
+        "PATCH",
+        &format!("{cms}/fm?fieldManager={exactly}"),
+        "application/merge-patch+json",
+        json!({"data": {"k": "ok"}}).to_string(),
+    )
+    .await;
+    assert_eq!(code, 200, "{status}");
+    let cm: Api<ConfigMap> = Api::namespaced(client, "default");
+    assert!(cm.get("fm2").await.is_err());
+}
