@@ -752,3 +752,68 @@ async fn field_managers_past_128_bytes_are_refused_by_every_verb() {
     let cm: Api<ConfigMap> = Api::namespaced(client, "default");
     assert!(cm.get("fm2").await.is_err());
 }
+
+/// D29: a merge patch `[1,2]` replaced the whole object and came back as 409 "the object
+/// has been modified". kube-apiserver decodes a merge patch into a map first: 400 with Go's
+/// words (422 on `patch` under fieldValidation=Ignore); a strategic one 400 too.
+#[tokio::test]
+async fn merge_patches_that_are_no_objects_are_refused_as_upstream() {
+    let (server, client) = server((1, 34)).await;
+    let before = config_map(&client, "mp").await;
+    let uri = format!("{}/api/v1/namespaces/default/configmaps/mp", server.url());
+    for (content_type, query, body, code, want) in [
+        (
+            "application/merge-patch+json",
+            "",
+            "[1,2]",
+            400,
+            "error decoding patch: json: cannot unmarshal array into Go value of type map[string]interface {}",
+        ),
+        (
+            "application/merge-patch+json",
+            "?fieldValidation=Strict",
+            "\"x\"",
+            400,
+            "error decoding patch: json: cannot unmarshal string into Go value of type map[string]interface {}",
+        ),
+        (
+            "application/merge-patch+json",
+            "?fieldValidation=Ignore",
+            "[1,2]",
+            422,
+            " \"\" is invalid: patch: Invalid value: \"[1,2]\": json: cannot unmarshal array into Go value of type map[string]interface {}",
+        ),
+        (
+            "application/merge-patch+json",
+            "",
+            "null",
+            400,
+            "Invalid JSON Patch",
+        ),
+        (
+            "application/strategic-merge-patch+json",
+            "",
+            "[1,2]",
+            400,
+            "json: cannot unmarshal array into Go value of type map[string]interface {}",
+        ),
+    ] {
+        let (got, status) = raw(
+            &client,
+            "PATCH",
+            &format!("{uri}{query}"),
+            content_type,
+            body.into(),
+        )
+        .await;
+        assert_eq!(got, code, "{content_type}{query} {body}: {status}");
+        assert_eq!(message(&status), want);
+    }
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let after = cms.get("mp").await.unwrap();
+    assert_eq!(
+        after.metadata.resource_version,
+        before.metadata.resource_version
+    );
+    assert_eq!(after.data, before.data);
+}
