@@ -955,7 +955,23 @@ async fn watch_nodes(
             Err(e) => {
                 if !warned {
                     warned = true;
-                    warn!(error = %e, "watching Nodes failed (RBAC: list/watch nodes); retrying");
+                    // A 400 is the selector, which no retry mends; only 401/403 is RBAC.
+                    let code = match &e {
+                        watcher::Error::InitialListFailed(kube::Error::Api(s))
+                        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+                        | watcher::Error::WatchFailed(kube::Error::Api(s)) => Some(s.code),
+                        watcher::Error::WatchError(s) => Some(s.code),
+                        _ => None,
+                    };
+                    match code {
+                        Some(400) => {
+                            warn!(error = %e, selector = %selector, "the API server refuses to list Nodes by --node-selector (FAKE_DRA_NODE_SELECTOR); retrying")
+                        }
+                        Some(401 | 403) => {
+                            warn!(error = %e, "watching Nodes failed (RBAC: list/watch nodes); retrying")
+                        }
+                        _ => warn!(error = %e, "watching Nodes failed; retrying"),
+                    }
                 }
             }
         }

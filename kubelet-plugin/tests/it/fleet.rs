@@ -540,3 +540,34 @@ async fn nodes_deleted_at_once_are_not_published_again() {
         "pools published other than once (node, times): {again:?}\n{log}"
     );
 }
+
+/// D18: `--node-selector 'gen>5'` (Gt, which kube-apiserver serves) was refused by the
+/// emulated API server, and the fleet retried for ever under a hint about RBAC; it selects
+/// the nodes whose label is a greater integer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_greater_than_node_selector_selects_by_number() {
+    let api = start_api_version((1, 34)).await;
+    let client = api.client().unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
+    for (name, generation) in [
+        ("old-0", "3"),
+        ("new-0", "7"),
+        ("new-1", "12"),
+        ("odd-0", "x"),
+    ] {
+        let node: Node = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"gen": generation}},
+        }))
+        .unwrap();
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+    }
+    let _fleet = Fleet::start(&api, &["--node-selector", "gen>5"]);
+    let slices: Api<v1::ResourceSlice> = Api::all(client.clone());
+    let by_node = pools(&slices, |p| p.len() == 2).await;
+    assert_eq!(
+        by_node.keys().collect::<Vec<_>>(),
+        ["new-0", "new-1"],
+        "only the nodes with gen > 5"
+    );
+}
