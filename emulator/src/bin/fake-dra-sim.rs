@@ -274,7 +274,42 @@ async fn start(args: Args) -> Result<(), String> {
     run(args).await
 }
 
+/// What the flags say that no cluster could be started with, refused before anything
+/// starts (they used to fail after start with a Debug dump, or hang it without a word).
+fn check_flags(args: &Args) -> Result<(), String> {
+    let nodes = "--nodes (FAKE_DRA_NODES)";
+    if args.nodes.is_empty() {
+        return Err(format!(
+            "{nodes} names no node; give one or more node names, comma-separated"
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, node) in args.nodes.iter().enumerate() {
+        // kube-apiserver's ValidateNodeName: a DNS subdomain (the node's directories and
+        // its plugin's socket paths are named after it too).
+        fake_dra_api::names::dns_subdomain(node, 253)
+            .map_err(|why| format!("{nodes} entry {i}: {why}"))?;
+        if !seen.insert(node) {
+            return Err(format!(
+                "{nodes} names {node:?} twice; every emulated node needs a name of its own"
+            ));
+        }
+    }
+    if let Some(n) = args.num_devices {
+        // The plugin's own limit (kubelet-plugin fake::devices::MAX_NUM_DEVICES): one
+        // NodeAllocationState, or one ResourceSlice of at most 128 devices.
+        let max = fake_dra_api::params::MAX_COUNT.unsigned_abs() as usize;
+        if !(1..=max).contains(&n) {
+            return Err(format!(
+                "--num-devices (FAKE_DRA_NUM_DEVICES) must be between 1 and {max}, got {n}: the kubelet plugin publishes 1 to {max} devices per node (one ResourceSlice or NodeAllocationState)"
+            ));
+        }
+    }
+    Ok(())
+}
+
 async fn run(args: Args) -> Result<(), String> {
+    check_flags(&args)?;
     let deploy = deploy_dir(args.deploy_dir.as_ref());
     // Every manifest is read and checked before anything starts.
     let manifests: Vec<Manifest> = match &args.command {
@@ -466,6 +501,47 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("--timeout"), "{err}");
+    }
+
+    /// D26, D15: bad `--nodes` failed after start with a Debug dump (or, `a,a`, not at
+    /// all), and `--num-devices 0` or `100000` hung the start while the plugins exited.
+    #[test]
+    fn node_names_and_device_counts_are_checked_before_start() {
+        let check = |extra: &[&str]| {
+            let mut argv = vec!["fake-dra-sim"];
+            argv.extend_from_slice(extra);
+            argv.extend_from_slice(&["run", "-f", "x.yaml"]);
+            check_flags(&Args::try_parse_from(argv).unwrap())
+        };
+        assert_eq!(check(&[]), Ok(()));
+        assert_eq!(check(&["--nodes", "a,b.c", "--num-devices", "128"]), Ok(()));
+        let long = "n".repeat(300);
+        for (args, want) in [
+            (vec!["--nodes", ""], "--nodes (FAKE_DRA_NODES) "),
+            (
+                vec!["--nodes", "UPPER"],
+                "--nodes (FAKE_DRA_NODES) entry 0: \"UPPER\" must be a lowercase DNS subdomain",
+            ),
+            (vec!["--nodes", &long], "--nodes (FAKE_DRA_NODES) entry 0: "),
+            (
+                vec!["--nodes", "a,a"],
+                "--nodes (FAKE_DRA_NODES) names \"a\" twice",
+            ),
+            (
+                vec!["--num-devices", "0"],
+                "--num-devices (FAKE_DRA_NUM_DEVICES) must be between 1 and 128, got 0",
+            ),
+            (
+                vec!["--num-devices", "100000"],
+                "--num-devices (FAKE_DRA_NUM_DEVICES) must be between 1 and 128, got 100000",
+            ),
+        ] {
+            let err = check(&args).unwrap_err();
+            assert!(err.starts_with(want), "{args:?}: {err}");
+        }
+        let err = check(&["--nodes", &long]).unwrap_err();
+        assert!(err.contains("is 300 characters, at most 253"), "{err}");
+        assert!(err.len() < 400, "{err}");
     }
 
     #[test]
