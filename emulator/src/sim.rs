@@ -644,7 +644,7 @@ async fn apply_all(cluster: &EmulatedCluster, objects: &[Manifest]) -> Result<()
             origin: m.origin.clone(),
             kind: m.kind().into(),
             name: m.name().into(),
-            message: e.to_string(),
+            message: crate::cluster::plain(&e),
         };
         match api.create(&PostParams::default(), &object).await {
             Ok(_) => {}

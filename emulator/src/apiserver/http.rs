@@ -26,8 +26,8 @@ mod watch_stream;
 use discovery::{api_group, group_list, resource_list};
 use watch_stream::watch_response;
 
-/// kube-apiserver's default limit on a request body (`--max-request-bytes`' 3 MiB).
-const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+/// kube-apiserver's limit on a request body.
+const MAX_BODY_BYTES: usize = super::store::MAX_REQUEST_BODY_BYTES;
 /// How much of a refused body is read and dropped so the client gets to read the 413.
 const DRAIN_LIMIT_BYTES: usize = 64 * 1024 * 1024;
 /// How often a watch that asked for bookmarks gets one.
@@ -213,13 +213,7 @@ struct BodyTooLarge {
 
 impl BodyTooLarge {
     fn response(&self) -> Response<Body> {
-        let err = ApiError {
-            code: 413,
-            reason: "RequestEntityTooLarge",
-            message: format!("Request entity too large: limit is {MAX_BODY_BYTES}"),
-            details: None,
-        };
-        let mut response = error_response(&err);
+        let mut response = error_response(&super::store::request_too_large());
         // The connection ends after the answer (what is left of an undrained body cannot
         // be skipped reliably), as Go's server closes after an unread large body.
         response.headers_mut().insert(

@@ -37,7 +37,7 @@ const COALESCE: Duration = Duration::from_millis(10);
 pub enum ClusterError {
     #[error(transparent)]
     Start(#[from] StartError),
-    #[error("creating {what}: {source}")]
+    #[error("creating {what}: {}", plain(source))]
     Api {
         what: String,
         #[source]
@@ -51,6 +51,22 @@ pub enum ClusterError {
     },
     #[error(transparent)]
     Runtime(#[from] runtime::RuntimeError),
+}
+
+/// A kube client error for a person: an API status as its message, code and reason. kube's
+/// own `Display` of an API error appends the `Status` as a Rust Debug dump.
+pub fn plain(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(status) => {
+            let reason = if status.reason.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", status.reason)
+            };
+            format!("{} ({}{reason})", status.message, status.code)
+        }
+        other => other.to_string(),
+    }
 }
 
 /// The kubelet's directories on one emulated node.

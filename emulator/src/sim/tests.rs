@@ -44,3 +44,48 @@ fn env_maps_downward_api_host_paths_and_ports() {
         .to_string();
     assert!(err.contains("/srv"), "{err}");
 }
+
+fn manifest(origin: &str, object: Value) -> Manifest {
+    Manifest {
+        origin: origin.into(),
+        object,
+    }
+}
+
+/// D12: a 60 MB object passed the check before start, then the apply failed after start
+/// with a Debug dump of a 413. The check holds each object to what the API server takes:
+/// the request body (3 MiB) and the object etcd stores (1.5 MiB).
+#[test]
+fn objects_over_the_size_limits_are_refused_before_start() {
+    let deployed = crate::manifests::rendered(Path::new(DEPLOY_DIR), "structured").unwrap();
+    for (bytes, want) in [(60 << 20, "is 62914"), (2 << 20, "would be 2097")] {
+        let big = manifest(
+            "big.yaml#0",
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "big"}, "data": {"x": "y".repeat(bytes)}}),
+        );
+        let err = check_manifests((1, 34), &deployed, &[big])
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("big.yaml#0: ConfigMap big: "), "{err}");
+        assert!(err.contains(want), "{}", &err[..err.len().min(400)]);
+        assert!(err.len() < 600, "{}", &err[..600]);
+    }
+}
+
+/// What reaches a user of an API error after start: the status' words, no Debug dump
+/// (kube's `Display` appends one: `ApiError: … (Status { … })`).
+#[test]
+fn api_errors_read_without_a_debug_dump() {
+    let status = kube::core::Status::failure(
+        "Request entity too large: limit is 3145728",
+        "RequestEntityTooLarge",
+    )
+    .with_code(413);
+    let e = kube::Error::Api(Box::new(status));
+    assert!(e.to_string().contains("Status {"), "{e}");
+    assert_eq!(
+        crate::cluster::plain(&e),
+        "Request entity too large: limit is 3145728 (413 RequestEntityTooLarge)"
+    );
+}

@@ -22,6 +22,8 @@ mod crds;
 mod create;
 mod delete;
 mod limits;
+
+pub use limits::{MAX_REQUEST_BODY_BYTES, json_size, request_too_large};
 mod read;
 mod update;
 
