@@ -368,9 +368,14 @@ async fn run(args: Args) -> Result<(), String> {
     let deployed = manifests::rendered(&deploy, overlay).map_err(|e| e.to_string())?;
     fake_dra_emulator::sim::check_manifests(config.kubernetes_version(), &deployed, &manifests)
         .map_err(|e| e.to_string())?;
+    // One watch on SIGINT/SIGTERM for the whole run, installed when the start is first
+    // polled: a signal between two separately made watches was lost (a Ctrl-C right after
+    // "cluster up" did nothing).
+    let interrupt = fake_dra_ops::signals::shutdown();
+    tokio::pin!(interrupt);
     let sim = tokio::select! {
         started = Sim::start(config) => started.map_err(|e| e.to_string())?,
-        () = fake_dra_ops::signals::shutdown() => return Err("interrupted while starting".into()),
+        () = &mut interrupt => return Err("interrupted while starting".into()),
     };
     eprintln!(
         "fake-dra-sim: cluster up: nodes {}; driver logs in {}; for kubectl:\nexport KUBECONFIG={}",
@@ -378,15 +383,39 @@ async fn run(args: Args) -> Result<(), String> {
         sim.work_dir().join("logs").display(),
         sim.work_dir().join("kubeconfig").display()
     );
-    let outcome = drive(&sim, &args, &manifests).await;
+    let outcome = drive(&sim, &args, &manifests, interrupt).await;
     sim.shutdown().await;
     outcome
 }
 
+/// `work`'s result, or `None` when `interrupt` completes first.
+async fn until_interrupted<T>(
+    work: impl std::future::Future<Output = T>,
+    interrupt: impl std::future::Future<Output = ()>,
+) -> Option<T> {
+    tokio::select! {
+        done = work => Some(done),
+        () = interrupt => None,
+    }
+}
+
 /// Applies the manifests and prints logs; returns when the demo is done or on Ctrl-C.
-async fn drive(sim: &Sim, args: &Args, manifests: &[Manifest]) -> Result<(), String> {
+async fn drive(
+    sim: &Sim,
+    args: &Args,
+    manifests: &[Manifest],
+    mut interrupt: std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+) -> Result<(), String> {
     let mut lines = sim.logs().subscribe();
-    sim.apply(manifests).await.map_err(|e| e.to_string())?;
+    // Thousands of objects take a while: Ctrl-C stops the apply too (the signal's handler
+    // was installed while starting, so an unwatched Ctrl-C did nothing at all).
+    match until_interrupted(sim.apply(manifests), interrupt.as_mut()).await {
+        Some(applied) => applied.map_err(|e| e.to_string())?,
+        None => {
+            eprintln!("fake-dra-sim: interrupted while applying the manifests; shutting down");
+            return Ok(());
+        }
+    }
     let demo = match args.command {
         Cmd::Demo { keep_running } => Some(keep_running),
         Cmd::Run { .. } => None,
@@ -443,7 +472,7 @@ async fn drive(sim: &Sim, args: &Args, manifests: &[Manifest]) -> Result<(), Str
             () = &mut deadline, if demo.is_some() && !demo_done => {
                 return Err(format!("the demo pod {DEMO_NAMESPACE}/{DEMO_POD} printed no FAKE_NODE_NAME within {DEMO_TIMEOUT:?}; see the driver logs under {}", sim.work_dir().join("logs").display()));
             }
-            () = fake_dra_ops::signals::shutdown() => {
+            () = &mut interrupt => {
                 eprintln!("fake-dra-sim: shutting down");
                 return Ok(());
             }
@@ -460,6 +489,18 @@ mod tests {
     #[test]
     fn every_flag_follows_the_env_rule() {
         assert_eq!(flags::rule_breakers(&Args::command()), Vec::<String>::new());
+    }
+
+    /// D11: Ctrl-C while `run -f` applied was ignored until every object was in.
+    #[tokio::test]
+    async fn an_interrupt_stops_the_apply() {
+        let never = std::future::pending::<Result<(), String>>();
+        assert_eq!(until_interrupted(never, async {}).await, None);
+        let done = async { Ok::<(), String>(()) };
+        assert_eq!(
+            until_interrupted(done, std::future::pending()).await,
+            Some(Ok(()))
+        );
     }
 
     /// D14, D25: `u64::MAX` seconds panicked after start, `u64::MAX` minutes overflowed
