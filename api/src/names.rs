@@ -14,7 +14,8 @@ pub const MAX_PREFIX_LEN: usize = 253;
 /// Longest string quoted in a reason.
 const SHOWN: usize = 64;
 
-fn shown(s: &str) -> String {
+/// `s` quoted for an error, its first 64 characters and `...` when longer.
+pub fn shown(s: &str) -> String {
     let cut: String = s.chars().take(SHOWN).collect();
     if cut.len() < s.len() {
         format!("{cut:?}...")
