@@ -81,6 +81,17 @@ pub enum InventoryError {
         index: usize,
         reason: String,
     },
+    /// A flag of a profile no node runs.
+    #[error(
+        "{flag} ({env}) is a flag of the {owner} profile, but --profile (FAKE_DRA_PROFILE) is {profile}{inventory}: use --profile {owner}, or drop {flag}"
+    )]
+    OtherProfilesFlag {
+        flag: String,
+        env: String,
+        owner: &'static str,
+        profile: &'static str,
+        inventory: String,
+    },
     /// What the flags give this node.
     #[error("node {node:?}: {reason}")]
     Flags { node: String, reason: String },

@@ -54,9 +54,15 @@ fn profiles_with(
     text: Option<&str>,
 ) -> Result<Profiles, InventoryError> {
     let registry = registry();
-    // A flag given again in `extra` wins over FLAGS'.
-    let command = registry.augment(clap::Command::new("plugin").args_override_self(true));
-    let argv = ["plugin"].iter().chain(FLAGS).chain(extra);
+    // FLAGS are the defaults (as the deployed env is), so that a profile no node runs does
+    // not see them as given; `extra` is the command line.
+    let mut command = registry.augment(clap::Command::new("plugin"));
+    for pair in FLAGS.chunks(2) {
+        let id = pair[0].trim_start_matches("--").replace('-', "_");
+        let value = pair[1];
+        command = command.mut_arg(id, |a| a.default_value(value));
+    }
+    let argv = ["plugin"].iter().chain(extra);
     let matches = command.try_get_matches_from(argv).unwrap();
     let file = text.map(|t| parse(t, FILE, &registry)).transpose()?;
     registry.profiles(&matches, profile, file)
@@ -342,6 +348,46 @@ fn a_long_pattern_is_shown_by_its_start() {
     let err = parse_err(&file(&bad));
     assert!(err.len() < 300, "{err}");
     assert!(err.ends_with("... has 'X'; patterns are node name characters (lowercase letters, digits, '-', '.') and the wildcards '*' and '?'"), "{err}");
+}
+
+/// D32: `--profile fake --gpus …` ignored `--gpus` without a word, and `--profile gpu
+/// --nvidia-gpus …` said only "--gpus lists no GPUs". A flag of a profile no node runs is
+/// refused naming its profile; one an inventory entry of its profile uses is taken.
+#[test]
+fn flags_of_a_profile_no_node_runs_are_refused_naming_it() {
+    let err = profiles_with("fake", &["--gpus", "A100-80GB:1"], None)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        "--gpus (FAKE_DRA_GPUS) is a flag of the gpu profile, but --profile (FAKE_DRA_PROFILE) is fake: use --profile gpu, or drop --gpus"
+    );
+    let err = profiles_with("gpu", &["--nvidia-gpus", "A100-40GB:1"], None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("--nvidia-gpus (FAKE_DRA_NVIDIA_GPUS) is a flag of the nvidia profile, but --profile (FAKE_DRA_PROFILE) is gpu"),
+        "{err}"
+    );
+    let err = profiles_with(
+        "gpu",
+        &["--num-devices", "3"],
+        Some(&file("- names: [a]\n")),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("is gpu and no inventory entry uses the fake profile: use --profile fake, or drop --num-devices"),
+        "{err}"
+    );
+    // An entry of the fake profile takes --num-devices for what it leaves out.
+    let p = profiles_with(
+        "gpu",
+        &["--num-devices", "3", "--gpus", "L4-24GB:1"],
+        Some(&file("- names: [f-*]\n  profile: fake\n")),
+    )
+    .unwrap();
+    assert_eq!(built(&p, "f-1").1.len(), 3);
 }
 
 /// D24: a key given twice was last-wins (`numDevices: 2` then `numDevices: 64`: the
