@@ -267,6 +267,24 @@ async fn run_until(
         }
         return creation;
     }
+    // The slices as they are now, grouped by node: one list for the whole fleet. Listed
+    // before any watch or writer starts: a failure here is the fleet's last word (it was
+    // followed by the DeviceFault watch's warning) and takes back the nodes it created.
+    let all = match writer
+        .list(&format!("spec.driver={}", config.driver_name))
+        .await
+    {
+        Ok(all) => all,
+        Err(e) => {
+            if let Some(h) = http {
+                h.abort();
+            }
+            if !config.keep_nodes {
+                delete_nodes(&client, &created, config.concurrency).await;
+            }
+            return Err(FleetError::List(e));
+        }
+    };
     let heartbeat = (!created.is_empty() && !config.heartbeat.is_zero()).then(|| {
         tokio::spawn(heartbeats(
             client.clone(),
@@ -299,11 +317,6 @@ async fn run_until(
             slice_deletions: Arc::new(tokio::sync::Semaphore::new(config.concurrency)),
         },
     ));
-    // The slices as they are now, grouped by node: one list for the whole fleet.
-    let all = writer
-        .list(&format!("spec.driver={}", config.driver_name))
-        .await
-        .map_err(FleetError::List)?;
     let mut by_node: BTreeMap<String, Vec<PublishedSlice>> = BTreeMap::new();
     for s in all {
         if let Some(n) = s.node_name.clone() {
