@@ -58,16 +58,29 @@ fn manifest(origin: &str, object: Value) -> Manifest {
 #[test]
 fn objects_over_the_size_limits_are_refused_before_start() {
     let deployed = crate::manifests::rendered(Path::new(DEPLOY_DIR), "structured").unwrap();
-    for (bytes, want) in [(60 << 20, "is 62914"), (2 << 20, "would be 2097")] {
-        let big = manifest(
-            "big.yaml#0",
-            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": "big"}, "data": {"x": "y".repeat(bytes)}}),
-        );
+    let fault = |bytes: usize| {
+        json!({"apiVersion": "fake.resource.3-shake.com/v1alpha1", "kind": "DeviceFault",
+            "metadata": {"name": "big"}, "spec": {"deviceStatus": {"data": {"x": "y".repeat(bytes)}}}})
+    };
+    for (bytes, want) in [
+        (
+            60 << 20,
+            "Request entity too large: limit is 3145728 (the object is 62914",
+        ),
+        (
+            2 << 20,
+            "Request entity too large: DeviceFault \"big\" would be 2097",
+        ),
+    ] {
+        let big = manifest("big.yaml#0", fault(bytes));
         let err = check_manifests((1, 34), &deployed, &[big])
             .unwrap_err()
             .to_string();
-        assert!(err.starts_with("big.yaml#0: ConfigMap big: "), "{err}");
+        assert!(
+            err.starts_with("big.yaml#0: DeviceFault big: "),
+            "{}",
+            &err[..err.len().min(400)]
+        );
         assert!(err.contains(want), "{}", &err[..err.len().min(400)]);
         assert!(err.len() < 600, "{}", &err[..600]);
     }
@@ -88,4 +101,28 @@ fn api_errors_read_without_a_debug_dump() {
         crate::cluster::plain(&e),
         "Request entity too large: limit is 3145728 (413 RequestEntityTooLarge)"
     );
+}
+
+/// D19 through `run -f`: built-in kinds are type-checked before start as the API server
+/// checks them.
+#[test]
+fn wrongly_typed_built_in_objects_are_refused_before_start() {
+    let deployed = crate::manifests::rendered(Path::new(DEPLOY_DIR), "structured").unwrap();
+    for (object, want) in [
+        (
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": 5}}),
+            "x.yaml#0: ConfigMap c: ConfigMap in version \"v1\" cannot be handled as a ConfigMap: data.a: invalid type: integer `5`, expected a string",
+        ),
+        (
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+                "spec": {"replicas": "many", "selector": {"matchLabels": {"a": "b"}},
+                    "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}}),
+            "spec.replicas: invalid type: string \"many\", expected i32",
+        ),
+    ] {
+        let err = check_manifests((1, 34), &deployed, &[manifest("x.yaml#0", object)])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(want), "{err}");
+    }
 }

@@ -127,25 +127,59 @@ async fn json_patch_with_too_many_operations_is_413() {
     );
 }
 
-/// D1 by other routes: a merge or strategic-merge patch (or an update) that makes the
-/// object larger than etcd's 1.5 MiB is refused with the size and the limit.
+/// D1 by other routes: a merge patch (or an update) that makes the object larger than
+/// etcd's 1.5 MiB is refused with the size and the limit. A ConfigMap meets its own 1 MiB
+/// limit of data first (ValidateConfigMap), by merge and strategic-merge patch alike.
 #[tokio::test]
 async fn objects_over_etcds_limit_are_refused_by_every_route() {
     let (server, client) = server((1, 30)).await;
+    let faults = format!(
+        "{}/apis/fake.resource.3-shake.com/v1alpha1/devicefaults",
+        server.url()
+    );
+    let fault = |data: Value| {
+        json!({"apiVersion": "fake.resource.3-shake.com/v1alpha1", "kind": "DeviceFault",
+            "metadata": {"name": "big"}, "spec": {"deviceStatus": {"data": data}}})
+    };
+    let (code, created) = raw(
+        &client,
+        "POST",
+        &faults,
+        "application/json",
+        fault(json!({"k": "v"})).to_string(),
+    )
+    .await;
+    assert_eq!(code, 201, "{created}");
+    let uri = format!("{faults}/big");
+    let huge = "x".repeat(1600 * 1024);
+    let big = json!({"spec": {"deviceStatus": {"data": {"big": huge}}}}).to_string();
+    let (code, body) = raw(&client, "PATCH", &uri, "application/merge-patch+json", big).await;
+    assert_eq!(code, 413, "{body}");
+    assert!(message(&body).contains("1572864 bytes"), "{body}");
+    let mut put = fault(json!({"big": huge}));
+    put["metadata"]["resourceVersion"] = created["metadata"]["resourceVersion"].clone();
+    let (code, body) = raw(&client, "PUT", &uri, "application/json", put.to_string()).await;
+    assert_eq!(code, 413, "{body}");
+    let (_, after) = raw(&client, "GET", &uri, "application/json", String::new()).await;
+    assert_eq!(
+        after["metadata"]["resourceVersion"],
+        created["metadata"]["resourceVersion"]
+    );
+
     let before = config_map(&client, "big").await;
-    let uri = format!("{}/api/v1/namespaces/default/configmaps/big", server.url());
+    let cm_uri = format!("{}/api/v1/namespaces/default/configmaps/big", server.url());
     let big = json!({"data": {"big": "x".repeat(1600 * 1024)}}).to_string();
     for content_type in [
         "application/merge-patch+json",
         "application/strategic-merge-patch+json",
     ] {
-        let (code, body) = raw(&client, "PATCH", &uri, content_type, big.clone()).await;
-        assert_eq!(code, 413, "{content_type}: {body}");
-        assert!(message(&body).contains("1572864 bytes"), "{body}");
+        let (code, body) = raw(&client, "PATCH", &cm_uri, content_type, big.clone()).await;
+        assert_eq!(code, 422, "{content_type}: {body}");
+        assert!(
+            message(&body).contains("Too long: may not be more than 1048576 bytes"),
+            "{body}"
+        );
     }
-    let put = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"big": "x".repeat(1600 * 1024)}});
-    let (code, body) = raw(&client, "PUT", &uri, "application/json", put.to_string()).await;
-    assert_eq!(code, 413, "{body}");
     let cms: Api<ConfigMap> = Api::namespaced(client, "default");
     let after = cms.get("big").await.unwrap();
     assert_eq!(
@@ -816,4 +850,74 @@ async fn merge_patches_that_are_no_objects_are_refused_as_upstream() {
         before.metadata.resource_version
     );
     assert_eq!(after.data, before.data);
+}
+
+/// D19: built-in kinds are decoded into their types before they are stored (404b7ba), so
+/// a ConfigMap's `data: {a: 5}` and a Deployment's `replicas: "many"` are refused naming
+/// the field, by create, update and patch alike, and an object over 1 MiB of data is
+/// refused too; nothing is stored.
+#[tokio::test]
+async fn built_in_kinds_are_type_checked_by_every_route() {
+    let (server, client) = server((1, 34)).await;
+    let cms = format!("{}/api/v1/namespaces/default/configmaps", server.url());
+    let deployments = format!(
+        "{}/apis/apps/v1/namespaces/default/deployments",
+        server.url()
+    );
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "typed"}, "data": {"a": 5}});
+    let (code, body) = raw(&client, "POST", &cms, "application/json", cm.to_string()).await;
+    assert_eq!(code, 400, "{body}");
+    assert_eq!(
+        message(&body),
+        "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: data.a: invalid type: integer `5`, expected a string"
+    );
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+        "spec": {"replicas": "many", "selector": {"matchLabels": {"a": "b"}},
+            "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}});
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &deployments,
+        "application/json",
+        deployment.to_string(),
+    )
+    .await;
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        message(&body).contains("spec.replicas: invalid type: string \"many\", expected i32"),
+        "{body}"
+    );
+    // Patches too.
+    config_map(&client, "ok").await;
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{cms}/ok"),
+        "application/merge-patch+json",
+        json!({"data": {"k": 5}}).to_string(),
+    )
+    .await;
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        message(&body).contains("data.k: invalid type: integer `5`"),
+        "{body}"
+    );
+    // ConfigMap validation: at most 1 MiB of data (MaxConfigMapSize... upstream 1048576 bytes).
+    let big = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"a": "x".repeat(1024 * 1024 + 1)}});
+    let (code, body) = raw(&client, "POST", &cms, "application/json", big.to_string()).await;
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        message(&body).contains("Too long: may not be more than 1048576 bytes"),
+        "{body}"
+    );
+    let listed: Api<ConfigMap> = Api::namespaced(client, "default");
+    let names: Vec<String> = listed
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    assert_eq!(names, ["ok"]);
 }
