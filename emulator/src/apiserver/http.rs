@@ -378,6 +378,33 @@ fn decode_json(body: &Bytes) -> ApiResult<Value> {
     })
 }
 
+/// The media type of a create's, update's or delete's body must be JSON. kube-apiserver
+/// also reads YAML and protobuf (`NegotiateInputSerializer`) and answers any other type
+/// 415 with `NewUnsupportedMediaTypeError`'s words; the emulator decodes JSON only, and says
+/// so with the same status, naming the type it got. Protobuf is what typed Go clients send:
+/// kubectl's `create namespace|configmap|secret|deployment|...` (JSON would need the
+/// upstream .proto schemas of every built-in kind, and no client-go falls back from
+/// protobuf on a 415: only CBOR requests do, `requestClientContentConfigProvider`).
+fn check_body_media_type(content_type: &str) -> ApiResult<()> {
+    let media = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    if media.is_empty() || media == "application/json" || media == "*/*" {
+        return Ok(());
+    }
+    let advice = if media == "application/vnd.kubernetes.protobuf" {
+        "; kubectl's create namespace/configmap/secret/deployment send protobuf: run them as 'kubectl create ... --dry-run=client -o yaml | kubectl apply -f -' (or kubectl apply -f a file), which sends JSON"
+    } else {
+        ""
+    };
+    Err(ApiError::unsupported_media_type(format!(
+        "the body of the request was in an unknown format - accepted media types include: application/json (emulator: {media} bodies are not decoded{advice})"
+    )))
+}
+
 fn refuse_unimplemented_params(query: &HashMap<String, String>) -> ApiResult<()> {
     if query.contains_key("dryRun") {
         return Err(ApiError::not_implemented("dryRun"));
@@ -438,6 +465,11 @@ async fn serve_resource(
         duplicate_fields: Vec::new(),
         patch_op_issues: Vec::new(),
     };
+    if matches!(*method, Method::POST | Method::PUT)
+        || (*method == Method::DELETE && !body.is_empty())
+    {
+        check_body_media_type(content_type)?;
+    }
     let options_kind = match *method {
         Method::POST => Some("CreateOptions.meta.k8s.io"),
         Method::PUT => Some("UpdateOptions.meta.k8s.io"),

@@ -921,3 +921,55 @@ async fn built_in_kinds_are_type_checked_by_every_route() {
         .collect();
     assert_eq!(names, ["ok"]);
 }
+
+/// D20: kubectl's `create namespace|configmap|deployment` send protobuf, which got a 400
+/// "couldn't decode the request body as JSON". kube-apiserver reads protobuf and answers
+/// a type it does not read with 415; the emulator reads JSON only and answers 415 naming
+/// the type and the kubectl command that sends JSON.
+#[tokio::test]
+async fn bodies_in_another_media_type_are_415_naming_it() {
+    let (server, client) = server((1, 34)).await;
+    let namespaces = format!("{}/api/v1/namespaces", server.url());
+    // A protobuf Namespace as kubectl sends it: "k8s\0" and a runtime.Unknown.
+    let mut protobuf = b"k8s\0\n\x0f\n\x02v1\x12\tNamespace\x12\x08\n\x06\n\x04pbns".to_vec();
+    protobuf.extend_from_slice(b"\x1a\x00\"\x00");
+    let request = http::Request::post(&namespaces)
+        .header("content-type", "application/vnd.kubernetes.protobuf")
+        .body(kube::client::Body::from(protobuf))
+        .unwrap();
+    let response = client.send(request).await.unwrap();
+    assert_eq!(response.status().as_u16(), 415);
+    use http_body_util::BodyExt;
+    let body: Value =
+        serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!(body["reason"], "UnsupportedMediaType");
+    assert!(
+        message(&body).starts_with("the body of the request was in an unknown format - accepted media types include: application/json (emulator: application/vnd.kubernetes.protobuf bodies are not decoded; kubectl's create namespace/configmap/secret/deployment send protobuf: run them as 'kubectl create ... --dry-run=client -o yaml | kubectl apply -f -'"),
+        "{body}"
+    );
+    let cms = format!("{}/api/v1/namespaces/default/configmaps", server.url());
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &cms,
+        "application/yaml",
+        "kind: ConfigMap\n".into(),
+    )
+    .await;
+    assert_eq!(code, 415, "{body}");
+    assert!(
+        message(&body).contains("(emulator: application/yaml bodies are not decoded)"),
+        "{body}"
+    );
+    // JSON with a charset is JSON.
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}});
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &cms,
+        "application/json; charset=utf-8",
+        cm.to_string(),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+}
