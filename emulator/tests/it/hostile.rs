@@ -973,3 +973,43 @@ async fn bodies_in_another_media_type_are_415_naming_it() {
     .await;
     assert_eq!(code, 201, "{body}");
 }
+
+/// D34: a CRD's printer columns with JSONPaths `{{{bad` and `$..*` were accepted (and then
+/// printed nothing). apiextensions' ValidateCustomResourceColumnDefinition wants a simple
+/// path starting with `.`, a known type and format: 422 naming each column, nothing stored.
+#[tokio::test]
+async fn crd_printer_columns_are_validated_as_upstream() {
+    let (server, client) = server((1, 34)).await;
+    let crds = format!(
+        "{}/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        server.url()
+    );
+    let crd = |columns: Value| {
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {"group": "example.com", "scope": "Namespaced",
+                "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                    "additionalPrinterColumns": columns}]}})
+        .to_string()
+    };
+    let bad = json!([
+        {"name": "A", "type": "string", "jsonPath": "{{{bad"},
+        {"name": "B", "type": "string", "jsonPath": "$..*"},
+        {"name": "C", "type": "text", "format": "huge", "jsonPath": ".spec.c"},
+    ]);
+    let (code, body) = raw(&client, "POST", &crds, "application/json", crd(bad)).await;
+    assert_eq!(code, 422, "{body}");
+    assert_eq!(
+        message(&body),
+        "CustomResourceDefinition.apiextensions.k8s.io \"widgets.example.com\" is invalid: [\
+spec.versions[0].additionalPrinterColumns[0].JSONPath: Invalid value: \"{{{bad\": must be a simple json path starting with ., \
+spec.versions[0].additionalPrinterColumns[1].JSONPath: Invalid value: \"$..*\": must be a simple json path starting with ., \
+spec.versions[0].additionalPrinterColumns[2].type: Invalid value: \"text\": must be one of boolean,date,integer,number,string, \
+spec.versions[0].additionalPrinterColumns[2].format: Invalid value: \"huge\": must be one of byte,date,date-time,double,float,int32,int64,password]"
+    );
+    let good = json!([{"name": "C", "type": "string", "jsonPath": ".spec.c"}]);
+    let (code, body) = raw(&client, "POST", &crds, "application/json", crd(good)).await;
+    assert_eq!(code, 201, "{body}");
+}
