@@ -10,6 +10,7 @@
 pub mod claims;
 pub mod kubelet;
 pub mod lifeline;
+pub mod node_fit;
 pub mod runtime;
 pub mod scheduler;
 pub mod structured;
