@@ -501,7 +501,7 @@ fn what_resolves_is_checked_against_the_flags_too() {
     let p = profiles_with("fake", &["--num-devices", "0"], None).unwrap();
     assert_eq!(
         build_err(&p, "n1"),
-        "node \"n1\": --num-devices must be between 1 and 128, got 0"
+        "node \"n1\": --num-devices (FAKE_DRA_NUM_DEVICES) must be between 1 and 128, got 0: a node publishes its devices in one ResourceSlice (or NodeAllocationState) of at most 128"
     );
     let p = profiles_with("fake", &["--models", ""], Some(&text)).unwrap();
     let err = build_err(&p, "a");
@@ -528,7 +528,7 @@ fn check_refuses_at_start_what_no_node_could_use() {
         (
             "fake",
             &["--num-devices", "0"][..],
-            "fake profile: --num-devices must be between 1 and 128, got 0",
+            "fake profile: --num-devices (FAKE_DRA_NUM_DEVICES) must be between 1 and 128, got 0: a node publishes its devices in one ResourceSlice (or NodeAllocationState) of at most 128",
         ),
         (
             "gpu",

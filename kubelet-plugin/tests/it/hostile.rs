@@ -115,7 +115,7 @@ fn fleet_mode_refuses_profile_flags_no_node_could_use_before_creating_any() {
         ),
         (
             &["--num-devices", "0"][..],
-            "fake-dra-kubelet-plugin: fake profile: --num-devices must be between 1 and 128, got 0\n",
+            "fake-dra-kubelet-plugin: fake profile: --num-devices (FAKE_DRA_NUM_DEVICES) must be between 1 and 128, got 0: a node publishes its devices in one ResourceSlice (or NodeAllocationState) of at most 128\n",
         ),
         (
             &[
