@@ -182,11 +182,21 @@ impl EmulatedCluster {
             },
         )
         .await?;
+        // The labels a kubelet gives its Node (kubelet_node_status.go `initialNode`): the
+        // scheduler now honours nodeSelector, and `kubernetes.io/os: linux` is a common one.
+        let arch = match std::env::consts::ARCH {
+            "x86_64" => "amd64",
+            "aarch64" => "arm64",
+            other => other,
+        };
         for node in &config.nodes {
-            let mut labels = std::collections::BTreeMap::from([(
-                "kubernetes.io/hostname".to_string(),
-                node.clone(),
-            )]);
+            let mut labels = std::collections::BTreeMap::from([
+                ("kubernetes.io/hostname".to_string(), node.clone()),
+                ("kubernetes.io/os".to_string(), "linux".to_string()),
+                ("kubernetes.io/arch".to_string(), arch.to_string()),
+                ("beta.kubernetes.io/os".to_string(), "linux".to_string()),
+                ("beta.kubernetes.io/arch".to_string(), arch.to_string()),
+            ]);
             labels.extend(config.node_labels.iter().cloned());
             let object = Node {
                 metadata: ObjectMeta {

@@ -219,6 +219,13 @@ async fn filters_nodes(version: (u32, u32)) {
         "nodeSelectorTerms": [{"matchExpressions": [{"key": "gen", "operator": "Gt", "values": ["5"]}]}]}}}});
     create("aff", affinity).await;
     assert_eq!(bound_node(&pods, "aff").await, "node-b");
+    // The kubelet's own labels select too, as on any cluster.
+    create(
+        "linux",
+        json!({"nodeSelector": {"kubernetes.io/os": "linux"}}),
+    )
+    .await;
+    bound_node(&pods, "linux").await;
     create("nowhere", json!({"nodeSelector": {"gpu": "no"}})).await;
     assert_eq!(
         failed_scheduling(c, "nowhere").await,
