@@ -355,7 +355,9 @@ pub fn dra_message_without_claims(version: (u32, u32)) -> Option<&'static str> {
 
 /// Sets the pod's `PodScheduled` condition to False with `reason: Unschedulable` and the
 /// message, as kube-scheduler's failure handler does (`updatePod`), keeping its other
-/// conditions; a conflict is retried by the next pass.
+/// conditions. No resourceVersion precondition: nothing else writes the status of a pod
+/// no node has taken, and a stale one would leave the condition unset until the message
+/// changed.
 pub async fn mark_unschedulable(
     client: &kube::Client,
     pod: &DraPod,
@@ -395,10 +397,7 @@ pub async fn mark_unschedulable(
         }
         None => conditions.push(condition),
     }
-    let patch = serde_json::json!({
-        "metadata": {"resourceVersion": pod.metadata.resource_version},
-        "status": {"conditions": conditions},
-    });
+    let patch = serde_json::json!({"status": {"conditions": conditions}});
     kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), namespace)
         .patch_status(
             name,
