@@ -14,7 +14,8 @@ pub const MAX_PREFIX_LEN: usize = 253;
 /// Longest string quoted in a reason.
 const SHOWN: usize = 64;
 
-fn shown(s: &str) -> String {
+/// `s` quoted for an error, its first 64 characters and `...` when longer.
+pub fn shown(s: &str) -> String {
     let cut: String = s.chars().take(SHOWN).collect();
     if cut.len() < s.len() {
         format!("{cut:?}...")
@@ -95,6 +96,48 @@ pub fn qualified_name(s: &str) -> Result<(), String> {
     }
 }
 
+/// Longest DRA driver name: resource.k8s.io validates a driver name as a CSI driver name
+/// (`ValidateCSIDriverName`, `DriverNameMaxLength`).
+pub const MAX_DRIVER_NAME_LEN: usize = 63;
+
+/// Checks a name that must be a lowercase RFC 1123 DNS subdomain of at most `max`
+/// characters: a node name (`ValidateNodeName`, 253), a pool name. The reason says the rule.
+pub fn dns_subdomain(s: &str, max: usize) -> Result<(), String> {
+    let problem = if s.is_empty() {
+        Some("is empty".to_owned())
+    } else if s.len() > max {
+        Some(format!("is {} characters, at most {max}", s.len()))
+    } else {
+        subdomain_problem(s)
+    };
+    match problem {
+        None => Ok(()),
+        Some(p) => Err(format!(
+            "{} {p} (a DNS subdomain: lowercase alphanumerics, '-' and '.', starting and ending with an alphanumeric, at most {max} characters)",
+            shown(s)
+        )),
+    }
+}
+
+/// Checks a DRA driver name as resource.k8s.io does (`ValidateCSIDriverName`): at most 63
+/// characters, a DNS subdomain once lowercased (upper case is allowed).
+pub fn driver_name(s: &str) -> Result<(), String> {
+    dns_subdomain(&s.to_ascii_lowercase(), MAX_DRIVER_NAME_LEN).map_err(|_| {
+        let lower = s.to_ascii_lowercase();
+        let why = if s.is_empty() {
+            "is empty".to_owned()
+        } else if s.len() > MAX_DRIVER_NAME_LEN {
+            format!("is {} characters, at most {MAX_DRIVER_NAME_LEN}", s.len())
+        } else {
+            subdomain_problem(&lower).unwrap_or_default()
+        };
+        format!(
+            "{} {why} (a DRA driver name is a DNS subdomain of at most {MAX_DRIVER_NAME_LEN} characters, case ignored: alphanumerics, '-' and '.', starting and ending with an alphanumeric, e.g. gpu.example.com)",
+            shown(s)
+        )
+    })
+}
+
 /// Checks a label value (a taint value): empty, or at most 63 characters of alphanumerics,
 /// `-`, `_` and `.`, starting and ending with an alphanumeric.
 pub fn label_value(s: &str) -> Result<(), String> {
@@ -148,6 +191,46 @@ mod tests {
         let err = qualified_name(&format!("\n{}", "y".repeat(1000))).unwrap_err();
         assert!(err.starts_with("\"\\nyyy"), "{err}");
         assert!(err.len() < 400, "{err}");
+    }
+
+    #[test]
+    fn node_and_driver_names_as_upstream_validates_them() {
+        for good in ["kind-worker", "a.b", &"n".repeat(253)] {
+            assert_eq!(dns_subdomain(good, 253), Ok(()), "{good}");
+        }
+        for (bad, why) in [
+            ("", "\"\" is empty"),
+            ("UPPER", "must be a lowercase DNS subdomain"),
+            ("../../etc", "must be a lowercase DNS subdomain"),
+            (&"n".repeat(300), "is 300 characters, at most 253"),
+        ] {
+            let err = dns_subdomain(bad, 253).unwrap_err();
+            assert!(err.contains(why), "{bad:?}: {err}");
+            assert!(err.contains("(a DNS subdomain: "), "{err}");
+        }
+        for good in [
+            "fake.resource.3-shake.com",
+            "Gpu.Example.COM",
+            &"d".repeat(63),
+        ] {
+            assert_eq!(driver_name(good), Ok(()), "{good}");
+        }
+        for (bad, why) in [
+            (
+                "Bad_Driver",
+                "\"Bad_Driver\" must be a lowercase DNS subdomain",
+            ),
+            (&"d".repeat(64), "is 64 characters, at most 63"),
+            ("", "is empty"),
+            ("-x.com", "must be a lowercase DNS subdomain"),
+        ] {
+            let err = driver_name(bad).unwrap_err();
+            assert!(err.contains(why), "{bad:?}: {err}");
+            assert!(
+                err.contains("a DRA driver name is a DNS subdomain of at most 63"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -56,6 +56,18 @@ fn kubelet_connections(
 }
 
 /// See [`Plugin::run`].
+/// Aborts the tasks it holds when dropped: the tasks a failed start had begun.
+#[derive(Debug, Default)]
+struct AbortOnDrop(Vec<tokio::task::AbortHandle>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
 pub(crate) async fn run<D: DeviceProfile>(
     plugin: Plugin,
     profile: D,
@@ -108,6 +120,10 @@ pub(crate) async fn run<D: DeviceProfile>(
         Mode::Structured(api) => publish_slices::counter_layout(&client, api).await,
         Mode::Classic => slices::CounterLayout::WithDevices,
     };
+    // Everything spawned from here is aborted if the start fails further on (a socket or
+    // the HTTP port that cannot be bound): the error is then the plugin's last word, not
+    // followed by a watch's warning or a slice published for a plugin that never served.
+    let mut started = AbortOnDrop::default();
     // The hook applies to structured DRA only.
     let hook_tasks = match mode {
         Mode::Classic => Vec::new(),
@@ -122,6 +138,9 @@ pub(crate) async fn run<D: DeviceProfile>(
         }),
     };
 
+    started
+        .0
+        .extend(hook_tasks.iter().map(tokio::task::JoinHandle::abort_handle));
     // Classic publishes the node for the driver's controller; structured publishes the
     // ResourceSlices.
     let publish_task = match mode {
@@ -153,6 +172,7 @@ pub(crate) async fn run<D: DeviceProfile>(
             tokio::spawn(publisher.run(ready.clone()))
         }
     };
+    started.0.push(publish_task.abort_handle());
 
     let pool = Pool::new(Limits::from_flags(
         plugin.max_connections,
@@ -180,6 +200,9 @@ pub(crate) async fn run<D: DeviceProfile>(
         }
         None => None,
     };
+    started
+        .0
+        .extend(http_task.iter().map(tokio::task::JoinHandle::abort_handle));
 
     let dra_path = plugin_dir.join(DRA_SOCKET);
     let reg_path = plugin
@@ -233,6 +256,7 @@ pub(crate) async fn run<D: DeviceProfile>(
         stopped(stop_rx.clone()),
     );
     let dra_task = tokio::spawn(dra_server);
+    started.0.push(dra_task.abort_handle());
 
     // Registration last: once the kubelet sees this socket it dials the DRA socket.
     let reg_listener = bind(&reg_path)?;
@@ -247,6 +271,8 @@ pub(crate) async fn run<D: DeviceProfile>(
         .add_service(pluginregistration::registration_server::RegistrationServer::new(registration))
         .serve_with_incoming_shutdown(kubelet_connections(reg_listener, &pool), stopped(stop_rx));
     let reg_task = tokio::spawn(reg_server);
+    // Started: from here the tasks end by the shutdown below.
+    started.0.clear();
     info!(registration = %reg_path.display(), dra = %dra_path.display(), versions = ?supported_versions, "serving");
 
     shutdown.await;

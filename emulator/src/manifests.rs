@@ -6,7 +6,6 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
 use serde_json::Value;
 
 #[derive(Debug, thiserror::Error)]
@@ -16,6 +15,17 @@ pub enum ManifestError {
         path: PathBuf,
         #[source]
         source: std::io::Error,
+    },
+    /// A key given twice in one mapping: the YAML spec forbids it, and kubectl would
+    /// silently keep the last (kubectl 1.37.2 converts with sigs.k8s.io/yaml's lenient
+    /// `YAMLToJSON`), losing what the first said.
+    #[error(
+        "{source_name}: document {index}: {duplicate}: YAML allows a key once per mapping; remove one of them (kubectl apply would silently keep only the last)"
+    )]
+    DuplicateKey {
+        source_name: String,
+        index: usize,
+        duplicate: fake_dra_ops::yaml::DuplicateKey,
     },
     #[error("{source_name}: document {index}: not valid YAML: {message}")]
     Yaml {
@@ -92,11 +102,20 @@ pub fn parse(text: &str, source_name: &str) -> Result<Vec<Manifest>, ManifestErr
         source,
     })?;
     let mut out = Vec::new();
-    for (index, document) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
-        let value = Value::deserialize(document).map_err(|e| ManifestError::Yaml {
-            source_name: source_name.into(),
-            index,
-            message: e.to_string(),
+    for (index, document) in fake_dra_ops::yaml::documents(text).enumerate() {
+        let value = document.map_err(|e| match e {
+            fake_dra_ops::yaml::DocumentError::Duplicate(duplicate) => {
+                ManifestError::DuplicateKey {
+                    source_name: source_name.into(),
+                    index,
+                    duplicate,
+                }
+            }
+            fake_dra_ops::yaml::DocumentError::Yaml(e) => ManifestError::Yaml {
+                source_name: source_name.into(),
+                index,
+                message: e.to_string(),
+            },
         })?;
         let invalid = |message: String| ManifestError::Invalid {
             source_name: source_name.into(),
@@ -169,7 +188,8 @@ fn type_name(v: &Value) -> &'static str {
 }
 
 /// Reads a file, or every `.yaml`/`.yml`/`.json` file of a directory (sorted by name, not
-/// recursive, as `kubectl apply -f <dir>` does).
+/// recursive, as `kubectl apply -f <dir>` does: cli-runtime's `ExpandPathsToFileVisitors`
+/// skips every directory below the one given, whatever its name, so `old.yaml/` is no file).
 pub fn load(path: &Path) -> Result<Vec<Manifest>, ManifestError> {
     let io = |source| ManifestError::Io {
         path: path.to_path_buf(),
@@ -183,6 +203,7 @@ pub fn load(path: &Path) -> Result<Vec<Manifest>, ManifestError> {
             .filter(|p| {
                 p.extension()
                     .is_some_and(|e| e == "yaml" || e == "yml" || e == "json")
+                    && !p.is_dir()
             })
             .collect();
         files.sort();
@@ -255,6 +276,15 @@ mod tests {
             ),
             ("- 1\n- 2\n", "expected an object, found a list"),
             ("kind: Pod\nmetadata: {name: p}\n", "apiVersion is required"),
+            // D13: `data` twice was last-wins.
+            (
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {a: '1'}\ndata: {b: '2'}\n",
+                "bad.yaml: document 0: line 5: key \"data\" already set in map: YAML allows a key once per mapping; remove one of them",
+            ),
+            (
+                "---\napiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  labels:\n    app: x\n    app: y\n",
+                "document 1: line 12: key \"app\" already set in map (in metadata.labels)",
+            ),
             ("apiVersion: v1\nmetadata: {name: p}\n", "kind is required"),
             (
                 "apiVersion: v1\nkind: Pod\nmetadata: {}\n",
@@ -303,6 +333,26 @@ mod tests {
                 "{bad:?}: {err}"
             );
         }
+    }
+
+    /// D27: a directory named `*.yaml` inside a `-f` directory was read as a manifest
+    /// directory of its own (recursively, without end through a symlink to `.`).
+    #[test]
+    fn a_directory_is_not_recursed_into_whatever_its_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let ns =
+            |name: &str| format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {name}}}\n");
+        std::fs::write(dir.path().join("a.yaml"), ns("a")).unwrap();
+        let inner = dir.path().join("old.yaml");
+        std::fs::create_dir(&inner).unwrap();
+        std::fs::write(inner.join("b.yaml"), ns("b")).unwrap();
+        std::os::unix::fs::symlink(".", dir.path().join("loop.yml")).unwrap();
+        let names: Vec<String> = load(dir.path())
+            .unwrap()
+            .iter()
+            .map(|m| m.name().to_owned())
+            .collect();
+        assert_eq!(names, ["a"]);
     }
 
     #[test]

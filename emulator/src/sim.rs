@@ -80,6 +80,16 @@ pub enum SimError {
         timeout: Duration,
         log: PathBuf,
     },
+    /// The plugin process ended before it registered: waiting on would only hang.
+    #[error(
+        "the kubelet plugin on {node} exited with code {code} before it registered; the end of its log ({log}):\n{tail}"
+    )]
+    PluginExited {
+        node: String,
+        code: i32,
+        log: PathBuf,
+        tail: String,
+    },
 }
 
 /// Which container runtime the emulated nodes use.
@@ -463,7 +473,7 @@ impl Sim {
         }
     }
 
-    async fn wait_registered(&self, node: &str, previous: u64) -> Result<(), SimError> {
+    async fn wait_registered(&mut self, node: &str, previous: u64) -> Result<(), SimError> {
         let log = self
             .plugin_specs
             .get(node)
@@ -480,6 +490,18 @@ impl Sim {
             if kubelet.registration_count() > previous {
                 return Ok(());
             }
+            let exited = self
+                .plugins
+                .get_mut(node)
+                .and_then(|p| p.child.try_wait().ok().flatten());
+            if let Some(status) = exited {
+                return Err(SimError::PluginExited {
+                    node: node.to_string(),
+                    code: status.code().unwrap_or(-1),
+                    tail: log_tail(&log),
+                    log: log.clone(),
+                });
+            }
             if tokio::time::Instant::now() > deadline {
                 return Err(not_registered());
             }
@@ -495,6 +517,22 @@ impl Sim {
         futures::future::join_all(children.into_iter().map(DriverProcess::terminate)).await;
         self.cluster.shutdown().await;
     }
+}
+
+/// The last lines of a driver's log (at most 4 KiB of it), for an error.
+fn log_tail(log: &Path) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    const TAIL_BYTES: u64 = 4096;
+    let Ok(mut file) = std::fs::File::open(log) else {
+        return String::new();
+    };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let _ = file.seek(SeekFrom::Start(len.saturating_sub(TAIL_BYTES)));
+    let mut bytes = Vec::new();
+    let _ = file.take(TAIL_BYTES).read_to_end(&mut bytes);
+    let text = String::from_utf8_lossy(&bytes);
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(5)..].join("\n")
 }
 
 /// Resolves every object's type, then creates them in order (replacing existing ones).
@@ -606,7 +644,7 @@ async fn apply_all(cluster: &EmulatedCluster, objects: &[Manifest]) -> Result<()
             origin: m.origin.clone(),
             kind: m.kind().into(),
             name: m.name().into(),
-            message: e.to_string(),
+            message: crate::cluster::plain(&e),
         };
         match api.create(&PostParams::default(), &object).await {
             Ok(_) => {}

@@ -57,7 +57,7 @@ pub enum InventoryError {
     #[error("inventory file {file}: {reason}")]
     Parse { file: String, reason: String },
     /// `apiVersion` or `kind` is not ours.
-    #[error("inventory file {file}: {field} must be {wanted:?}, got {got:?}")]
+    #[error("inventory file {file}: {field} must be {wanted:?}, got {got}")]
     Header {
         file: String,
         field: &'static str,
@@ -80,6 +80,17 @@ pub enum InventoryError {
         file: String,
         index: usize,
         reason: String,
+    },
+    /// A flag of a profile no node runs.
+    #[error(
+        "{flag} ({env}) is a flag of the {owner} profile, but --profile (FAKE_DRA_PROFILE) is {profile}{inventory}: use --profile {owner}, or drop {flag}"
+    )]
+    OtherProfilesFlag {
+        flag: String,
+        env: String,
+        owner: &'static str,
+        profile: &'static str,
+        inventory: String,
     },
     /// What the flags give this node.
     #[error("node {node:?}: {reason}")]
@@ -152,6 +163,11 @@ pub fn parse(
         file: file.clone(),
         reason: e.to_string(),
     })?;
+    // serde keeps the last of two equal keys (`numDevices` twice: the first lost).
+    fake_dra_ops::yaml::check_unique_keys(text).map_err(|d| InventoryError::Parse {
+        file: file.clone(),
+        reason: format!("{d}: a key may be given once per mapping; remove one of them"),
+    })?;
     let raw: RawFile = serde_yaml_ng::from_str(text).map_err(|e| InventoryError::Parse {
         file: file.clone(),
         reason: e.to_string(),
@@ -165,7 +181,7 @@ pub fn parse(
                 file,
                 field,
                 wanted,
-                got: got.clone(),
+                got: shown(got),
             });
         }
     }
@@ -201,9 +217,31 @@ fn check_names(entry: &NodeEntry) -> Result<(), String> {
         return Err("names must list at least one node name pattern".into());
     }
     for (k, p) in entry.names.iter().enumerate() {
-        check_glob(p).map_err(|reason| format!("names[{k}] {p:?} {reason}"))?;
+        check_glob(p).map_err(|reason| format!("names[{k}] {} {reason}", shown(p)))?;
     }
     Ok(())
+}
+
+/// Longest value quoted whole in an error; a longer one is shown by its start.
+const SHOWN_CHARS: usize = 64;
+
+/// `value` quoted for an error, cut to its first [`SHOWN_CHARS`] characters and `...`
+/// when longer: a 10 KB pattern was echoed whole. kube-apiserver's `field.TooLong` leaves
+/// the value out altogether (`<value omitted>`, apimachinery `validation/field/errors.go`);
+/// the start of it still tells which one is meant.
+pub(crate) fn shown(value: &str) -> String {
+    match value.char_indices().nth(SHOWN_CHARS) {
+        None => format!("{value:?}"),
+        Some((cut, _)) => format!("{:?}...", &value[..cut]),
+    }
+}
+
+/// [`shown`] without the quotes.
+pub(crate) fn cut(value: &str) -> String {
+    match value.char_indices().nth(SHOWN_CHARS) {
+        None => value.to_owned(),
+        Some((cut, _)) => format!("{}...", &value[..cut]),
+    }
 }
 
 #[cfg(test)]

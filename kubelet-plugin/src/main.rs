@@ -242,6 +242,33 @@ fn parse_create_nodes(s: &str) -> Result<usize, String> {
     }
 }
 
+/// `--driver-name`: a DRA driver name as resource.k8s.io validates one (every slice, claim
+/// result and CDI name carries it, so a bad one is refused there for ever: the plugin
+/// retried without end and never became Ready).
+fn check_driver_name(name: &str) -> Result<(), String> {
+    fake_dra_api::names::driver_name(name)
+        .map_err(|why| format!("--driver-name (FAKE_DRA_DRIVER_NAME): {why}"))
+}
+
+/// `--node-name`: a node name as kube-apiserver's ValidateNodeName takes one (a DNS
+/// subdomain of at most 253 characters); it also names the node's pool and its slices.
+fn check_node_name(name: &str) -> Result<(), String> {
+    fake_dra_api::names::dns_subdomain(name, 253)
+        .map_err(|why| format!("--node-name (FAKE_DRA_NODE_NAME): a node name: {why}"))
+}
+
+/// `--node-name-prefix`: every created node is `<prefix><i>`, so the longest of them must
+/// be a node name; checked before the first is created (it failed at the first create).
+fn check_node_name_prefix(prefix: &str, create_nodes: usize) -> Result<(), String> {
+    let longest = format!("{prefix}{}", create_nodes.saturating_sub(1));
+    fake_dra_api::names::dns_subdomain(&longest, 253).map_err(|why| {
+        format!(
+            "--node-name-prefix (FAKE_DRA_NODE_NAME_PREFIX) {}: the created nodes are named <prefix><number>, and {why}",
+            fake_dra_api::names::shown(prefix)
+        )
+    })
+}
+
 /// Says why the plugin stops, once: as a log line where logs are JSON (read by
 /// machines), else as one plain line on stderr.
 fn fail(e: &dyn std::fmt::Display, format: LogFormat) -> ExitCode {
@@ -274,6 +301,10 @@ async fn main() -> ExitCode {
     let Some(node_name) = args.node_name else {
         return fail(&"--node-name (FAKE_DRA_NODE_NAME) is required", format);
     };
+    if let Err(e) = check_node_name(&node_name).and_then(|()| check_driver_name(&args.driver_name))
+    {
+        return fail(&e, format);
+    }
     let plugin_dir = args
         .plugin_dir
         .unwrap_or_else(|| PathBuf::from("/var/lib/kubelet/plugins").join(&args.driver_name));
@@ -335,6 +366,11 @@ async fn main() -> ExitCode {
 
 async fn run_fleet(args: FleetArgs, registry: &Registry, matches: &ArgMatches) -> ExitCode {
     let format = args.log_format;
+    if let Err(e) = check_driver_name(&args.driver_name)
+        .and_then(|()| check_node_name_prefix(&args.node_name_prefix, args.create_nodes))
+    {
+        return fail(&e, format);
+    }
     let template = match (
         fleet::parse_labels(&args.node_labels),
         fleet::parse_taints(&args.node_taints),

@@ -299,7 +299,8 @@ impl Registry {
             }
         }
         format!(
-            "unknown field `{field}`; the fields are {}",
+            "unknown field `{}`; the fields are {}",
+            crate::inventory::cut(field),
             known.join(", ")
         )
     }
@@ -309,7 +310,8 @@ impl Registry {
             None => None,
             Some(name) => Some(self.get(name).ok_or_else(|| {
                 format!(
-                    "profile {name:?} is not a profile; the profiles are {}",
+                    "profile {} is not a profile; the profiles are {}",
+                    crate::inventory::shown(name),
                     self.names_joined()
                 )
             })?),
@@ -342,6 +344,87 @@ impl Registry {
         Ok(())
     }
 
+    /// The profiles some node can run: `default` (`--profile`) and those the file's
+    /// entries name or imply by their fields.
+    fn used_profiles(
+        &self,
+        default: &'static Registration,
+        file: Option<&InventoryFile>,
+    ) -> Vec<&'static str> {
+        let mut used = vec![default.name];
+        for entry in file.iter().flat_map(|f| f.nodes.iter()) {
+            let owner = match &entry.profile {
+                Some(name) => self.get(name),
+                None => entry
+                    .fields
+                    .keys()
+                    .find_map(|f| self.owner_of_entry_field(f))
+                    .or(Some(default)),
+            };
+            if let Some(r) = owner
+                && !used.contains(&r.name)
+            {
+                used.push(r.name);
+            }
+        }
+        used
+    }
+
+    /// A profile flag given for a profile no node runs did nothing (`--profile fake
+    /// --gpus …`), or drew a misleading error from the profile that does run (`--profile
+    /// gpu --nvidia-gpus …`: "--gpus lists no GPUs"). Given on the command line it is
+    /// refused naming its profile; from the environment (a DaemonSet keeps its
+    /// `FAKE_DRA_NUM_DEVICES` when `FAKE_DRA_PROFILE` changes) it is a warning.
+    fn check_unused_flags(
+        &self,
+        matches: &ArgMatches,
+        default: &'static Registration,
+        file: Option<&InventoryFile>,
+    ) -> Result<(), InventoryError> {
+        let used = self.used_profiles(default, file);
+        for r in self.profiles.iter().filter(|r| !used.contains(&r.name)) {
+            let own = (r.flags)(Command::new(r.name));
+            for arg in own.get_arguments() {
+                let id = arg.get_id().as_str();
+                let Ok(source) = matches.try_get_raw(id).map(|_| matches.value_source(id)) else {
+                    continue;
+                };
+                let flag = arg
+                    .get_long()
+                    .map_or_else(|| id.to_owned(), |l| format!("--{l}"));
+                let env = arg
+                    .get_env()
+                    .map(|e| e.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                let inventory = if file.is_some() {
+                    format!(" and no inventory entry uses the {} profile", r.name)
+                } else {
+                    String::new()
+                };
+                match source {
+                    Some(clap::parser::ValueSource::CommandLine) => {
+                        return Err(InventoryError::OtherProfilesFlag {
+                            flag,
+                            env,
+                            owner: r.name,
+                            profile: default.name,
+                            inventory,
+                        });
+                    }
+                    Some(clap::parser::ValueSource::EnvVariable) => {
+                        tracing::warn!(
+                            "{env} ({flag}) is a setting of the {} profile, but --profile (FAKE_DRA_PROFILE) is {}{inventory}: ignored",
+                            r.name,
+                            default.name
+                        );
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Reads every profile's flags from `matches` and the file's sections, checks each
     /// `nodes` entry with its profile, and keeps `default` (`--profile`) for the nodes
     /// and entries that do not name one.
@@ -357,6 +440,7 @@ impl Registry {
                 got: default.to_owned(),
                 known: self.names_joined(),
             })?;
+        self.check_unused_flags(matches, default, file.as_ref())?;
         let empty = Fields::new();
         let mut settings = BTreeMap::new();
         for r in &self.profiles {

@@ -588,6 +588,10 @@ impl Scanner {
     }
 }
 
+mod unique;
+
+pub use unique::{DocumentError, DuplicateKey, UniqueKeys, check_unique_keys, documents};
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests;

@@ -26,8 +26,8 @@ mod watch_stream;
 use discovery::{api_group, group_list, resource_list};
 use watch_stream::watch_response;
 
-/// kube-apiserver's default limit on a request body (`--max-request-bytes`' 3 MiB).
-const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+/// kube-apiserver's limit on a request body.
+const MAX_BODY_BYTES: usize = super::store::MAX_REQUEST_BODY_BYTES;
 /// How much of a refused body is read and dropped so the client gets to read the 413.
 const DRAIN_LIMIT_BYTES: usize = 64 * 1024 * 1024;
 /// How often a watch that asked for bookmarks gets one.
@@ -106,6 +106,25 @@ fn parse_query(query: Option<&str>) -> HashMap<String, String> {
             (percent_decode(k), percent_decode(v))
         })
         .collect()
+}
+
+/// An `int64` query parameter (`timeoutSeconds`, `limit`, `gracePeriodSeconds`), read as
+/// kube-apiserver's parameter codec reads it (apimachinery `runtime.string_to_int64`,
+/// `strconv.ParseInt(in, 10, 64)`), refused with its words as a 400 (`DecodeParameters`
+/// errors become `NewBadRequest`, apiserver `endpoints/handlers/get.go`).
+fn int64_param(query: &HashMap<String, String>, key: &str) -> ApiResult<Option<i64>> {
+    let Some(text) = query.get(key) else {
+        return Ok(None);
+    };
+    text.parse::<i64>().map(Some).map_err(|e| {
+        let why = match e.kind() {
+            std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow => {
+                "value out of range"
+            }
+            _ => "invalid syntax",
+        };
+        ApiError::bad_request(format!("strconv.ParseInt: parsing {text:?}: {why}"))
+    })
 }
 
 fn flag(query: &HashMap<String, String>, key: &str) -> bool {
@@ -194,13 +213,7 @@ struct BodyTooLarge {
 
 impl BodyTooLarge {
     fn response(&self) -> Response<Body> {
-        let err = ApiError {
-            code: 413,
-            reason: "RequestEntityTooLarge",
-            message: format!("Request entity too large: limit is {MAX_BODY_BYTES}"),
-            details: None,
-        };
-        let mut response = error_response(&err);
+        let mut response = error_response(&super::store::request_too_large());
         // The connection ends after the answer (what is left of an undrained body cannot
         // be skipped reliably), as Go's server closes after an unread large body.
         response.headers_mut().insert(
@@ -365,6 +378,33 @@ fn decode_json(body: &Bytes) -> ApiResult<Value> {
     })
 }
 
+/// The media type of a create's, update's or delete's body must be JSON. kube-apiserver
+/// also reads YAML and protobuf (`NegotiateInputSerializer`) and answers any other type
+/// 415 with `NewUnsupportedMediaTypeError`'s words; the emulator decodes JSON only, and says
+/// so with the same status, naming the type it got. Protobuf is what typed Go clients send:
+/// kubectl's `create namespace|configmap|secret|deployment|...` (JSON would need the
+/// upstream .proto schemas of every built-in kind, and no client-go falls back from
+/// protobuf on a 415: only CBOR requests do, `requestClientContentConfigProvider`).
+fn check_body_media_type(content_type: &str) -> ApiResult<()> {
+    let media = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    if media.is_empty() || media == "application/json" || media == "*/*" {
+        return Ok(());
+    }
+    let advice = if media == "application/vnd.kubernetes.protobuf" {
+        "; kubectl's create namespace/configmap/secret/deployment send protobuf: run them as 'kubectl create ... --dry-run=client -o yaml | kubectl apply -f -' (or kubectl apply -f a file), which sends JSON"
+    } else {
+        ""
+    };
+    Err(ApiError::unsupported_media_type(format!(
+        "the body of the request was in an unknown format - accepted media types include: application/json (emulator: {media} bodies are not decoded{advice})"
+    )))
+}
+
 fn refuse_unimplemented_params(query: &HashMap<String, String>) -> ApiResult<()> {
     if query.contains_key("dryRun") {
         return Err(ApiError::not_implemented("dryRun"));
@@ -425,6 +465,20 @@ async fn serve_resource(
         duplicate_fields: Vec::new(),
         patch_op_issues: Vec::new(),
     };
+    if matches!(*method, Method::POST | Method::PUT)
+        || (*method == Method::DELETE && !body.is_empty())
+    {
+        check_body_media_type(content_type)?;
+    }
+    let options_kind = match *method {
+        Method::POST => Some("CreateOptions.meta.k8s.io"),
+        Method::PUT => Some("UpdateOptions.meta.k8s.io"),
+        Method::PATCH => Some("PatchOptions.meta.k8s.io"),
+        _ => None,
+    };
+    if let (Some(kind), Some(manager)) = (options_kind, opts.field_manager.as_deref()) {
+        validate_field_manager(kind, manager)?;
+    }
     let is_collection = target.name.is_none();
     match (method.clone(), is_collection) {
         (Method::GET, true) if flag(query, "watch") => watch_response(shared, target, query, view),
@@ -432,13 +486,10 @@ async fn serve_resource(
             let sel = selectors(target, query)?;
             let mut store = shared.lock();
             check_list_resource_version(&store, query)?;
-            let limit = query
-                .get("limit")
-                .map(|l| {
-                    l.parse::<usize>()
-                        .map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))
-                })
-                .transpose()?;
+            // A limit of 0 or less asks for everything, as upstream's storage reads it.
+            let limit = int64_param(query, "limit")?
+                .and_then(|l| usize::try_from(l).ok())
+                .filter(|l| *l > 0);
             let list = store.list(
                 target,
                 &sel,
@@ -528,6 +579,37 @@ async fn serve_resource(
     }
 }
 
+/// apimachinery's `FieldManagerMaxLength`.
+const FIELD_MANAGER_MAX_LENGTH: usize = 128;
+
+/// `ValidateFieldManager` (apimachinery `pkg/apis/meta/v1/validation`): at most 128 bytes,
+/// printable characters only; refused as the create, update or patch handler refuses its
+/// options (`NewInvalid` of `CreateOptions`/`UpdateOptions`/`PatchOptions`, 422).
+fn validate_field_manager(options_kind: &str, manager: &str) -> ApiResult<()> {
+    let mut causes = Vec::new();
+    if manager.len() > FIELD_MANAGER_MAX_LENGTH {
+        causes.push(super::error::FieldCause::too_long(
+            "fieldManager",
+            FIELD_MANAGER_MAX_LENGTH,
+        ));
+    }
+    // Go's unicode.IsPrint: no control, format or separator character but the ASCII space.
+    for (i, c) in manager.char_indices() {
+        if c.is_control() || (c.is_whitespace() && c != ' ') {
+            causes.push(super::error::FieldCause::invalid(
+                "fieldManager",
+                &Value::String(manager.to_string()),
+                format!("invalid character U+{:04X} (at position {i})", u32::from(c)),
+            ));
+        }
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(options_kind, "", causes))
+    }
+}
+
 /// How a response body is rendered: as stored, or as the Table / metadata the `Accept`
 /// header asked for ([`super::table`]).
 #[derive(Debug, Clone)]
@@ -608,13 +690,7 @@ fn delete_options(query: &HashMap<String, String>, body: &Bytes) -> ApiResult<De
     } else {
         decode_json(body)?
     };
-    let grace = query
-        .get("gracePeriodSeconds")
-        .map(|g| {
-            g.parse::<i64>()
-                .map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {g:?}")))
-        })
-        .transpose()?
+    let grace = int64_param(query, "gracePeriodSeconds")?
         .or_else(|| from_body.get("gracePeriodSeconds").and_then(Value::as_i64));
     if from_body
         .get("dryRun")

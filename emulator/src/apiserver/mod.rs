@@ -35,8 +35,8 @@ pub use error::{ApiError, ApiResult, FieldCause};
 pub use registry::{ResourceKey, ResourceType, is_structured, resource_api_versions};
 pub use selectors::Selectors;
 pub use store::{
-    DeleteOptions, EventKind, Fault, FaultVerb, PatchType, Store, Target, WatchEvent, WriteOptions,
-    now_rfc3339,
+    DeleteOptions, EventKind, Fault, FaultVerb, MAX_REQUEST_BODY_BYTES, PatchType, Store, Target,
+    WatchEvent, WriteOptions, json_size, now_rfc3339, request_too_large,
 };
 
 use http::Shared;

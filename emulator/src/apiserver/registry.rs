@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::error::{ApiError, ApiResult};
+use super::error::{ApiError, ApiResult, FieldCause};
 
 /// Identifies a resource independently of its version: objects are stored once per
 /// `(group, plural)` and served in each version (CRDs with conversion strategy `None`
@@ -303,6 +303,60 @@ pub fn builtin_types(server_version: (u32, u32)) -> Result<Vec<ResourceType>, St
     Ok(types)
 }
 
+/// apiextensions' `ValidateCustomResourceColumnDefinition`: a name, a type and format of
+/// its sets, and a "simple" JSONPath (`validateSimpleJSONPath`: starting with `.`); `{{{bad`
+/// and `$..*` were accepted and then printed nothing. The field names are the internal
+/// type's (`JSONPath`), as upstream's errors say them.
+fn printer_column(column: &Value, at: &str, causes: &mut Vec<FieldCause>) {
+    const TYPES: [&str; 5] = ["boolean", "date", "integer", "number", "string"];
+    const FORMATS: [&str; 8] = [
+        "byte",
+        "date",
+        "date-time",
+        "double",
+        "float",
+        "int32",
+        "int64",
+        "password",
+    ];
+    let text = |f: &str| column.get(f).and_then(Value::as_str).unwrap_or_default();
+    if text("name").is_empty() {
+        causes.push(FieldCause::required(format!("{at}.name"), ""));
+    }
+    let kind = text("type");
+    let types = TYPES.join(",");
+    if kind.is_empty() {
+        causes.push(FieldCause::required(
+            format!("{at}.type"),
+            format!("must be one of {types}"),
+        ));
+    } else if !TYPES.contains(&kind) {
+        causes.push(FieldCause::invalid(
+            format!("{at}.type"),
+            &Value::String(kind.into()),
+            format!("must be one of {types}"),
+        ));
+    }
+    let format = text("format");
+    if !format.is_empty() && !FORMATS.contains(&format) {
+        causes.push(FieldCause::invalid(
+            format!("{at}.format"),
+            &Value::String(format.into()),
+            format!("must be one of {}", FORMATS.join(",")),
+        ));
+    }
+    let path = text("jsonPath");
+    if path.is_empty() {
+        causes.push(FieldCause::required(format!("{at}.JSONPath"), ""));
+    } else if !path.starts_with('.') {
+        causes.push(FieldCause::invalid(
+            format!("{at}.JSONPath"),
+            &Value::String(path.into()),
+            "must be a simple json path starting with .",
+        ));
+    }
+}
+
 /// Reads an `apiextensions.k8s.io/v1` CustomResourceDefinition into the type it registers.
 ///
 /// Only what this server honours is read; a CRD asking for what it does not implement
@@ -365,6 +419,28 @@ pub fn from_crd(crd: &Value) -> ApiResult<ResourceType> {
     let mut schemas = BTreeMap::new();
     let mut status_subresource = false;
     let mut printer_columns = BTreeMap::new();
+    let mut causes = Vec::new();
+    for (i, v) in versions.iter().enumerate() {
+        let columns = v.get("additionalPrinterColumns").and_then(Value::as_array);
+        for (j, column) in columns.into_iter().flatten().enumerate() {
+            printer_column(
+                column,
+                &format!("spec.versions[{i}].additionalPrinterColumns[{j}]"),
+                &mut causes,
+            );
+        }
+    }
+    if !causes.is_empty() {
+        let name = crd
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        return Err(ApiError::invalid(
+            "CustomResourceDefinition.apiextensions.k8s.io",
+            name,
+            causes,
+        ));
+    }
     for v in versions {
         let name = text(v.get("name"), "spec.versions[].name")?;
         if v.pointer("/subresources/scale").is_some() {

@@ -12,28 +12,34 @@ enum LabelRequirement {
     NotIn(String, Vec<String>),
     Exists(String),
     DoesNotExist(String),
+    /// `key>N`: the label, read as an integer, is greater than N.
+    GreaterThan(String, i64),
+    /// `key<N`.
+    LessThan(String, i64),
 }
 
-/// A parsed `labelSelector` (the `k8s.io/apimachinery/pkg/labels` grammar:
-/// `a=b`, `a==b`, `a!=b`, `a in (x,y)`, `a notin (x)`, `a`, `!a`, comma-separated, all ANDed).
+/// A parsed `labelSelector` (the `k8s.io/apimachinery/pkg/labels` grammar: `a=b`, `a==b`,
+/// `a!=b`, `a in (x,y)`, `a notin (x)`, `a`, `!a`, `a>5`, `a<5`, comma-separated, all
+/// ANDed). The lexer and parser follow upstream's `selector.go`, with its error words.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LabelSelector(Vec<LabelRequirement>);
 
 impl LabelSelector {
     pub fn parse(text: &str) -> ApiResult<Self> {
-        let mut requirements = Vec::new();
-        for term in split_terms(text) {
-            let term = term.trim();
-            if term.is_empty() {
-                continue;
-            }
-            requirements.push(parse_label_term(term)?);
+        LabelParser {
+            tokens: label_tokens(text),
+            at: 0,
         }
-        Ok(Self(requirements))
+        .parse()
+        .map(Self)
+        .map_err(ApiError::bad_request)
     }
 
     pub fn matches(&self, labels: Option<&serde_json::Map<String, Value>>) -> bool {
         let get = |key: &str| labels.and_then(|l| l.get(key)).and_then(Value::as_str);
+        // Gt and Lt compare the label as an int64; a label that is none matches neither
+        // (upstream `Requirement.Matches`).
+        let int = |key: &str| get(key).and_then(|v| v.parse::<i64>().ok());
         self.0.iter().all(|req| match req {
             LabelRequirement::Equals(k, v) => get(k) == Some(v.as_str()),
             // `!=` also matches objects without the label, as upstream.
@@ -42,84 +48,285 @@ impl LabelSelector {
             LabelRequirement::NotIn(k, vs) => get(k).is_none_or(|x| vs.iter().all(|v| v != x)),
             LabelRequirement::Exists(k) => get(k).is_some(),
             LabelRequirement::DoesNotExist(k) => get(k).is_none(),
+            LabelRequirement::GreaterThan(k, n) => int(k).is_some_and(|x| x > *n),
+            LabelRequirement::LessThan(k, n) => int(k).is_some_and(|x| x < *n),
         })
     }
 }
 
-/// Splits on commas that are not inside `( ... )`.
-fn split_terms(text: &str) -> Vec<&str> {
-    let mut terms = Vec::new();
-    let (mut depth, mut start) = (0usize, 0usize);
-    for (i, c) in text.char_indices() {
-        match c {
-            '(' => depth += 1,
-            ')' => depth = depth.saturating_sub(1),
-            ',' if depth == 0 => {
-                terms.push(&text[start..i]);
-                start = i + 1;
+/// The lexer's tokens (upstream `Token`).
+#[derive(Debug, Clone, PartialEq)]
+enum LabelToken {
+    Identifier(String),
+    DoesNotExist,
+    Equals,
+    DoubleEquals,
+    NotEquals,
+    GreaterThan,
+    LessThan,
+    In,
+    NotIn,
+    OpenPar,
+    ClosedPar,
+    Comma,
+}
+
+impl LabelToken {
+    /// The literal, for errors (`found '>', expected: ...`).
+    fn literal(&self) -> &str {
+        match self {
+            Self::Identifier(s) => s,
+            Self::DoesNotExist => "!",
+            Self::Equals => "=",
+            Self::DoubleEquals => "==",
+            Self::NotEquals => "!=",
+            Self::GreaterThan => ">",
+            Self::LessThan => "<",
+            Self::In => "in",
+            Self::NotIn => "notin",
+            Self::OpenPar => "(",
+            Self::ClosedPar => ")",
+            Self::Comma => ",",
+        }
+    }
+}
+
+/// Upstream's `Lexer`: whitespace separates; `!`, `!=`, `=`, `==`, `>`, `<`, `(`, `)`, `,`
+/// are symbols; `in` and `notin` keywords; any other run of characters an identifier.
+fn label_tokens(text: &str) -> Vec<LabelToken> {
+    let special = |c: char| "=!(),><".contains(c);
+    let mut out = Vec::new();
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        let token = match c {
+            c if c.is_whitespace() => continue,
+            '(' => LabelToken::OpenPar,
+            ')' => LabelToken::ClosedPar,
+            ',' => LabelToken::Comma,
+            '>' => LabelToken::GreaterThan,
+            '<' => LabelToken::LessThan,
+            '=' if chars.next_if_eq(&'=').is_some() => LabelToken::DoubleEquals,
+            '=' => LabelToken::Equals,
+            '!' if chars.next_if_eq(&'=').is_some() => LabelToken::NotEquals,
+            '!' => LabelToken::DoesNotExist,
+            c => {
+                let mut word = String::from(c);
+                while let Some(c) = chars.next_if(|c| !c.is_whitespace() && !special(*c)) {
+                    word.push(c);
+                }
+                match word.as_str() {
+                    "in" => LabelToken::In,
+                    "notin" => LabelToken::NotIn,
+                    _ => LabelToken::Identifier(word),
+                }
             }
+        };
+        out.push(token);
+    }
+    out
+}
+
+/// Upstream's `Parser`, over the tokens of one selector.
+struct LabelParser {
+    tokens: Vec<LabelToken>,
+    at: usize,
+}
+
+/// What upstream's errors say for the end of the input.
+const END: &str = "";
+
+impl LabelParser {
+    fn peek(&self) -> Option<&LabelToken> {
+        self.tokens.get(self.at)
+    }
+
+    fn next(&mut self) -> Option<LabelToken> {
+        let token = self.tokens.get(self.at).cloned();
+        self.at += 1;
+        token
+    }
+
+    /// A token where a value is read: `in` and `notin` are identifiers there.
+    fn next_value(&mut self) -> Option<LabelToken> {
+        self.next().map(|t| match t {
+            LabelToken::In | LabelToken::NotIn => LabelToken::Identifier(t.literal().to_owned()),
+            t => t,
+        })
+    }
+
+    fn parse(mut self) -> Result<Vec<LabelRequirement>, String> {
+        let mut requirements = Vec::new();
+        if self.peek().is_none() {
+            return Ok(requirements);
+        }
+        loop {
+            match self.peek() {
+                Some(LabelToken::Identifier(_) | LabelToken::DoesNotExist) => {}
+                other => {
+                    return Err(format!(
+                        "found '{}', expected: !, identifier, or 'end of string'",
+                        other.map_or(END, LabelToken::literal)
+                    ));
+                }
+            }
+            let requirement = self
+                .requirement()
+                .map_err(|e| format!("unable to parse requirement: {e}"))?;
+            requirements.push(requirement);
+            match self.next_value() {
+                None => return Ok(requirements),
+                Some(LabelToken::Comma) => match self.peek() {
+                    Some(LabelToken::Identifier(_) | LabelToken::DoesNotExist) => {}
+                    other => {
+                        return Err(format!(
+                            "found '{}', expected: identifier after ','",
+                            other.map_or(END, LabelToken::literal)
+                        ));
+                    }
+                },
+                Some(other) => {
+                    return Err(format!(
+                        "found '{}', expected: ',' or 'end of string'",
+                        other.literal()
+                    ));
+                }
+            }
+        }
+    }
+
+    fn requirement(&mut self) -> Result<LabelRequirement, String> {
+        let negated = self.peek() == Some(&LabelToken::DoesNotExist);
+        if negated {
+            self.at += 1;
+        }
+        let key = match self.next() {
+            Some(LabelToken::Identifier(key)) => key,
+            other => {
+                return Err(format!(
+                    "found '{}', expected: identifier",
+                    other.as_ref().map_or(END, LabelToken::literal)
+                ));
+            }
+        };
+        fake_dra_api::names::qualified_name(&key)
+            .map_err(|e| format!("key: Invalid value: {e}"))?;
+        if matches!(self.peek(), None | Some(LabelToken::Comma)) {
+            return Ok(if negated {
+                LabelRequirement::DoesNotExist(key)
+            } else {
+                LabelRequirement::Exists(key)
+            });
+        }
+        if negated {
+            return Err(format!(
+                "found '{}', expected: ',' or 'end of string' after !{key}",
+                self.peek().map_or(END, LabelToken::literal)
+            ));
+        }
+        let operator = self.next();
+        let value_ok = |v: &str| -> Result<(), String> {
+            fake_dra_api::names::label_value(v)
+                .map_err(|e| format!("values[0]: Invalid value: {e}"))
+        };
+        match operator {
+            Some(op @ (LabelToken::Equals | LabelToken::DoubleEquals | LabelToken::NotEquals)) => {
+                let value = self.exact_value()?;
+                value_ok(&value)?;
+                Ok(if op == LabelToken::NotEquals {
+                    LabelRequirement::NotEquals(key, value)
+                } else {
+                    LabelRequirement::Equals(key, value)
+                })
+            }
+            Some(op @ (LabelToken::GreaterThan | LabelToken::LessThan)) => {
+                let value = self.exact_value()?;
+                // `NewRequirement`: "for 'Gt', 'Lt' operators, the value must be an integer".
+                let n = value.parse::<i64>().map_err(|_| {
+                    format!(
+                        "values[0]: Invalid value: {value:?}: for 'Gt', 'Lt' operators, the value must be an integer"
+                    )
+                })?;
+                Ok(if op == LabelToken::GreaterThan {
+                    LabelRequirement::GreaterThan(key, n)
+                } else {
+                    LabelRequirement::LessThan(key, n)
+                })
+            }
+            Some(op @ (LabelToken::In | LabelToken::NotIn)) => {
+                let values = self.value_set()?;
+                for v in &values {
+                    value_ok(v)?;
+                }
+                Ok(if op == LabelToken::In {
+                    LabelRequirement::In(key, values)
+                } else {
+                    LabelRequirement::NotIn(key, values)
+                })
+            }
+            other => Err(format!(
+                "found '{}', expected: in, notin, =, ==, !=, gt, lt",
+                other.as_ref().map_or(END, LabelToken::literal)
+            )),
+        }
+    }
+
+    /// `parseExactValue`: an identifier, or nothing (the empty value) before `,` or the end.
+    fn exact_value(&mut self) -> Result<String, String> {
+        match self.peek() {
+            None | Some(LabelToken::Comma) => return Ok(String::new()),
             _ => {}
         }
-    }
-    terms.push(&text[start..]);
-    terms
-}
-
-fn invalid_selector(term: &str, why: &str) -> ApiError {
-    ApiError::bad_request(format!("unable to parse requirement: {why}: {term:?}"))
-}
-
-fn parse_label_term(term: &str) -> ApiResult<LabelRequirement> {
-    let check_key = |k: &str| -> ApiResult<String> {
-        let k = k.trim();
-        let valid = !k.is_empty()
-            && k.len() <= 317
-            && k.chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'));
-        if valid {
-            Ok(k.to_string())
-        } else {
-            Err(invalid_selector(term, "invalid label key"))
+        match self.next_value() {
+            Some(LabelToken::Identifier(v)) => Ok(v),
+            other => Err(format!(
+                "found '{}', expected: identifier",
+                other.as_ref().map_or(END, LabelToken::literal)
+            )),
         }
-    };
-    let check_value = |v: &str| -> ApiResult<String> {
-        let v = v.trim();
-        let valid = v.len() <= 63
-            && v.chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-        if valid {
-            Ok(v.to_string())
-        } else {
-            Err(invalid_selector(term, "invalid label value"))
+    }
+
+    /// `parseValues`: `(a,b)`; `()` and empty places are the empty value.
+    fn value_set(&mut self) -> Result<Vec<String>, String> {
+        match self.next_value() {
+            Some(LabelToken::OpenPar) => {}
+            other => {
+                return Err(format!(
+                    "found '{}' expected: '('",
+                    other.as_ref().map_or(END, LabelToken::literal)
+                ));
+            }
         }
-    };
-    let set = |rest: &str| -> ApiResult<Vec<String>> {
-        let rest = rest.trim();
-        let inner = rest
-            .strip_prefix('(')
-            .and_then(|r| r.strip_suffix(')'))
-            .ok_or_else(|| invalid_selector(term, "expected a set in parentheses"))?;
-        inner.split(',').map(check_value).collect()
-    };
-    if let Some(key) = term.strip_prefix('!') {
-        return Ok(LabelRequirement::DoesNotExist(check_key(key)?));
+        let mut values = Vec::new();
+        let mut after_value = false;
+        loop {
+            match self.next_value() {
+                Some(LabelToken::Identifier(v)) if !after_value => {
+                    values.push(v);
+                    after_value = true;
+                }
+                Some(LabelToken::Comma) => {
+                    if !after_value {
+                        values.push(String::new());
+                    }
+                    after_value = false;
+                }
+                Some(LabelToken::ClosedPar) => {
+                    if !after_value {
+                        values.push(String::new());
+                    }
+                    values.sort();
+                    values.dedup();
+                    return Ok(values);
+                }
+                other => {
+                    return Err(format!(
+                        "found '{}', expected: ',', ')' or identifier",
+                        other.as_ref().map_or(END, LabelToken::literal)
+                    ));
+                }
+            }
+        }
     }
-    if let Some((k, v)) = term.split_once("!=") {
-        return Ok(LabelRequirement::NotEquals(check_key(k)?, check_value(v)?));
-    }
-    if let Some((k, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
-        return Ok(LabelRequirement::Equals(check_key(k)?, check_value(v)?));
-    }
-    if let Some((k, rest)) = term.split_once(" notin ") {
-        return Ok(LabelRequirement::NotIn(check_key(k)?, set(rest)?));
-    }
-    if let Some((k, rest)) = term.split_once(" in ") {
-        return Ok(LabelRequirement::In(check_key(k)?, set(rest)?));
-    }
-    if term.contains(|c: char| c.is_whitespace() || "()<>".contains(c)) {
-        return Err(invalid_selector(term, "unsupported operator"));
-    }
-    Ok(LabelRequirement::Exists(check_key(term)?))
 }
 
 /// A parsed `fieldSelector`: `field=value`, `field==value`, `field!=value`, comma-separated.
@@ -302,6 +509,35 @@ mod tests {
         assert_eq!(ok(""), Ok(true));
         assert!(LabelSelector::parse("app in web").is_err());
         assert!(LabelSelector::parse("a b").is_err());
+        assert_eq!(ok("app in (web,)"), Ok(true));
+        assert_eq!(
+            ok("app=web,"),
+            Err(ApiError::bad_request(
+                "found '', expected: identifier after ','"
+            ))
+        );
+    }
+
+    /// D18: `>` and `<` (Gt, Lt), as kube-apiserver serves them, were refused, so fleet
+    /// mode's `--node-selector 'a>5'` listed no node and retried forever.
+    #[test]
+    fn greater_and_less_than_compare_integers() {
+        let l = labels(json!({"gen": "7", "name": "x"}));
+        let ok = |s: &str| LabelSelector::parse(s).map(|sel| sel.matches(Some(&l)));
+        assert_eq!(ok("gen>5"), Ok(true));
+        assert_eq!(ok("gen > 7"), Ok(false));
+        assert_eq!(ok("gen<8,gen>-1"), Ok(true));
+        // Not an integer, or absent: matches neither.
+        assert_eq!(ok("name>1"), Ok(false));
+        assert_eq!(ok("missing<100"), Ok(false));
+        assert_eq!(
+            LabelSelector::parse("gen>five").map_err(|e| e.message),
+            Err("unable to parse requirement: values[0]: Invalid value: \"five\": for 'Gt', 'Lt' operators, the value must be an integer".into())
+        );
+        assert_eq!(
+            LabelSelector::parse("gen>").map_err(|e| e.message),
+            Err("unable to parse requirement: values[0]: Invalid value: \"\": for 'Gt', 'Lt' operators, the value must be an integer".into())
+        );
     }
 
     #[test]

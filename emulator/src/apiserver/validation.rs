@@ -65,6 +65,33 @@ pub fn validate_name(rt: &ResourceType, name: &str) -> ApiResult<()> {
     Ok(())
 }
 
+/// `core.MaxSecretSize`: what a ConfigMap's `data` and `binaryData`, or a Secret's data,
+/// may hold in all (1 MiB; `ValidateConfigMap`, `ValidateSecret`).
+const MAX_SECRET_SIZE: usize = 1024 * 1024;
+
+/// The bytes of a map's string values.
+fn string_bytes(map: Option<&Value>) -> usize {
+    map.and_then(Value::as_object)
+        .into_iter()
+        .flat_map(|m| m.values())
+        .filter_map(Value::as_str)
+        .map(str::len)
+        .sum()
+}
+
+/// The decoded bytes of a map's base64 values (`[]byte` upstream).
+fn base64_bytes(map: Option<&Value>) -> usize {
+    map.and_then(Value::as_object)
+        .into_iter()
+        .flat_map(|m| m.values())
+        .filter_map(Value::as_str)
+        .map(|b| {
+            let padding = b.bytes().rev().take_while(|c| *c == b'=').count();
+            (b.len() / 4 * 3).saturating_sub(padding)
+        })
+        .sum()
+}
+
 fn len_at(obj: &Value, pointer: &str) -> usize {
     obj.pointer(pointer)
         .and_then(Value::as_array)
@@ -82,6 +109,19 @@ pub fn validate_write(
     let structured = !rt.serves("v1alpha2");
     match (rt.group.as_str(), rt.plural.as_str()) {
         ("", "pods") if old.is_none() => pod_claims(new, server_version, &mut causes),
+        ("", "configmaps") => {
+            let size = string_bytes(new.get("data")) + base64_bytes(new.get("binaryData"));
+            // ValidateConfigMap: the whole object, so the field is "".
+            if size > MAX_SECRET_SIZE {
+                causes.push(FieldCause::too_long("", MAX_SECRET_SIZE));
+            }
+        }
+        ("", "secrets") => {
+            let size = base64_bytes(new.get("data")) + string_bytes(new.get("stringData"));
+            if size > MAX_SECRET_SIZE {
+                causes.push(FieldCause::too_long("data", MAX_SECRET_SIZE));
+            }
+        }
         ("resource.k8s.io", "resourceclaims") => {
             resource_claim(old, new, structured, &mut causes);
             if structured {

@@ -171,19 +171,36 @@ enum Cmd {
     },
 }
 
-/// `90s`, `5m`, `1h`, or plain seconds.
+/// The longest `--timeout`: Go's `time.Duration` (what kubectl's `--timeout` flags are)
+/// holds 2562047h47m16s; anything longer is no timeout anyone means, and past the end of
+/// a `tokio::time::Instant` it panicked (`--timeout 18446744073709551615`).
+const MAX_TIMEOUT_SECS: u64 = i64::MAX as u64 / 1_000_000_000;
+
+/// `90s`, `5m`, `1h`, or plain seconds, up to [`MAX_TIMEOUT_SECS`].
 fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("{text:?} is not a duration like 90s, 5m or 1h");
     let (number, unit) = text
         .find(|c: char| !c.is_ascii_digit())
         .map_or((text, "s"), |i| text.split_at(i));
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration like 90s, 5m or 1h"))?;
-    match unit {
-        "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        "h" => Ok(Duration::from_secs(n * 3600)),
-        _ => Err(format!("{text:?} is not a duration like 90s, 5m or 1h")),
+    let factor: u64 = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        _ => return Err(bad()),
+    };
+    let too_long = || {
+        format!(
+            "{text:?} is longer than the longest timeout, {MAX_TIMEOUT_SECS}s (2562047h, Go's time.Duration as kubectl's --timeout)"
+        )
+    };
+    // All digits: a number too large for u64 is too long, not malformed.
+    if number.is_empty() {
+        return Err(bad());
+    }
+    let n: u64 = number.parse().map_err(|_| too_long())?;
+    match n.checked_mul(factor) {
+        Some(secs) if secs <= MAX_TIMEOUT_SECS => Ok(Duration::from_secs(secs)),
+        _ => Err(too_long()),
     }
 }
 
@@ -257,7 +274,42 @@ async fn start(args: Args) -> Result<(), String> {
     run(args).await
 }
 
+/// What the flags say that no cluster could be started with, refused before anything
+/// starts (they used to fail after start with a Debug dump, or hang it without a word).
+fn check_flags(args: &Args) -> Result<(), String> {
+    let nodes = "--nodes (FAKE_DRA_NODES)";
+    if args.nodes.is_empty() {
+        return Err(format!(
+            "{nodes} names no node; give one or more node names, comma-separated"
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, node) in args.nodes.iter().enumerate() {
+        // kube-apiserver's ValidateNodeName: a DNS subdomain (the node's directories and
+        // its plugin's socket paths are named after it too).
+        fake_dra_api::names::dns_subdomain(node, 253)
+            .map_err(|why| format!("{nodes} entry {i}: {why}"))?;
+        if !seen.insert(node) {
+            return Err(format!(
+                "{nodes} names {node:?} twice; every emulated node needs a name of its own"
+            ));
+        }
+    }
+    if let Some(n) = args.num_devices {
+        // The plugin's own limit (kubelet-plugin fake::devices::MAX_NUM_DEVICES): one
+        // NodeAllocationState, or one ResourceSlice of at most 128 devices.
+        let max = fake_dra_api::params::MAX_COUNT.unsigned_abs() as usize;
+        if !(1..=max).contains(&n) {
+            return Err(format!(
+                "--num-devices (FAKE_DRA_NUM_DEVICES) must be between 1 and {max}, got {n}: the kubelet plugin publishes 1 to {max} devices per node (one ResourceSlice or NodeAllocationState)"
+            ));
+        }
+    }
+    Ok(())
+}
+
 async fn run(args: Args) -> Result<(), String> {
+    check_flags(&args)?;
     let deploy = deploy_dir(args.deploy_dir.as_ref());
     // Every manifest is read and checked before anything starts.
     let manifests: Vec<Manifest> = match &args.command {
@@ -316,9 +368,14 @@ async fn run(args: Args) -> Result<(), String> {
     let deployed = manifests::rendered(&deploy, overlay).map_err(|e| e.to_string())?;
     fake_dra_emulator::sim::check_manifests(config.kubernetes_version(), &deployed, &manifests)
         .map_err(|e| e.to_string())?;
+    // One watch on SIGINT/SIGTERM for the whole run, installed when the start is first
+    // polled: a signal between two separately made watches was lost (a Ctrl-C right after
+    // "cluster up" did nothing).
+    let interrupt = fake_dra_ops::signals::shutdown();
+    tokio::pin!(interrupt);
     let sim = tokio::select! {
         started = Sim::start(config) => started.map_err(|e| e.to_string())?,
-        () = fake_dra_ops::signals::shutdown() => return Err("interrupted while starting".into()),
+        () = &mut interrupt => return Err("interrupted while starting".into()),
     };
     eprintln!(
         "fake-dra-sim: cluster up: nodes {}; driver logs in {}; for kubectl:\nexport KUBECONFIG={}",
@@ -326,15 +383,39 @@ async fn run(args: Args) -> Result<(), String> {
         sim.work_dir().join("logs").display(),
         sim.work_dir().join("kubeconfig").display()
     );
-    let outcome = drive(&sim, &args, &manifests).await;
+    let outcome = drive(&sim, &args, &manifests, interrupt).await;
     sim.shutdown().await;
     outcome
 }
 
+/// `work`'s result, or `None` when `interrupt` completes first.
+async fn until_interrupted<T>(
+    work: impl std::future::Future<Output = T>,
+    interrupt: impl std::future::Future<Output = ()>,
+) -> Option<T> {
+    tokio::select! {
+        done = work => Some(done),
+        () = interrupt => None,
+    }
+}
+
 /// Applies the manifests and prints logs; returns when the demo is done or on Ctrl-C.
-async fn drive(sim: &Sim, args: &Args, manifests: &[Manifest]) -> Result<(), String> {
+async fn drive(
+    sim: &Sim,
+    args: &Args,
+    manifests: &[Manifest],
+    mut interrupt: std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+) -> Result<(), String> {
     let mut lines = sim.logs().subscribe();
-    sim.apply(manifests).await.map_err(|e| e.to_string())?;
+    // Thousands of objects take a while: Ctrl-C stops the apply too (the signal's handler
+    // was installed while starting, so an unwatched Ctrl-C did nothing at all).
+    match until_interrupted(sim.apply(manifests), interrupt.as_mut()).await {
+        Some(applied) => applied.map_err(|e| e.to_string())?,
+        None => {
+            eprintln!("fake-dra-sim: interrupted while applying the manifests; shutting down");
+            return Ok(());
+        }
+    }
     let demo = match args.command {
         Cmd::Demo { keep_running } => Some(keep_running),
         Cmd::Run { .. } => None,
@@ -344,7 +425,7 @@ async fn drive(sim: &Sim, args: &Args, manifests: &[Manifest]) -> Result<(), Str
             wait: true,
             timeout,
             ..
-        } => Some(tokio::time::Instant::now() + timeout),
+        } => tokio::time::Instant::now().checked_add(timeout),
         _ => None,
     };
     let client = sim.client().map_err(|e| e.to_string())?;
@@ -391,7 +472,7 @@ async fn drive(sim: &Sim, args: &Args, manifests: &[Manifest]) -> Result<(), Str
             () = &mut deadline, if demo.is_some() && !demo_done => {
                 return Err(format!("the demo pod {DEMO_NAMESPACE}/{DEMO_POD} printed no FAKE_NODE_NAME within {DEMO_TIMEOUT:?}; see the driver logs under {}", sim.work_dir().join("logs").display()));
             }
-            () = fake_dra_ops::signals::shutdown() => {
+            () = &mut interrupt => {
                 eprintln!("fake-dra-sim: shutting down");
                 return Ok(());
             }
@@ -400,6 +481,7 @@ async fn drive(sim: &Sim, args: &Args, manifests: &[Manifest]) -> Result<(), Str
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use clap::CommandFactory;
@@ -407,6 +489,100 @@ mod tests {
     #[test]
     fn every_flag_follows_the_env_rule() {
         assert_eq!(flags::rule_breakers(&Args::command()), Vec::<String>::new());
+    }
+
+    /// D11: Ctrl-C while `run -f` applied was ignored until every object was in.
+    #[tokio::test]
+    async fn an_interrupt_stops_the_apply() {
+        let never = std::future::pending::<Result<(), String>>();
+        assert_eq!(until_interrupted(never, async {}).await, None);
+        let done = async { Ok::<(), String>(()) };
+        assert_eq!(
+            until_interrupted(done, std::future::pending()).await,
+            Some(Ok(()))
+        );
+    }
+
+    /// D14, D25: `u64::MAX` seconds panicked after start, `u64::MAX` minutes overflowed
+    /// the multiplication; both are refused by clap, naming the longest timeout.
+    #[test]
+    fn timeouts_past_the_longest_are_refused_not_overflowed() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(
+            parse_duration("2562047h"),
+            Ok(Duration::from_secs(2_562_047 * 3600))
+        );
+        for text in [
+            "18446744073709551615",
+            "18446744073709551615m",
+            "18446744073709551616",
+            "2562048h",
+            "9223372037s",
+        ] {
+            let err = parse_duration(text).unwrap_err();
+            assert!(
+                err.contains("is longer than the longest timeout, 9223372036s"),
+                "{text}: {err}"
+            );
+        }
+        for text in ["", "m", "5d", "-1s", "1.5h"] {
+            let err = parse_duration(text).unwrap_err();
+            assert!(err.contains("is not a duration like 90s"), "{text}: {err}");
+        }
+        let err = Args::try_parse_from([
+            "fake-dra-sim",
+            "run",
+            "-f",
+            "x.yaml",
+            "--timeout",
+            "18446744073709551615",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("--timeout"), "{err}");
+    }
+
+    /// D26, D15: bad `--nodes` failed after start with a Debug dump (or, `a,a`, not at
+    /// all), and `--num-devices 0` or `100000` hung the start while the plugins exited.
+    #[test]
+    fn node_names_and_device_counts_are_checked_before_start() {
+        let check = |extra: &[&str]| {
+            let mut argv = vec!["fake-dra-sim"];
+            argv.extend_from_slice(extra);
+            argv.extend_from_slice(&["run", "-f", "x.yaml"]);
+            check_flags(&Args::try_parse_from(argv).unwrap())
+        };
+        assert_eq!(check(&[]), Ok(()));
+        assert_eq!(check(&["--nodes", "a,b.c", "--num-devices", "128"]), Ok(()));
+        let long = "n".repeat(300);
+        for (args, want) in [
+            (vec!["--nodes", ""], "--nodes (FAKE_DRA_NODES) "),
+            (
+                vec!["--nodes", "UPPER"],
+                "--nodes (FAKE_DRA_NODES) entry 0: \"UPPER\" must be a lowercase DNS subdomain",
+            ),
+            (vec!["--nodes", &long], "--nodes (FAKE_DRA_NODES) entry 0: "),
+            (
+                vec!["--nodes", "a,a"],
+                "--nodes (FAKE_DRA_NODES) names \"a\" twice",
+            ),
+            (
+                vec!["--num-devices", "0"],
+                "--num-devices (FAKE_DRA_NUM_DEVICES) must be between 1 and 128, got 0",
+            ),
+            (
+                vec!["--num-devices", "100000"],
+                "--num-devices (FAKE_DRA_NUM_DEVICES) must be between 1 and 128, got 100000",
+            ),
+        ] {
+            let err = check(&args).unwrap_err();
+            assert!(err.starts_with(want), "{args:?}: {err}");
+        }
+        let err = check(&["--nodes", &long]).unwrap_err();
+        assert!(err.contains("is 300 characters, at most 253"), "{err}");
+        assert!(err.len() < 400, "{err}");
     }
 
     #[test]

@@ -10,6 +10,7 @@
 pub mod claims;
 pub mod kubelet;
 pub mod lifeline;
+pub mod node_fit;
 pub mod runtime;
 pub mod scheduler;
 pub mod structured;
@@ -37,7 +38,7 @@ const COALESCE: Duration = Duration::from_millis(10);
 pub enum ClusterError {
     #[error(transparent)]
     Start(#[from] StartError),
-    #[error("creating {what}: {source}")]
+    #[error("creating {what}: {}", plain(source))]
     Api {
         what: String,
         #[source]
@@ -51,6 +52,22 @@ pub enum ClusterError {
     },
     #[error(transparent)]
     Runtime(#[from] runtime::RuntimeError),
+}
+
+/// A kube client error for a person: an API status as its message, code and reason. kube's
+/// own `Display` of an API error appends the `Status` as a Rust Debug dump.
+pub fn plain(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(status) => {
+            let reason = if status.reason.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", status.reason)
+            };
+            format!("{} ({}{reason})", status.message, status.code)
+        }
+        other => other.to_string(),
+    }
 }
 
 /// The kubelet's directories on one emulated node.
@@ -165,11 +182,21 @@ impl EmulatedCluster {
             },
         )
         .await?;
+        // The labels a kubelet gives its Node (kubelet_node_status.go `initialNode`): the
+        // scheduler now honours nodeSelector, and `kubernetes.io/os: linux` is a common one.
+        let arch = match std::env::consts::ARCH {
+            "x86_64" => "amd64",
+            "aarch64" => "arm64",
+            other => other,
+        };
         for node in &config.nodes {
-            let mut labels = std::collections::BTreeMap::from([(
-                "kubernetes.io/hostname".to_string(),
-                node.clone(),
-            )]);
+            let mut labels = std::collections::BTreeMap::from([
+                ("kubernetes.io/hostname".to_string(), node.clone()),
+                ("kubernetes.io/os".to_string(), "linux".to_string()),
+                ("kubernetes.io/arch".to_string(), arch.to_string()),
+                ("beta.kubernetes.io/os".to_string(), "linux".to_string()),
+                ("beta.kubernetes.io/arch".to_string(), arch.to_string()),
+            ]);
             labels.extend(config.node_labels.iter().cloned());
             let object = Node {
                 metadata: ObjectMeta {

@@ -31,7 +31,7 @@ use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio::sync::broadcast;
 
-use super::{Events, level_triggered, object_ref};
+use super::{Events, level_triggered, node_fit, object_ref};
 use crate::apiserver::WatchEvent;
 
 /// Runs the scheduler of Kubernetes `server_version`: the classic plugin up to 1.30, the
@@ -87,8 +87,13 @@ async fn pass(
             *load.entry(node.to_string()).or_default() += 1;
         }
     }
+    let mut usage = node_fit::usage_by_node(&pods);
     for pod in &pods {
-        if pod.node_name().is_some() || pod.metadata.deletion_timestamp.is_some() {
+        // A pod for another scheduler is not ours to place or to report on.
+        if pod.node_name().is_some()
+            || pod.metadata.deletion_timestamp.is_some()
+            || !node_fit::is_ours(pod)
+        {
             continue;
         }
         let key = format!(
@@ -96,7 +101,7 @@ async fn pass(
             pod.metadata.namespace.as_deref().unwrap_or_default(),
             pod.metadata.name.as_deref().unwrap_or_default()
         );
-        match schedule(client, pod, &nodes, &mut load, server_version).await {
+        match schedule(client, pod, &nodes, &mut load, &mut usage, server_version).await {
             Ok(Some(node)) => {
                 reported.remove(&key);
                 let note = format!("Successfully assigned {key} to {node}");
@@ -115,6 +120,9 @@ async fn pass(
                             message.clone(),
                         )
                         .await;
+                    if let Err(error) = node_fit::mark_unschedulable(client, pod, &message).await {
+                        tracing::debug!(pod = %key, %error, "setting the PodScheduled condition failed");
+                    }
                     reported.insert(key, message);
                 }
             }
@@ -162,6 +170,7 @@ async fn schedule(
     pod: &DraPod,
     nodes: &[Node],
     load: &mut BTreeMap<String, usize>,
+    usage: &mut BTreeMap<String, node_fit::NodeUsage>,
     server_version: (u32, u32),
 ) -> Result<Option<String>, ScheduleError> {
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
@@ -264,10 +273,19 @@ async fn schedule(
     // Filter: per node, the first claim that rules the node out gives the reason; an
     // allocated claim not available there is remembered for PostFilter.
     let mut feasible = Vec::new();
-    let mut reasons: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+    let mut resolvable = 0;
     let mut unavailable: std::collections::BTreeSet<usize> = Default::default();
     for node in nodes {
         let name = node.metadata.name.as_deref().unwrap_or_default();
+        // The filters before DynamicResources; the first that fails decides the node.
+        if let Err(rejection) = node_fit::filter(pod, node, usage.get(name), server_version) {
+            for reason in rejection.reasons {
+                *reasons.entry(reason).or_default() += 1;
+            }
+            resolvable += usize::from(rejection.resolvable);
+            continue;
+        }
         let empty = BTreeMap::new();
         let view = NodeView {
             name,
@@ -304,7 +322,7 @@ async fn schedule(
         });
         match verdict {
             None => feasible.push(name.to_string()),
-            Some(reason) => *reasons.entry(reason).or_default() += 1,
+            Some(reason) => *reasons.entry(reason.to_owned()).or_default() += 1,
         }
     }
 
@@ -328,6 +346,18 @@ async fn schedule(
                     &Patch::Merge(patch),
                 )
                 .await?;
+        }
+        // A pod without claims fails only on the other filters: kube-scheduler's whole
+        // FitError, with DynamicResources' "no new claims to deallocate" (1.30's PostFilter)
+        // and DefaultPreemption's words. With claims, the classic emulation keeps the
+        // Filter reasons alone.
+        if claims.is_empty() {
+            return Err(unschedulable(node_fit::fit_error(
+                nodes.len(),
+                &reasons,
+                resolvable,
+                node_fit::dra_message_without_claims(server_version),
+            )));
         }
         let details: Vec<String> = reasons
             .iter()
@@ -432,6 +462,7 @@ async fn schedule(
     }
     super::bind(client, &namespace, &pod_name, &node).await?;
     *load.entry(node.clone()).or_default() += 1;
+    usage.entry(node.clone()).or_default().add(pod);
     // PostBind: the PodSchedulingContext is not needed any more; one try, a 404 is fine
     // (the garbage collector removes a leftover with the pod).
     if !claims.is_empty()

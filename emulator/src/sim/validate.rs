@@ -68,6 +68,17 @@ pub fn check_manifests(
                 m.api_version()
             )));
         };
+        // The request first, as kube-apiserver reads it (`limitedReadBody`): a body over
+        // 3 MiB is refused before it is decoded; then the store holds the object to etcd's
+        // 1.5 MiB.
+        let size = crate::apiserver::json_size(&object);
+        if size > crate::apiserver::MAX_REQUEST_BODY_BYTES {
+            return Err(refuse(format!(
+                "{} (the object is {size} bytes as JSON; kube-apiserver reads at most {} bytes of a request, and etcd stores objects of at most 1572864)",
+                crate::apiserver::request_too_large().message,
+                crate::apiserver::MAX_REQUEST_BODY_BYTES
+            )));
+        }
         let mut target = Target {
             key: rt.key(),
             version,

@@ -127,25 +127,59 @@ async fn json_patch_with_too_many_operations_is_413() {
     );
 }
 
-/// D1 by other routes: a merge or strategic-merge patch (or an update) that makes the
-/// object larger than etcd's 1.5 MiB is refused with the size and the limit.
+/// D1 by other routes: a merge patch (or an update) that makes the object larger than
+/// etcd's 1.5 MiB is refused with the size and the limit. A ConfigMap meets its own 1 MiB
+/// limit of data first (ValidateConfigMap), by merge and strategic-merge patch alike.
 #[tokio::test]
 async fn objects_over_etcds_limit_are_refused_by_every_route() {
     let (server, client) = server((1, 30)).await;
+    let faults = format!(
+        "{}/apis/fake.resource.3-shake.com/v1alpha1/devicefaults",
+        server.url()
+    );
+    let fault = |data: Value| {
+        json!({"apiVersion": "fake.resource.3-shake.com/v1alpha1", "kind": "DeviceFault",
+            "metadata": {"name": "big"}, "spec": {"deviceStatus": {"data": data}}})
+    };
+    let (code, created) = raw(
+        &client,
+        "POST",
+        &faults,
+        "application/json",
+        fault(json!({"k": "v"})).to_string(),
+    )
+    .await;
+    assert_eq!(code, 201, "{created}");
+    let uri = format!("{faults}/big");
+    let huge = "x".repeat(1600 * 1024);
+    let big = json!({"spec": {"deviceStatus": {"data": {"big": huge}}}}).to_string();
+    let (code, body) = raw(&client, "PATCH", &uri, "application/merge-patch+json", big).await;
+    assert_eq!(code, 413, "{body}");
+    assert!(message(&body).contains("1572864 bytes"), "{body}");
+    let mut put = fault(json!({"big": huge}));
+    put["metadata"]["resourceVersion"] = created["metadata"]["resourceVersion"].clone();
+    let (code, body) = raw(&client, "PUT", &uri, "application/json", put.to_string()).await;
+    assert_eq!(code, 413, "{body}");
+    let (_, after) = raw(&client, "GET", &uri, "application/json", String::new()).await;
+    assert_eq!(
+        after["metadata"]["resourceVersion"],
+        created["metadata"]["resourceVersion"]
+    );
+
     let before = config_map(&client, "big").await;
-    let uri = format!("{}/api/v1/namespaces/default/configmaps/big", server.url());
+    let cm_uri = format!("{}/api/v1/namespaces/default/configmaps/big", server.url());
     let big = json!({"data": {"big": "x".repeat(1600 * 1024)}}).to_string();
     for content_type in [
         "application/merge-patch+json",
         "application/strategic-merge-patch+json",
     ] {
-        let (code, body) = raw(&client, "PATCH", &uri, content_type, big.clone()).await;
-        assert_eq!(code, 413, "{content_type}: {body}");
-        assert!(message(&body).contains("1572864 bytes"), "{body}");
+        let (code, body) = raw(&client, "PATCH", &cm_uri, content_type, big.clone()).await;
+        assert_eq!(code, 422, "{content_type}: {body}");
+        assert!(
+            message(&body).contains("Too long: may not be more than 1048576 bytes"),
+            "{body}"
+        );
     }
-    let put = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"big": "x".repeat(1600 * 1024)}});
-    let (code, body) = raw(&client, "PUT", &uri, "application/json", put.to_string()).await;
-    assert_eq!(code, 413, "{body}");
     let cms: Api<ConfigMap> = Api::namespaced(client, "default");
     let after = cms.get("big").await.unwrap();
     assert_eq!(
@@ -587,4 +621,395 @@ fn garbage_collection_work_grows_linearly_with_writes() {
         .list(&target(None), &Default::default(), None, None)
         .unwrap();
     assert_eq!(left["items"].as_array().map(Vec::len), Some(n));
+}
+
+/// D17: `timeoutSeconds` past int64 answered an empty 200 and panicked the watch's task
+/// (1e19 s added to the clock). It is a 400 with strconv's words, as kube-apiserver's
+/// parameter codec answers; `limit` too. The largest int64 is a watch without deadline,
+/// and the same number as `gracePeriodSeconds` a deletion far in the future, not a panic.
+#[tokio::test]
+async fn int64_query_parameters_past_the_range_are_400_and_huge_ones_do_not_panic() {
+    let (server, client) = server((1, 34)).await;
+    let pods = format!("{}/api/v1/namespaces/default/pods", server.url());
+    for (query, text) in [
+        ("watch=true&timeoutSeconds=", "10000000000000000000"),
+        ("limit=", "10000000000000000000"),
+        ("watch=true&timeoutSeconds=", "soon"),
+    ] {
+        let (code, body) = raw(
+            &client,
+            "GET",
+            &format!("{pods}?{query}{text}"),
+            "application/json",
+            String::new(),
+        )
+        .await;
+        assert_eq!(code, 400, "{query}{text}: {body}");
+        let why = if text == "soon" {
+            "invalid syntax"
+        } else {
+            "value out of range"
+        };
+        assert_eq!(
+            message(&body),
+            format!("strconv.ParseInt: parsing \"{text}\": {why}")
+        );
+    }
+    // The largest int64: a watch that stays open, and sees what happens next.
+    let request = client
+        .request_events::<Pod>(
+            http::Request::get(format!("{pods}?watch=true&timeoutSeconds={}", i64::MAX))
+                .body(Vec::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut request = Box::pin(request);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "p"},
+        "spec": {"nodeName": "somewhere", "containers": [{"name": "c", "image": "busybox"}]},
+    }))
+    .unwrap();
+    let api: Api<Pod> = Api::namespaced(client.clone(), "default");
+    api.create(&PostParams::default(), &pod).await.unwrap();
+    use futures::StreamExt;
+    let event = tokio::time::timeout(std::time::Duration::from_secs(30), request.next())
+        .await
+        .expect("a watch event (hang guard)");
+    assert!(
+        matches!(event, Some(Ok(kube::api::WatchEvent::Added(_)))),
+        "{event:?}"
+    );
+    let (code, body) = raw(
+        &client,
+        "DELETE",
+        &format!("{pods}/p?gracePeriodSeconds={}", i64::MAX),
+        "application/json",
+        String::new(),
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        body["metadata"]["deletionTimestamp"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("9999-")),
+        "{body}"
+    );
+    assert!(api.get("p").await.is_ok());
+}
+
+/// D30: a 200-character fieldManager was accepted (and recorded in managedFields).
+/// kube-apiserver's ValidateFieldManager allows 128 bytes of printable characters; the
+/// create, update and patch handlers refuse their options with 422.
+#[tokio::test]
+async fn field_managers_past_128_bytes_are_refused_by_every_verb() {
+    let (server, client) = server((1, 34)).await;
+    let before = config_map(&client, "fm").await;
+    let cms = format!("{}/api/v1/namespaces/default/configmaps", server.url());
+    let long = "m".repeat(200);
+    let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fm2"}});
+    let mut put = serde_json::to_value(&before).unwrap();
+    put["data"] = json!({"k": "changed"});
+    for (method, uri, content_type, body, kind) in [
+        (
+            "POST",
+            cms.clone(),
+            "application/json",
+            body.to_string(),
+            "CreateOptions",
+        ),
+        (
+            "PUT",
+            format!("{cms}/fm"),
+            "application/json",
+            put.to_string(),
+            "UpdateOptions",
+        ),
+        (
+            "PATCH",
+            format!("{cms}/fm"),
+            "application/merge-patch+json",
+            json!({"data": {"k": "x"}}).to_string(),
+            "PatchOptions",
+        ),
+        (
+            "PATCH",
+            format!("{cms}/fm"),
+            "application/apply-patch+yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: fm}\ndata: {k: y}\n".into(),
+            "PatchOptions",
+        ),
+    ] {
+        let (code, status) = raw(
+            &client,
+            method,
+            &format!("{uri}?fieldManager={long}"),
+            content_type,
+            body,
+        )
+        .await;
+        assert_eq!(code, 422, "{method} {content_type}: {status}");
+        assert_eq!(
+            message(&status),
+            format!(
+                "{kind}.meta.k8s.io \"\" is invalid: fieldManager: Too long: may not be more than 128 bytes"
+            ),
+        );
+        assert_eq!(
+            status["details"]["causes"][0]["reason"],
+            "FieldValueTooLong"
+        );
+    }
+    let (code, status) = raw(
+        &client,
+        "PATCH",
+        &format!("{cms}/fm?fieldManager=a%07b"),
+        "application/merge-patch+json",
+        json!({"data": {"k": "x"}}).to_string(),
+    )
+    .await;
+    assert_eq!(code, 422, "{status}");
+    assert!(
+        message(&status).contains("invalid character U+0007 (at position 1)"),
+        "{status}"
+    );
+    let exactly = "m".repeat(128);
+    let (code, status) = raw(
+        &client,
+        "PATCH",
+        &format!("{cms}/fm?fieldManager={exactly}"),
+        "application/merge-patch+json",
+        json!({"data": {"k": "ok"}}).to_string(),
+    )
+    .await;
+    assert_eq!(code, 200, "{status}");
+    let cm: Api<ConfigMap> = Api::namespaced(client, "default");
+    assert!(cm.get("fm2").await.is_err());
+}
+
+/// D29: a merge patch `[1,2]` replaced the whole object and came back as 409 "the object
+/// has been modified". kube-apiserver decodes a merge patch into a map first: 400 with Go's
+/// words (422 on `patch` under fieldValidation=Ignore); a strategic one 400 too.
+#[tokio::test]
+async fn merge_patches_that_are_no_objects_are_refused_as_upstream() {
+    let (server, client) = server((1, 34)).await;
+    let before = config_map(&client, "mp").await;
+    let uri = format!("{}/api/v1/namespaces/default/configmaps/mp", server.url());
+    for (content_type, query, body, code, want) in [
+        (
+            "application/merge-patch+json",
+            "",
+            "[1,2]",
+            400,
+            "error decoding patch: json: cannot unmarshal array into Go value of type map[string]interface {}",
+        ),
+        (
+            "application/merge-patch+json",
+            "?fieldValidation=Strict",
+            "\"x\"",
+            400,
+            "error decoding patch: json: cannot unmarshal string into Go value of type map[string]interface {}",
+        ),
+        (
+            "application/merge-patch+json",
+            "?fieldValidation=Ignore",
+            "[1,2]",
+            422,
+            " \"\" is invalid: patch: Invalid value: \"[1,2]\": json: cannot unmarshal array into Go value of type map[string]interface {}",
+        ),
+        (
+            "application/merge-patch+json",
+            "",
+            "null",
+            400,
+            "Invalid JSON Patch",
+        ),
+        (
+            "application/strategic-merge-patch+json",
+            "",
+            "[1,2]",
+            400,
+            "json: cannot unmarshal array into Go value of type map[string]interface {}",
+        ),
+    ] {
+        let (got, status) = raw(
+            &client,
+            "PATCH",
+            &format!("{uri}{query}"),
+            content_type,
+            body.into(),
+        )
+        .await;
+        assert_eq!(got, code, "{content_type}{query} {body}: {status}");
+        assert_eq!(message(&status), want);
+    }
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let after = cms.get("mp").await.unwrap();
+    assert_eq!(
+        after.metadata.resource_version,
+        before.metadata.resource_version
+    );
+    assert_eq!(after.data, before.data);
+}
+
+/// D19: built-in kinds are decoded into their types before they are stored (404b7ba), so
+/// a ConfigMap's `data: {a: 5}` and a Deployment's `replicas: "many"` are refused naming
+/// the field, by create, update and patch alike, and an object over 1 MiB of data is
+/// refused too; nothing is stored.
+#[tokio::test]
+async fn built_in_kinds_are_type_checked_by_every_route() {
+    let (server, client) = server((1, 34)).await;
+    let cms = format!("{}/api/v1/namespaces/default/configmaps", server.url());
+    let deployments = format!(
+        "{}/apis/apps/v1/namespaces/default/deployments",
+        server.url()
+    );
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "typed"}, "data": {"a": 5}});
+    let (code, body) = raw(&client, "POST", &cms, "application/json", cm.to_string()).await;
+    assert_eq!(code, 400, "{body}");
+    assert_eq!(
+        message(&body),
+        "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: data.a: invalid type: integer `5`, expected a string"
+    );
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+        "spec": {"replicas": "many", "selector": {"matchLabels": {"a": "b"}},
+            "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}});
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &deployments,
+        "application/json",
+        deployment.to_string(),
+    )
+    .await;
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        message(&body).contains("spec.replicas: invalid type: string \"many\", expected i32"),
+        "{body}"
+    );
+    // Patches too.
+    config_map(&client, "ok").await;
+    let (code, body) = raw(
+        &client,
+        "PATCH",
+        &format!("{cms}/ok"),
+        "application/merge-patch+json",
+        json!({"data": {"k": 5}}).to_string(),
+    )
+    .await;
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        message(&body).contains("data.k: invalid type: integer `5`"),
+        "{body}"
+    );
+    // ConfigMap validation: at most 1 MiB of data (MaxConfigMapSize... upstream 1048576 bytes).
+    let big = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"a": "x".repeat(1024 * 1024 + 1)}});
+    let (code, body) = raw(&client, "POST", &cms, "application/json", big.to_string()).await;
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        message(&body).contains("Too long: may not be more than 1048576 bytes"),
+        "{body}"
+    );
+    let listed: Api<ConfigMap> = Api::namespaced(client, "default");
+    let names: Vec<String> = listed
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    assert_eq!(names, ["ok"]);
+}
+
+/// D20: kubectl's `create namespace|configmap|deployment` send protobuf, which got a 400
+/// "couldn't decode the request body as JSON". kube-apiserver reads protobuf and answers
+/// a type it does not read with 415; the emulator reads JSON only and answers 415 naming
+/// the type and the kubectl command that sends JSON.
+#[tokio::test]
+async fn bodies_in_another_media_type_are_415_naming_it() {
+    let (server, client) = server((1, 34)).await;
+    let namespaces = format!("{}/api/v1/namespaces", server.url());
+    // A protobuf Namespace as kubectl sends it: "k8s\0" and a runtime.Unknown.
+    let mut protobuf = b"k8s\0\n\x0f\n\x02v1\x12\tNamespace\x12\x08\n\x06\n\x04pbns".to_vec();
+    protobuf.extend_from_slice(b"\x1a\x00\"\x00");
+    let request = http::Request::post(&namespaces)
+        .header("content-type", "application/vnd.kubernetes.protobuf")
+        .body(kube::client::Body::from(protobuf))
+        .unwrap();
+    let response = client.send(request).await.unwrap();
+    assert_eq!(response.status().as_u16(), 415);
+    use http_body_util::BodyExt;
+    let body: Value =
+        serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!(body["reason"], "UnsupportedMediaType");
+    assert!(
+        message(&body).starts_with("the body of the request was in an unknown format - accepted media types include: application/json (emulator: application/vnd.kubernetes.protobuf bodies are not decoded; kubectl's create namespace/configmap/secret/deployment send protobuf: run them as 'kubectl create ... --dry-run=client -o yaml | kubectl apply -f -'"),
+        "{body}"
+    );
+    let cms = format!("{}/api/v1/namespaces/default/configmaps", server.url());
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &cms,
+        "application/yaml",
+        "kind: ConfigMap\n".into(),
+    )
+    .await;
+    assert_eq!(code, 415, "{body}");
+    assert!(
+        message(&body).contains("(emulator: application/yaml bodies are not decoded)"),
+        "{body}"
+    );
+    // JSON with a charset is JSON.
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}});
+    let (code, body) = raw(
+        &client,
+        "POST",
+        &cms,
+        "application/json; charset=utf-8",
+        cm.to_string(),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+}
+
+/// D34: a CRD's printer columns with JSONPaths `{{{bad` and `$..*` were accepted (and then
+/// printed nothing). apiextensions' ValidateCustomResourceColumnDefinition wants a simple
+/// path starting with `.`, a known type and format: 422 naming each column, nothing stored.
+#[tokio::test]
+async fn crd_printer_columns_are_validated_as_upstream() {
+    let (server, client) = server((1, 34)).await;
+    let crds = format!(
+        "{}/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        server.url()
+    );
+    let crd = |columns: Value| {
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {"group": "example.com", "scope": "Namespaced",
+                "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                    "additionalPrinterColumns": columns}]}})
+        .to_string()
+    };
+    let bad = json!([
+        {"name": "A", "type": "string", "jsonPath": "{{{bad"},
+        {"name": "B", "type": "string", "jsonPath": "$..*"},
+        {"name": "C", "type": "text", "format": "huge", "jsonPath": ".spec.c"},
+    ]);
+    let (code, body) = raw(&client, "POST", &crds, "application/json", crd(bad)).await;
+    assert_eq!(code, 422, "{body}");
+    assert_eq!(
+        message(&body),
+        "CustomResourceDefinition.apiextensions.k8s.io \"widgets.example.com\" is invalid: [\
+spec.versions[0].additionalPrinterColumns[0].JSONPath: Invalid value: \"{{{bad\": must be a simple json path starting with ., \
+spec.versions[0].additionalPrinterColumns[1].JSONPath: Invalid value: \"$..*\": must be a simple json path starting with ., \
+spec.versions[0].additionalPrinterColumns[2].type: Invalid value: \"text\": must be one of boolean,date,integer,number,string, \
+spec.versions[0].additionalPrinterColumns[2].format: Invalid value: \"huge\": must be one of byte,date,date-time,double,float,int32,int64,password]"
+    );
+    let good = json!([{"name": "C", "type": "string", "jsonPath": ".spec.c"}]);
+    let (code, body) = raw(&client, "POST", &crds, "application/json", crd(good)).await;
+    assert_eq!(code, 201, "{body}");
 }

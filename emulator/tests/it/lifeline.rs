@@ -411,3 +411,62 @@ fn supervisor_passes_exit_codes_and_sigterm() {
     assert_eq!(child.wait().unwrap().code(), Some(0));
     drop(lifeline);
 }
+
+/// D11: Ctrl-C while `run -f` applied thousands of objects did nothing (the signal's
+/// handler was installed while starting, and nothing watched it during the apply): the run
+/// went on. Sent as soon as the cluster is up, SIGINT now ends the run, whether it lands
+/// during the apply or after it, with the work directory gone.
+#[test]
+fn sigint_while_run_applies_ends_the_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let manifest = tmp.path().join("many.yaml");
+    let mut text = String::new();
+    for i in 0..3000 {
+        text.push_str(&format!(
+            "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm{i}}}\ndata: {{k: v}}\n"
+        ));
+    }
+    std::fs::write(&manifest, text).unwrap();
+    let runs = tmp.path().join("runs");
+    std::fs::create_dir(&runs).unwrap();
+    let mut run = SimRun::start(&runs, "process", &["run", "-f", manifest.to_str().unwrap()]);
+    let deadline = Instant::now() + SAFETY;
+    let mut seen = Vec::new();
+    loop {
+        let left = deadline
+            .checked_duration_since(Instant::now())
+            .unwrap_or_default();
+        match run.stderr.recv_timeout(left) {
+            Ok(line) => {
+                let up = line.starts_with("fake-dra-sim: cluster up");
+                seen.push(line);
+                if up {
+                    break;
+                }
+            }
+            Err(_) => panic!("the cluster did not come up: {seen:#?}"),
+        }
+    }
+    let sent = Command::new("kill")
+        .args(["-INT", &run.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let ended = wait_until(|| run.child.try_wait().unwrap().is_some());
+    if !ended {
+        let _ = run.child.kill();
+    }
+    let status = run.child.wait().unwrap();
+    seen.extend(run.stderr_lines());
+    assert!(ended, "still running after SIGINT: {seen:#?}");
+    assert!(status.success(), "{status}: {seen:#?}");
+    assert!(
+        seen.iter().any(|l| l.contains("shutting down")),
+        "{seen:#?}"
+    );
+    assert!(
+        wait_until(|| entries(&runs).is_empty()),
+        "{:?}",
+        entries(&runs)
+    );
+}

@@ -7,5 +7,6 @@ mod apply;
 mod hostile;
 mod lifeline;
 mod runtime;
+mod scheduling;
 mod structured_emulator;
 mod workloads;

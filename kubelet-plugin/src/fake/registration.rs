@@ -55,7 +55,7 @@ fn settings(matches: &ArgMatches, _file: &Fields) -> Result<Box<dyn ProfileSetti
 fn check_num_devices(n: usize, field: &str) -> Result<(), String> {
     if !(1..=MAX_NUM_DEVICES).contains(&n) {
         return Err(format!(
-            "{field} must be between 1 and {MAX_NUM_DEVICES}, got {n}"
+            "{field} must be between 1 and {MAX_NUM_DEVICES}, got {n}: a node publishes its devices in one ResourceSlice (or NodeAllocationState) of at most {MAX_NUM_DEVICES}"
         ));
     }
     Ok(())
@@ -93,7 +93,7 @@ impl ProfileSettings for FakeFlags {
         let entry: FakeEntry = entry.map(registry::decode).transpose()?.unwrap_or_default();
         let (num_devices, field) = match entry.num_devices {
             Some(n) => (n, "numDevices"),
-            None => (self.num_devices, "--num-devices"),
+            None => (self.num_devices, "--num-devices (FAKE_DRA_NUM_DEVICES)"),
         };
         check_num_devices(num_devices, field)?;
         let (models, field) = match &entry.models {

@@ -267,6 +267,24 @@ async fn run_until(
         }
         return creation;
     }
+    // The slices as they are now, grouped by node: one list for the whole fleet. Listed
+    // before any watch or writer starts: a failure here is the fleet's last word (it was
+    // followed by the DeviceFault watch's warning) and takes back the nodes it created.
+    let all = match writer
+        .list(&format!("spec.driver={}", config.driver_name))
+        .await
+    {
+        Ok(all) => all,
+        Err(e) => {
+            if let Some(h) = http {
+                h.abort();
+            }
+            if !config.keep_nodes {
+                delete_nodes(&client, &created, config.concurrency).await;
+            }
+            return Err(FleetError::List(e));
+        }
+    };
     let heartbeat = (!created.is_empty() && !config.heartbeat.is_zero()).then(|| {
         tokio::spawn(heartbeats(
             client.clone(),
@@ -299,11 +317,6 @@ async fn run_until(
             slice_deletions: Arc::new(tokio::sync::Semaphore::new(config.concurrency)),
         },
     ));
-    // The slices as they are now, grouped by node: one list for the whole fleet.
-    let all = writer
-        .list(&format!("spec.driver={}", config.driver_name))
-        .await
-        .map_err(FleetError::List)?;
     let mut by_node: BTreeMap<String, Vec<PublishedSlice>> = BTreeMap::new();
     for s in all {
         if let Some(n) = s.node_name.clone() {
@@ -955,7 +968,23 @@ async fn watch_nodes(
             Err(e) => {
                 if !warned {
                     warned = true;
-                    warn!(error = %e, "watching Nodes failed (RBAC: list/watch nodes); retrying");
+                    // A 400 is the selector, which no retry mends; only 401/403 is RBAC.
+                    let code = match &e {
+                        watcher::Error::InitialListFailed(kube::Error::Api(s))
+                        | watcher::Error::WatchStartFailed(kube::Error::Api(s))
+                        | watcher::Error::WatchFailed(kube::Error::Api(s)) => Some(s.code),
+                        watcher::Error::WatchError(s) => Some(s.code),
+                        _ => None,
+                    };
+                    match code {
+                        Some(400) => {
+                            warn!(error = %e, selector = %selector, "the API server refuses to list Nodes by --node-selector (FAKE_DRA_NODE_SELECTOR); retrying")
+                        }
+                        Some(401 | 403) => {
+                            warn!(error = %e, "watching Nodes failed (RBAC: list/watch nodes); retrying")
+                        }
+                        _ => warn!(error = %e, "watching Nodes failed; retrying"),
+                    }
                 }
             }
         }

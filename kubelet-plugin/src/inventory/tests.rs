@@ -54,9 +54,15 @@ fn profiles_with(
     text: Option<&str>,
 ) -> Result<Profiles, InventoryError> {
     let registry = registry();
-    // A flag given again in `extra` wins over FLAGS'.
-    let command = registry.augment(clap::Command::new("plugin").args_override_self(true));
-    let argv = ["plugin"].iter().chain(FLAGS).chain(extra);
+    // FLAGS are the defaults (as the deployed env is), so that a profile no node runs does
+    // not see them as given; `extra` is the command line.
+    let mut command = registry.augment(clap::Command::new("plugin"));
+    for pair in FLAGS.chunks(2) {
+        let id = pair[0].trim_start_matches("--").replace('-', "_");
+        let value = pair[1];
+        command = command.mut_arg(id, |a| a.default_value(value));
+    }
+    let argv = ["plugin"].iter().chain(extra);
     let matches = command.try_get_matches_from(argv).unwrap();
     let file = text.map(|t| parse(t, FILE, &registry)).transpose()?;
     registry.profiles(&matches, profile, file)
@@ -326,6 +332,89 @@ fn entries_are_checked_naming_their_index() {
     assert!(parse_err(&file(&long)).contains("is 254 characters; at most 253"));
 }
 
+/// D31: a 10 KB pattern was echoed whole in the error; it is cut to its start.
+#[test]
+fn a_long_pattern_is_shown_by_its_start() {
+    let huge = format!("- names: [\"{}\"]\n", "a".repeat(10_000));
+    let err = parse_err(&file(&huge));
+    assert_eq!(
+        err,
+        format!(
+            "inventory file inventory.yaml: nodes[0]: names[0] \"{}\"... is 10000 characters; at most 253",
+            "a".repeat(64)
+        )
+    );
+    let bad = format!("- names: [\"{}X\"]\n", "b".repeat(200));
+    let err = parse_err(&file(&bad));
+    assert!(err.len() < 300, "{err}");
+    assert!(err.ends_with("... has 'X'; patterns are node name characters (lowercase letters, digits, '-', '.') and the wildcards '*' and '?'"), "{err}");
+}
+
+/// D32: `--profile fake --gpus …` ignored `--gpus` without a word, and `--profile gpu
+/// --nvidia-gpus …` said only "--gpus lists no GPUs". A flag of a profile no node runs is
+/// refused naming its profile; one an inventory entry of its profile uses is taken.
+#[test]
+fn flags_of_a_profile_no_node_runs_are_refused_naming_it() {
+    let err = profiles_with("fake", &["--gpus", "A100-80GB:1"], None)
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        "--gpus (FAKE_DRA_GPUS) is a flag of the gpu profile, but --profile (FAKE_DRA_PROFILE) is fake: use --profile gpu, or drop --gpus"
+    );
+    let err = profiles_with("gpu", &["--nvidia-gpus", "A100-40GB:1"], None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("--nvidia-gpus (FAKE_DRA_NVIDIA_GPUS) is a flag of the nvidia profile, but --profile (FAKE_DRA_PROFILE) is gpu"),
+        "{err}"
+    );
+    let err = profiles_with(
+        "gpu",
+        &["--num-devices", "3"],
+        Some(&file("- names: [a]\n")),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("is gpu and no inventory entry uses the fake profile: use --profile fake, or drop --num-devices"),
+        "{err}"
+    );
+    // An entry of the fake profile takes --num-devices for what it leaves out.
+    let p = profiles_with(
+        "gpu",
+        &["--num-devices", "3", "--gpus", "L4-24GB:1"],
+        Some(&file("- names: [f-*]\n  profile: fake\n")),
+    )
+    .unwrap();
+    assert_eq!(built(&p, "f-1").1.len(), 3);
+}
+
+/// D24: a key given twice was last-wins (`numDevices: 2` then `numDevices: 64`: the
+/// node got 64 without a word); refused naming the key and its line.
+#[test]
+fn a_key_given_twice_is_refused_naming_it_and_its_line() {
+    let err = parse_err(&file("- names: [a]\n  numDevices: 2\n  numDevices: 64\n"));
+    assert_eq!(
+        err,
+        "inventory file inventory.yaml: line 6: key \"numDevices\" already set in map (in nodes[0]): a key may be given once per mapping; remove one of them"
+    );
+    let top = format!("{}nodes: []\n", file("- names: [a]\n"));
+    assert!(
+        parse_err(&top).contains("line 5: key \"nodes\" already set in map: "),
+        "{}",
+        parse_err(&top)
+    );
+    let json = format!(
+        "{{\"apiVersion\": \"{API_VERSION}\", \"kind\": \"Inventory\", \"kind\": \"Inventory\"}}"
+    );
+    assert!(
+        parse_err(&json).contains("key \"kind\" already set in map"),
+        "{}",
+        parse_err(&json)
+    );
+}
+
 #[test]
 fn the_first_matching_entry_wins_and_flags_fill_the_rest() {
     let p = profiles("gpu", Some(EXAMPLE));
@@ -412,7 +501,7 @@ fn what_resolves_is_checked_against_the_flags_too() {
     let p = profiles_with("fake", &["--num-devices", "0"], None).unwrap();
     assert_eq!(
         build_err(&p, "n1"),
-        "node \"n1\": --num-devices must be between 1 and 128, got 0"
+        "node \"n1\": --num-devices (FAKE_DRA_NUM_DEVICES) must be between 1 and 128, got 0: a node publishes its devices in one ResourceSlice (or NodeAllocationState) of at most 128"
     );
     let p = profiles_with("fake", &["--models", ""], Some(&text)).unwrap();
     let err = build_err(&p, "a");
@@ -439,7 +528,7 @@ fn check_refuses_at_start_what_no_node_could_use() {
         (
             "fake",
             &["--num-devices", "0"][..],
-            "fake profile: --num-devices must be between 1 and 128, got 0",
+            "fake profile: --num-devices (FAKE_DRA_NUM_DEVICES) must be between 1 and 128, got 0: a node publishes its devices in one ResourceSlice (or NodeAllocationState) of at most 128",
         ),
         (
             "gpu",

@@ -540,3 +540,75 @@ async fn nodes_deleted_at_once_are_not_published_again() {
         "pools published other than once (node, times): {again:?}\n{log}"
     );
 }
+
+/// D18: `--node-selector 'gen>5'` (Gt, which kube-apiserver serves) was refused by the
+/// emulated API server, and the fleet retried for ever under a hint about RBAC; it selects
+/// the nodes whose label is a greater integer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_greater_than_node_selector_selects_by_number() {
+    let api = start_api_version((1, 34)).await;
+    let client = api.client().unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
+    for (name, generation) in [
+        ("old-0", "3"),
+        ("new-0", "7"),
+        ("new-1", "12"),
+        ("odd-0", "x"),
+    ] {
+        let node: Node = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"gen": generation}},
+        }))
+        .unwrap();
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+    }
+    let _fleet = Fleet::start(&api, &["--node-selector", "gen>5"]);
+    let slices: Api<v1::ResourceSlice> = Api::all(client.clone());
+    let by_node = pools(&slices, |p| p.len() == 2).await;
+    assert_eq!(
+        by_node.keys().collect::<Vec<_>>(),
+        ["new-0", "new-1"],
+        "only the nodes with gen > 5"
+    );
+}
+
+/// D35: a fleet whose first list of ResourceSlices was refused stopped with the error, but
+/// with its DeviceFault watch and node watch still running (`--log-format json`: the error
+/// was followed by "watching DeviceFaults failed (is the devicefaults CRD installed?)")
+/// and the nodes it had created left behind. The error is its last word, and the created
+/// nodes go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_error_after_creating_nodes_takes_them_back_and_is_the_last_word() {
+    use fake_dra_emulator::apiserver::{Fault, FaultVerb};
+    let api = start_api_version((1, 34)).await;
+    api.inject_fault(Fault {
+        verb: FaultVerb::List,
+        plural: "resourceslices".into(),
+        subresource: None,
+        code: 403,
+        times: 1,
+    });
+    let child = Command::new(env!("CARGO_BIN_EXE_fake-dra-kubelet-plugin"))
+        .args(["fleet", "--create-nodes", "2", "--log-format", "json"])
+        .arg("--kubeconfig")
+        .arg(api.kubeconfig())
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("\"level\":\"ERROR\"") && last.contains("forbidden"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("watching DeviceFaults failed"), "{stderr}");
+    let nodes: Api<Node> = Api::all(api.client().unwrap());
+    assert_eq!(node_names(&nodes).await, Some(Vec::new()), "{stderr}");
+}

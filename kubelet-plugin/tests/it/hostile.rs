@@ -115,7 +115,7 @@ fn fleet_mode_refuses_profile_flags_no_node_could_use_before_creating_any() {
         ),
         (
             &["--num-devices", "0"][..],
-            "fake-dra-kubelet-plugin: fake profile: --num-devices must be between 1 and 128, got 0\n",
+            "fake-dra-kubelet-plugin: fake profile: --num-devices (FAKE_DRA_NUM_DEVICES) must be between 1 and 128, got 0: a node publishes its devices in one ResourceSlice (or NodeAllocationState) of at most 128\n",
         ),
         (
             &[
@@ -194,4 +194,75 @@ fn an_inventory_nested_too_deep_is_refused_before_it_is_parsed() {
             "{err}"
         );
     }
+}
+
+/// D23: `--driver-name Bad_Driver`, `--node-name ../../etc` or a 300-character name were
+/// taken, and the plugin (or the fleet) retried for ever, never Ready: every write naming
+/// them was refused. D33: `fleet --node-name-prefix UPPER-` failed at the first create with
+/// a Debug dump. All are refused at start naming the flag, its env twin and the rule.
+#[test]
+fn names_the_api_would_refuse_are_refused_at_start() {
+    let long = "n".repeat(300);
+    let long_driver = format!("{}.example.com", "d".repeat(60));
+    for (args, wanted) in [
+        (
+            vec!["--node-name", "node-1", "--driver-name", "Bad_Driver"],
+            "fake-dra-kubelet-plugin: --driver-name (FAKE_DRA_DRIVER_NAME): \"Bad_Driver\" must be a lowercase DNS subdomain",
+        ),
+        (
+            vec!["--node-name", "node-1", "--driver-name", &long_driver],
+            "is 72 characters, at most 63 (a DRA driver name is a DNS subdomain of at most 63 characters",
+        ),
+        (
+            vec!["--node-name", "../../etc"],
+            "fake-dra-kubelet-plugin: --node-name (FAKE_DRA_NODE_NAME): a node name: \"../../etc\" must be a lowercase DNS subdomain",
+        ),
+        (
+            vec!["--node-name", &long],
+            "--node-name (FAKE_DRA_NODE_NAME): a node name: \"nnnn",
+        ),
+        (
+            vec![
+                "fleet",
+                "--create-nodes",
+                "2",
+                "--driver-name",
+                "Bad_Driver",
+            ],
+            "fake-dra-kubelet-plugin: --driver-name (FAKE_DRA_DRIVER_NAME): \"Bad_Driver\"",
+        ),
+        (
+            vec![
+                "fleet",
+                "--create-nodes",
+                "2",
+                "--node-name-prefix",
+                "UPPER-",
+            ],
+            "fake-dra-kubelet-plugin: --node-name-prefix (FAKE_DRA_NODE_NAME_PREFIX) \"UPPER-\": the created nodes are named <prefix><number>, and \"UPPER-1\" must be a lowercase DNS subdomain",
+        ),
+        (
+            vec!["fleet", "--create-nodes", "2", "--node-name-prefix", &long],
+            "is 301 characters, at most 253",
+        ),
+    ] {
+        let err = refusal(&args);
+        assert!(err.contains(wanted), "{args:?}: {err}");
+        assert!(err.len() < 600, "{err}");
+        assert!(!err.contains("Status {"), "{err}");
+    }
+    // The env twin is checked the same way.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fake-dra-kubelet-plugin"))
+        .env("FAKE_DRA_NODE_NAME", "UPPER")
+        .env("KUBECONFIG", "/nonexistent/kubeconfig")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!child.wait().unwrap().success());
+    assert!(
+        stderr.contains("--node-name (FAKE_DRA_NODE_NAME): a node name: \"UPPER\""),
+        "{stderr}"
+    );
 }

@@ -718,3 +718,46 @@ async fn old_env_names_still_work_with_a_warning() {
         "{stderr}"
     );
 }
+
+/// D35: a start error after the plugin had begun its work (here the HTTP port taken) left
+/// the DeviceFault watch and the slice publisher running until the process ended: with
+/// `--log-format json` the fatal error was followed by "watching DeviceFaults failed (is
+/// the devicefaults CRD installed?)". What can fail at start is checked before any of them
+/// starts: the error is the plugin's last word and nothing was published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_error_is_the_last_word_and_publishes_nothing() {
+    // No driver CRDs: a DeviceFault watch, were it started, fails at once.
+    let api = start_api_with((1, 34), Vec::new(), &[NAMESPACE]).await;
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    for _ in 0..3 {
+        let dirs = Dirs::new();
+        let out = Plugin::command(
+            &dirs,
+            &Options {
+                extra_args: vec![
+                    "--log-format".into(),
+                    "json".into(),
+                    "--http-address".into(),
+                    addr.clone(),
+                ],
+                env: vec![("RUST_LOG", "info")],
+                ..opts(&api)
+            },
+        )
+        .output()
+        .unwrap();
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let last = stderr.lines().last().unwrap_or_default();
+        assert!(
+            last.contains("\"level\":\"ERROR\"") && last.contains("Address already in use"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("DeviceFault"), "{stderr}");
+        let slices: Api<k8s_openapi::api::resource::v1::ResourceSlice> =
+            Api::all(api.client().unwrap());
+        let listed = slices.list(&Default::default()).await.unwrap();
+        assert!(listed.items.is_empty(), "{:?}", listed.items);
+    }
+}

@@ -55,10 +55,12 @@ pub(super) fn watch_response(
             vec![cause],
         ));
     }
-    let timeout = query
-        .get("timeoutSeconds")
-        .and_then(|t| t.parse::<u64>().ok())
-        .map(Duration::from_secs);
+    // `int64` upstream: 10000000000000000000 is a 400, not an overflow (it panicked here
+    // adding 1e19 s to the clock, after the 200 had gone out). 0 is no timeout; a negative
+    // one ends the watch at once, as Go's context.WithTimeout does with it.
+    let timeout = int64_param(query, "timeoutSeconds")?
+        .filter(|t| *t != 0)
+        .map(|t| Duration::from_secs(t.max(0).unsigned_abs()));
     let rv = if send_initial_events {
         None
     } else {
@@ -94,7 +96,8 @@ pub(super) fn watch_response(
                 return;
             }
         }
-        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        // Past the clock's end there is no deadline to keep.
+        let deadline = timeout.and_then(|t| tokio::time::Instant::now().checked_add(t));
         let mut ticker = tokio::time::interval(BOOKMARK_INTERVAL);
         ticker.tick().await;
         loop {

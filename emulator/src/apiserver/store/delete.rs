@@ -48,7 +48,11 @@ impl Store {
         let is_namespace = rt.group.is_empty() && rt.plural == "namespaces";
         if grace > 0 || !finalizers(&old.object).is_empty() || is_namespace {
             let mut new = old.object.clone();
-            let deadline = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(grace);
+            // `gracePeriodSeconds` is any int64 upstream (Go's time arithmetic wraps); a
+            // deadline past the last representable time is that time, not a panic.
+            let deadline = jiff::Timestamp::now()
+                .checked_add(jiff::SignedDuration::from_secs(grace))
+                .unwrap_or(jiff::Timestamp::MAX);
             let m = meta_mut(&mut new);
             let already = m.get("deletionTimestamp").is_some_and(|t| !t.is_null());
             let old_grace = m.get("deletionGracePeriodSeconds").and_then(Value::as_i64);

@@ -14,6 +14,20 @@ pub const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
 /// patch may add up to. Without it 14 `copy`s of a map into itself double it 14 times.
 pub const JSON_PATCH_MAX_COPY_BYTES: usize = 3 * 1024 * 1024;
 
+/// kube-apiserver's limit on a request body (`MaxRequestBodyBytes`, 3 MiB, k8s.io/apiserver
+/// `pkg/server/config.go`; `limitedReadBody` refuses more with 413).
+pub const MAX_REQUEST_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// The 413 a request body over [`MAX_REQUEST_BODY_BYTES`] gets, in upstream's words.
+pub fn request_too_large() -> ApiError {
+    ApiError {
+        code: 413,
+        reason: "RequestEntityTooLarge",
+        message: format!("Request entity too large: limit is {MAX_REQUEST_BODY_BYTES}"),
+        details: None,
+    }
+}
+
 /// etcd's default `--max-request-bytes` (1.5 MiB): kube-apiserver cannot store a larger
 /// object, whatever built it (a merge patch, a JSON patch, an update).
 pub const MAX_OBJECT_BYTES: usize = 1536 * 1024;

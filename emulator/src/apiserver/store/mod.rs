@@ -22,6 +22,8 @@ mod crds;
 mod create;
 mod delete;
 mod limits;
+
+pub use limits::{MAX_REQUEST_BODY_BYTES, json_size, request_too_large};
 mod read;
 mod update;
 
@@ -131,6 +133,8 @@ pub enum FaultVerb {
     Delete,
     /// Update or patch.
     Modify,
+    /// A list (not a watch): RBAC refusing it, an apiserver failing it.
+    List,
 }
 
 /// A planned failure: the next `times` matching writes fail with `code` and change nothing.
@@ -577,6 +581,11 @@ impl Store {
         let name = target.name.clone().unwrap_or_default();
         Err(match code {
             409 => ApiError::stale_resource_version(&qualified, &name),
+            403 => ApiError::forbidden(format!(
+                "injected fault: {qualified} is forbidden: User cannot {} resource \"{}\"",
+                format!("{verb:?}").to_lowercase(),
+                target.key.plural
+            )),
             404 => ApiError::not_found(&qualified, &name),
             code => ApiError {
                 code,

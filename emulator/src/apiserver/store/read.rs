@@ -27,6 +27,7 @@ impl Store {
         limit: Option<usize>,
         continue_token: Option<&str>,
     ) -> ApiResult<Value> {
+        self.take_fault(FaultVerb::List, target)?;
         let rt = self.rt(&target.key)?.clone();
         let (revision, mut items) = match continue_token.filter(|t| !t.is_empty()) {
             Some(token) => {

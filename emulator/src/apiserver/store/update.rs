@@ -181,6 +181,7 @@ impl Store {
         }
         let patch: Value = serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+        let patch = Self::merge_patch_object(patch_type, patch, opts)?;
         let old = self.lookup(target)?.clone();
         let mut patched = Self::render(&rt, &target.version, &old.object);
         match patch_type {
@@ -227,6 +228,54 @@ impl Store {
         let mut managed = old.managed.clone();
         managed.record_update(&opts.manager(), Some(&old.object), &new, &Shape::of(&rt));
         self.finish_update(&rt, target, old, new, managed)
+    }
+
+    /// A merge or strategic-merge patch must be a JSON object. `[1,2]` replaced the whole
+    /// object and came back as a 409 about a modified object. kube-apiserver (endpoints/
+    /// handlers/patch.go) decodes the patch into a `map[string]interface{}` first: with
+    /// fieldValidation Warn (the default) or Strict a merge patch gets 400 `error decoding
+    /// patch: json: cannot unmarshal array into Go value of type map[string]interface {}`,
+    /// a strategic one the same without the prefix; with Ignore evanphx/json-patch's
+    /// MergePatch returns the array and decoding it into the kind fails: 422 on `patch`. A
+    /// `null` merge patch is `ErrBadJSONPatch` (400 `Invalid JSON Patch`), a `null`
+    /// strategic one an empty map.
+    fn merge_patch_object(
+        patch_type: PatchType,
+        patch: Value,
+        opts: &WriteOptions,
+    ) -> ApiResult<Value> {
+        if !matches!(patch_type, PatchType::Merge | PatchType::Strategic) || patch.is_object() {
+            return Ok(patch);
+        }
+        let go_type = match &patch {
+            Value::Null if patch_type == PatchType::Strategic => return Ok(json!({})),
+            Value::Null => return Err(ApiError::bad_request("Invalid JSON Patch")),
+            Value::Array(_) => "array",
+            Value::Number(_) => "number",
+            Value::String(_) => "string",
+            Value::Bool(_) => "bool",
+            Value::Object(_) => return Ok(patch),
+        };
+        let why = format!(
+            "json: cannot unmarshal {go_type} into Go value of type map[string]interface {{}}"
+        );
+        match (patch_type, opts.field_validation) {
+            (PatchType::Strategic, _) => Err(ApiError::bad_request(why)),
+            (_, FieldValidation::Ignore) => Err(ApiError::invalid(
+                "",
+                "",
+                vec![FieldCause::invalid(
+                    "patch",
+                    &Value::String(patch.to_string()),
+                    format!(
+                        "json: cannot unmarshal {go_type} into Go value of type map[string]interface {{}}"
+                    ),
+                )],
+            )),
+            _ => Err(ApiError::bad_request(format!(
+                "error decoding patch: {why}"
+            ))),
+        }
     }
 
     /// Server-side apply (`application/apply-patch+yaml`).

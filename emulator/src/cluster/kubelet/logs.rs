@@ -199,17 +199,14 @@ impl LogOptions {
                 .transpose()
         };
         let since = match (number("sinceSeconds")?, query.get("sinceTime")) {
-            (Some(seconds), _) => {
-                Some(jiff::Timestamp::now() - jiff::SignedDuration::from_secs(seconds))
-            }
-            (None, Some(time)) => {
-                let decoded = time.replace("%3A", ":");
-                Some(
-                    decoded
-                        .parse()
-                        .map_err(|e| format!("sinceTime {time:?}: {e}"))?,
-                )
-            }
+            // 10^12 s is before the first instant jiff knows (it panicked the kubelet's
+            // task and kube-apiserver answered 500): so long ago is everything.
+            (Some(seconds), _) => Some(
+                jiff::Timestamp::now()
+                    .checked_sub(jiff::SignedDuration::from_secs(seconds))
+                    .unwrap_or(jiff::Timestamp::MIN),
+            ),
+            (None, Some(time)) => Some(since_time(&time.replace("%3A", ":"))?),
             (None, None) => None,
         };
         Ok(Self {
@@ -221,6 +218,23 @@ impl LogOptions {
             limit: number("limitBytes")?.map(|n| n.max(0) as usize),
         })
     }
+}
+
+/// `sinceTime`, an RFC 3339 time as metav1.Time reads it. Go's time holds any year from
+/// 0 to 9999 and beyond; jiff's `Timestamp` stops a day short of both ends, so
+/// `9999-12-31T23:59:59Z` (which kube-apiserver and the kubelet take, and which selects
+/// nothing) was a 400: a valid date past jiff's range is its last (or first) instant.
+fn since_time(text: &str) -> Result<jiff::Timestamp, String> {
+    text.parse::<jiff::Timestamp>().or_else(|e| {
+        let civil = text
+            .get(..19)
+            .and_then(|t| t.parse::<jiff::civil::DateTime>().ok());
+        match civil {
+            Some(t) if t.year() > 0 => Ok(jiff::Timestamp::MAX),
+            Some(_) => Ok(jiff::Timestamp::MIN),
+            None => Err(format!("sinceTime {text:?}: {e}")),
+        }
+    })
 }
 
 /// One record of a CRI log file.
@@ -384,6 +398,25 @@ mod tests {
         assert_eq!(
             run_to_read(&pod(json!({"name": "other"})), "p", "c", false),
             Err("container \"c\" in pod \"p\" is not available".into())
+        );
+    }
+
+    /// D16: `sinceSeconds=1000000000000` panicked the kubelet's task (500 from the API
+    /// server); D28: `sinceTime=9999-12-31T23:59:59Z`, a valid time upstream, was a 400.
+    #[test]
+    fn since_far_in_the_past_or_future_is_an_edge_not_an_error() {
+        let options = LogOptions::parse("sinceSeconds=1000000000000").unwrap();
+        assert_eq!(options.since, Some(jiff::Timestamp::MIN));
+        let options = LogOptions::parse(&format!("sinceSeconds={}", i64::MAX)).unwrap();
+        assert_eq!(options.since, Some(jiff::Timestamp::MIN));
+        let options = LogOptions::parse("sinceTime=9999-12-31T23%3A59%3A59Z").unwrap();
+        assert_eq!(options.since, Some(jiff::Timestamp::MAX));
+        let options = LogOptions::parse("sinceTime=2026-01-01T00%3A00%3A00Z").unwrap();
+        assert_eq!(options.since, Some("2026-01-01T00:00:00Z".parse().unwrap()));
+        assert!(
+            LogOptions::parse("sinceTime=yesterday")
+                .unwrap_err()
+                .starts_with("sinceTime \"yesterday\": ")
         );
     }
 

@@ -31,6 +31,8 @@ pub(super) struct World {
     /// Devices in any claim's allocation, including those this pass just allocated.
     taken: BTreeSet<DeviceId>,
     load: BTreeMap<String, usize>,
+    /// What the pods bound to each node request (NodeResourcesFit).
+    usage: BTreeMap<String, crate::cluster::node_fit::NodeUsage>,
     programs: Programs,
 }
 
@@ -88,6 +90,7 @@ pub(super) async fn pass(
         classes,
         slices,
         load,
+        usage: crate::cluster::node_fit::usage_by_node(&pods),
         programs: Programs::for_release(api.server_version()),
     };
     // kube-controller-manager's device-taint-eviction-controller evicts the pods of claims
@@ -115,7 +118,11 @@ pub(super) async fn pass(
         }
     }
     for pod in &pods {
-        if pod.node_name().is_some() || pod.metadata.deletion_timestamp.is_some() {
+        // A pod for another scheduler is not ours to place or to report on.
+        if pod.node_name().is_some()
+            || pod.metadata.deletion_timestamp.is_some()
+            || !crate::cluster::node_fit::is_ours(pod)
+        {
             continue;
         }
         let key = format!(
@@ -142,6 +149,11 @@ pub(super) async fn pass(
                             message.clone(),
                         )
                         .await;
+                    if let Err(error) =
+                        crate::cluster::node_fit::mark_unschedulable(client, pod, &message).await
+                    {
+                        tracing::debug!(pod = %key, %error, "setting the PodScheduled condition failed");
+                    }
                     reported.insert(key, message);
                 }
             }
@@ -293,11 +305,23 @@ pub(super) async fn schedule(
 
     // Filter. CEL evaluation is CPU work bounded only by the selectors' cost limit: it runs
     // where it blocks no other task of the runtime, on a stack deep enough for CEL.
+    let version = api.server_version();
     let filter = || -> Result<_, ScheduleError> {
         let mut feasible: Vec<(String, Option<Vec<Value>>)> = Vec::new();
-        let mut reasons: BTreeMap<&'static str, usize> = BTreeMap::new();
+        let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+        let mut resolvable = 0;
         for node in &world.nodes {
             let name = node.metadata.name.clone().unwrap_or_default();
+            // The filters before DynamicResources; the first that fails decides the node.
+            if let Err(rejection) =
+                crate::cluster::node_fit::filter(pod, node, world.usage.get(&name), version)
+            {
+                for reason in rejection.reasons {
+                    *reasons.entry(reason).or_default() += 1;
+                }
+                resolvable += usize::from(rejection.resolvable);
+                continue;
+            }
             let empty = BTreeMap::new();
             let view = NodeView {
                 name: &name,
@@ -312,7 +336,7 @@ pub(super) async fn schedule(
             });
             if !allocated_fit {
                 *reasons
-                    .entry("resourceclaim not available on the node")
+                    .entry("resourceclaim not available on the node".to_owned())
                     .or_default() += 1;
                 continue;
             }
@@ -329,7 +353,11 @@ pub(super) async fn schedule(
                 &mut world.programs,
             ) {
                 Ok(Some(allocations)) => feasible.push((name, Some(allocations))),
-                Ok(None) => *reasons.entry("cannot allocate all claims").or_default() += 1,
+                Ok(None) => {
+                    *reasons
+                        .entry("cannot allocate all claims".to_owned())
+                        .or_default() += 1
+                }
                 // A Filter error (not a rejection) ends the scheduling cycle; the framework
                 // names the plugin (frameworkImpl.RunFilterPlugins).
                 Err(AllocateError::Cel(e)) => {
@@ -340,9 +368,9 @@ pub(super) async fn schedule(
                 Err(e) => return Err(ScheduleError::Unschedulable(e.to_string())),
             }
         }
-        Ok((feasible, reasons))
+        Ok((feasible, reasons, resolvable))
     };
-    let (feasible, reasons) = off_the_runtime(|| crate::cel::with_stack(filter))?;
+    let (feasible, reasons, resolvable) = off_the_runtime(|| crate::cel::with_stack(filter))?;
 
     if feasible.is_empty() {
         // PostFilter, DynamicResources first (before DefaultPreemption): an allocated claim
@@ -365,27 +393,25 @@ pub(super) async fn schedule(
         }
         // Nothing deallocated: up to 1.36 the plugin's PostFilter still says so
         // (`fwk.NewStatus(Unschedulable, "still not schedulable")`); 1.37's returns a
-        // status without a message (deallocateOrDeletePodClaims).
-        if post_filter.is_empty() && api.server_version() < (1, 37) {
-            post_filter.push("still not schedulable".to_string());
-        }
-        let mut details: Vec<String> = reasons
-            .iter()
-            .map(|(reason, n)| format!("{n} {reason}"))
-            .collect();
-        details.sort();
-        // DefaultPreemption: every node failed with UnschedulableAndUnresolvable (the DRA
-        // reasons are), so no victim can help (preemption.Evaluator.evaluate).
-        let n = world.nodes.len();
-        post_filter.push(format!(
-            "preemption: 0/{n} nodes are available: {n} Preemption is not helpful for scheduling."
+        // status without a message (deallocateOrDeletePodClaims). A pod without claims:
+        // node_fit::dra_message_without_claims.
+        let dra = if claims.is_empty() {
+            crate::cluster::node_fit::dra_message_without_claims(version).map(str::to_owned)
+        } else if post_filter.is_empty() && version < (1, 37) {
+            Some("still not schedulable".to_string())
+        } else {
+            post_filter.pop()
+        };
+        // FitError.Error(): the Filter reasons, then the PostFilter messages (DefaultPreemption
+        // finds no victim where a resolvable reason failed, and is not helpful elsewhere).
+        return Err(ScheduleError::Unschedulable(
+            crate::cluster::node_fit::fit_error(
+                world.nodes.len(),
+                &reasons,
+                resolvable,
+                dra.as_deref(),
+            ),
         ));
-        // FitError.Error(): the Filter reasons, then the PostFilter messages.
-        return Err(ScheduleError::Unschedulable(format!(
-            "0/{n} nodes are available: {}. {}",
-            details.join(", "),
-            post_filter.join(", ")
-        )));
     }
 
     let (node, allocations) = feasible
@@ -433,6 +459,7 @@ pub(super) async fn schedule(
     }
     crate::cluster::bind(client, &namespace, &pod_name, &node).await?;
     *world.load.entry(node.clone()).or_default() += 1;
+    world.usage.entry(node.clone()).or_default().add(pod);
     Ok(node)
 }
 

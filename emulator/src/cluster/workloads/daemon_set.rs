@@ -52,17 +52,7 @@ fn runs_on(template_spec: &Value, node: &Node) -> bool {
         .into_iter()
         .flatten()
         .filter(|t| matches!(t.effect.as_str(), "NoSchedule" | "NoExecute"))
-        .all(|taint| {
-            tolerations.iter().any(|tol| {
-                let text = |k: &str| tol.get(k).and_then(Value::as_str).unwrap_or_default();
-                let effect_ok = text("effect").is_empty() || text("effect") == taint.effect;
-                let key_ok = text("key").is_empty() && text("operator") == "Exists"
-                    || text("key") == taint.key;
-                let value_ok = text("operator") == "Exists"
-                    || text("value") == taint.value.as_deref().unwrap_or_default();
-                effect_ok && key_ok && value_ok
-            })
-        });
+        .all(|taint| crate::cluster::node_fit::tolerated(taint, tolerations));
     selected && tolerated
 }
 
