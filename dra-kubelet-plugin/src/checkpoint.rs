@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::claim::ClaimUid;
-use crate::profile::ProfileError;
+use crate::claim_data::ClaimUid;
+use crate::claim_data::ProfileError;
 
 /// The checkpoint's file name in the plugin directory.
 pub const FILE_NAME: &str = "checkpoint.json";
