@@ -17,6 +17,15 @@ pub const MAX_CLAIM_UID_LEN: usize = 128;
 /// and ending with a letter or digit (the CDI device-name rule, which podman and containerd
 /// enforce), without `..`, not `common` (the node-wide CDI device). No `:`: it separates a
 /// claim's per-device CDI names.
+///
+/// ```
+/// use dra_kubelet_plugin::claim::ClaimUid;
+///
+/// let uid = ClaimUid::parse("0b7c1c6e-2f55-4a53-9a1e-0a6a4c3e7c11").unwrap();
+/// assert_eq!(uid.as_str().len(), 36);
+/// let err = ClaimUid::parse("../etc").unwrap_err();
+/// assert!(err.to_string().contains("may only contain letters, digits"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub struct ClaimUid(String);

@@ -113,6 +113,15 @@ fn structured_api(served: &[String]) -> Option<ResourceApi> {
 /// serves. `served` is only consulted when the flag needs it (classic ignores it), so a
 /// caller may pass an empty list for `--mode classic` without asking the server.
 /// Returns the mode and why, for the log.
+///
+/// ```
+/// use dra_kubelet_plugin::mode::{Mode, ModeFlag, ResourceApi, choose};
+///
+/// let served = ["v1".to_owned(), "v1beta1".to_owned()];
+/// let (mode, _why) = choose(ModeFlag::Auto, &served).unwrap();
+/// assert_eq!(mode, Mode::Structured(ResourceApi::V1));
+/// assert!(choose(ModeFlag::Structured, &["v1alpha2".to_owned()]).is_err());
+/// ```
 pub fn choose(flag: ModeFlag, served: &[String]) -> Result<(Mode, String), ModeError> {
     match flag {
         ModeFlag::Classic => Ok((Mode::Classic, "mode classic: classic DRA".to_owned())),

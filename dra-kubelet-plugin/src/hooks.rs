@@ -86,6 +86,34 @@ impl Refusal {
 
 /// Hooks into the plugin's calls and publications; every method has a default that does
 /// nothing. Used in structured DRA only.
+///
+/// A driver that watches its hardware reports health through it:
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use dra_kubelet_plugin::hook::{FaultHook, HealthStatus};
+///
+/// #[derive(Debug, Default)]
+/// struct Watchdog {
+///     failed: Arc<Mutex<Vec<String>>>,
+/// }
+///
+/// impl FaultHook for Watchdog {
+///     fn health(&self, device: &str) -> (HealthStatus, Option<String>) {
+///         let failed = self.failed.lock().map(|f| f.contains(&device.to_owned())).unwrap_or(false);
+///         if failed {
+///             (HealthStatus::Unhealthy, Some("ECC errors over the limit".into()))
+///         } else {
+///             (HealthStatus::Healthy, None)
+///         }
+///     }
+/// }
+///
+/// let hook = Watchdog::default();
+/// hook.failed.lock().unwrap().push("gpu-1".into());
+/// assert_eq!(hook.health("gpu-1").0, HealthStatus::Unhealthy);
+/// assert_eq!(hook.health("gpu-0").0, HealthStatus::Healthy);
+/// ```
 pub trait FaultHook: Debug + Send + Sync + 'static {
     /// Called once when structured DRA starts: start what the hook watches. The tasks
     /// returned are aborted at shutdown.

@@ -46,7 +46,7 @@
 //! # Features
 //!
 //! - `classic`: classic DRA (Kubernetes 1.27–1.30): the `v1alpha2`/`v1alpha3` node
-//!   services, `DeviceProfile::prepare_handle`, and [`classic`] for the node inventory
+//!   services, `DeviceProfile::prepare_handle`, and the `classic` module for the node inventory
 //!   the driver's controller allocates from.
 //! - `fleet`: [`slices`] gains the packing and publishing of any node's pool (a node
 //!   simulator publishing the slices of many nodes from one process).

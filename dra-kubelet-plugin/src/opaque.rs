@@ -19,6 +19,37 @@ pub const MAX_PARAMETERS_BYTES: usize = 10 * 1024;
 /// the type's own fields), decoded from `opaque.parameters` by the plugin. The plugin
 /// checks `apiVersion` and `kind` and takes them off before decoding, so the type holds
 /// only its own fields (use `#[serde(deny_unknown_fields)]` to refuse typos).
+///
+/// ```
+/// use dra_kubelet_plugin::claim::{ConfigEntry, ConfigSource};
+/// use dra_kubelet_plugin::config::{FieldError, OpaqueConfig, decode};
+/// use serde_json::json;
+///
+/// #[derive(Debug, Clone, serde::Deserialize)]
+/// #[serde(deny_unknown_fields)]
+/// struct Lanes {
+///     lanes: u32,
+/// }
+///
+/// impl OpaqueConfig for Lanes {
+///     const TYPE: Option<(&'static str, &'static str)> = Some(("nic.example.com/v1", "Lanes"));
+///     fn validate(&self) -> Result<(), FieldError> {
+///         if self.lanes == 0 || self.lanes > 16 {
+///             return Err(FieldError::new("lanes", format!("must be 1 to 16, got {}", self.lanes)));
+///         }
+///         Ok(())
+///     }
+/// }
+///
+/// let entry = |v| ConfigEntry::new(ConfigSource::FromClaim, v, 0);
+/// let ok = decode::<Lanes>("nic.example.com", entry(json!({"apiVersion": "nic.example.com/v1", "kind": "Lanes", "lanes": 4})));
+/// assert_eq!(ok.unwrap().config.lanes, 4);
+/// let err = decode::<Lanes>("nic.example.com", entry(json!({"apiVersion": "nic.example.com/v1", "kind": "Lanes", "lanes": 32})));
+/// assert_eq!(
+///     err.unwrap_err().message,
+///     "status.allocation.devices.config[0].opaque.parameters.lanes: must be 1 to 16, got 32"
+/// );
+/// ```
 pub trait OpaqueConfig: DeserializeOwned + Clone + Debug + Send + Sync + 'static {
     /// The `apiVersion` and `kind` a config must have; `None` for a driver that takes
     /// no opaque config (every config entry for it is then refused).

@@ -28,6 +28,58 @@ use crate::model::{CounterSet, SliceDevice, SliceSplit};
 use crate::opaque::OpaqueConfig;
 
 /// What a DRA driver's devices are. See the module docs.
+///
+/// A driver of NIC virtual functions, whole:
+///
+/// ```
+/// use dra_kubelet_plugin::cdi::{ContainerEdits, Device};
+/// use dra_kubelet_plugin::claim::{AllocatedDevice, ClaimRef, ClaimUid, DriverAllocation};
+/// use dra_kubelet_plugin::device::SliceDevice;
+/// use dra_kubelet_plugin::{DeviceProfile, NoConfig, ProfileError};
+///
+/// #[derive(Debug)]
+/// struct Vfs(usize);
+///
+/// impl DeviceProfile for Vfs {
+///     type Prepared = Vec<String>;
+///     type Config = NoConfig;
+///
+///     fn cdi_class(&self) -> &str {
+///         "vf"
+///     }
+///     fn slice_devices(&self) -> Vec<SliceDevice> {
+///         (0..self.0).map(|i| SliceDevice::new(format!("vf-{i}"))).collect()
+///     }
+///     fn prepare_allocation(&self, _: &ClaimRef, a: &DriverAllocation<NoConfig>) -> Result<Vec<String>, ProfileError> {
+///         Ok(a.devices.iter().map(|d| d.device.clone()).collect())
+///     }
+///     fn held_devices(&self, vfs: &Vec<String>) -> Vec<String> {
+///         vfs.clone()
+///     }
+///     fn check(&self, vfs: &Vec<String>) -> Result<(), ProfileError> {
+///         match vfs.iter().find(|v| !v.starts_with("vf-")) {
+///             Some(v) => Err(ProfileError::new("unknown_device", format!("{v:?} is not a VF"))),
+///             None => Ok(()),
+///         }
+///     }
+///     fn cdi_devices(&self, uid: &ClaimUid, vfs: &Vec<String>) -> Vec<Device> {
+///         vfs.iter()
+///             .map(|v| Device::new(format!("{uid}:{v}"), ContainerEdits::new().env("VF", v)))
+///             .collect()
+///     }
+///     fn claim_cdi_devices(&self, uid: &ClaimUid, vfs: &Vec<String>) -> Vec<String> {
+///         vfs.iter().map(|v| format!("{uid}:{v}")).collect()
+///     }
+///     fn device_cdi_devices(&self, uid: &ClaimUid, vfs: &Vec<String>, device: &str) -> Option<Vec<String>> {
+///         vfs.iter().any(|v| v == device).then(|| vec![format!("{uid}:{device}")])
+///     }
+/// }
+///
+/// let claim = ClaimRef::new("u1", "default", "c").unwrap();
+/// let allocation = DriverAllocation::<NoConfig>::new(vec![AllocatedDevice::new("nic", "vf-1")], vec![]);
+/// let prepared = Vfs(4).prepare_allocation(&claim, &allocation).unwrap();
+/// assert_eq!(Vfs(4).cdi_devices(&claim.uid, &prepared)[0].name, "u1:vf-1");
+/// ```
 pub trait DeviceProfile: Debug + Send + Sync + 'static {
     /// What the checkpoint keeps of a prepared claim: only what cannot be recomputed.
     /// Serialized next to the claim's namespace and name, so its fields must not be

@@ -77,13 +77,20 @@ pub enum RewriteError {
     BadHeadersFrame(u32),
     /// Compressed header block over [`MAX_HEADER_BLOCK`].
     #[error("header block of stream {stream} exceeds {MAX_HEADER_BLOCK} bytes")]
-    HeaderBlockTooLarge { stream: u32 },
+    HeaderBlockTooLarge {
+        /// The HTTP/2 stream.
+        stream: u32,
+    },
     /// Decoded header list over [`MAX_HEADER_LIST`].
     #[error("decoded header list of stream {stream} exceeds {MAX_HEADER_LIST} bytes")]
-    HeaderListTooLarge { stream: u32 },
+    HeaderListTooLarge {
+        /// The HTTP/2 stream.
+        stream: u32,
+    },
     /// The block is not valid HPACK.
     #[error("header block of stream {stream}: HPACK: {reason}")]
     Hpack {
+        /// The HTTP/2 stream.
         stream: u32,
         /// The decoder's error.
         reason: String,

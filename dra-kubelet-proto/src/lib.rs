@@ -6,6 +6,25 @@
 //! numbers; those are taken from the Kubernetes releases listed per module: the classic
 //! node services (`v1alpha2`, `v1alpha3`) and the structured-DRA `DRAPlugin` services
 //! (`k8s.io.kubelet.pkg.apis.dra.v1beta1` / `.v1`).
+//!
+//! The batched answers are maps on the wire; they are built and read as such:
+//!
+//! ```
+//! use dra_kubelet_proto::dra_v1;
+//!
+//! let mut answer = dra_v1::NodePrepareResourcesResponse::default();
+//! answer.insert(
+//!     "0b7c1c6e-2f55-4a53-9a1e-0a6a4c3e7c11".into(),
+//!     dra_v1::NodePrepareResourceResponse { error: "device busy".into(), ..Default::default() },
+//! );
+//! let by_uid = answer.into_map();
+//! assert_eq!(by_uid["0b7c1c6e-2f55-4a53-9a1e-0a6a4c3e7c11"].error, "device busy");
+//! ```
+//!
+//! A server on a unix socket that a kubelet dials wraps each accepted connection in
+//! [`authority::RewriteIo::server`]; [`connect_unix`] dials one as a kubelet does.
+
+#![warn(missing_docs)]
 
 pub mod authority;
 

@@ -28,6 +28,20 @@ impl Device {
 
 /// The edits of one device (CDI `containerEdits`), built with [`ContainerEdits::new`]
 /// and the methods after it.
+///
+/// ```
+/// use dra_kubelet_plugin::cdi::{ContainerEdits, DeviceNode, Mount};
+///
+/// let edits = ContainerEdits::new()
+///     .env("FPGA_DEVICE_0", "fpga0")
+///     .device_node(DeviceNode::new("/dev/fpga0").host_path("/dev/null").permissions("rw"))
+///     .mount(Mount::bind("/opt/fpga/lib", "/usr/local/lib/fpga").read_only());
+/// assert!(edits.check().is_ok());
+/// assert_eq!(edits.host_paths()[1], ("mounts[0].hostPath".to_owned(), "/opt/fpga/lib"));
+///
+/// let err = ContainerEdits::new().device_node(DeviceNode::new("dev/fpga0")).check().unwrap_err();
+/// assert_eq!(err.to_string(), "deviceNodes[0].path \"dev/fpga0\" must be an absolute path");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]

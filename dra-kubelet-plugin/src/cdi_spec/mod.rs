@@ -29,6 +29,15 @@ const V050: &str = "0.5.0";
 const V070: &str = "0.7.0";
 
 /// The CDI `vendor/class` of a driver's devices: `k8s.<driver>/<class>`.
+///
+/// ```
+/// use dra_kubelet_plugin::cdi::CdiKind;
+///
+/// let kind = CdiKind::new("fpga.example.com", "fpga").unwrap();
+/// assert_eq!(kind.qualified("claim-uid:fpga-0"), "k8s.fpga.example.com/fpga=claim-uid:fpga-0");
+/// assert_eq!(kind.spec_file_name("claim-uid"), "k8s.fpga.example.com-fpga_claim-uid.json");
+/// assert!(CdiKind::new("fpga.example.com", "fpga.card").is_err(), "the kubelet forbids a dot");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CdiKind {
     vendor: String,
