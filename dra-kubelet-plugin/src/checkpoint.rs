@@ -85,6 +85,7 @@ pub struct Checkpoint<P> {
 
 /// Why a checkpoint cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum CheckpointError {
     /// Not a checkpoint document of a version we know, or an entry past the limits.
     #[error("not a valid checkpoint: {0}")]

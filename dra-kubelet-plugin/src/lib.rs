@@ -101,6 +101,7 @@ mod builder;
 mod layers;
 
 pub use builder::{API_ACCESS, Plugin, shutdown_signal};
+pub use checkpoint::CheckpointError;
 pub use claim_data::ProfileError;
 pub use dra_mode::ModeFlag;
 pub use hooks::{FaultHook, NoHook};

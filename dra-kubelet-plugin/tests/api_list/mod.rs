@@ -168,6 +168,76 @@ fn walk(
     }
 }
 
+/// The definition of `name` as module `module` sees it: an item of its own, or one it
+/// imports (`pub use edits::Device`), followed to where it is defined.
+fn resolve(
+    mods: &BTreeMap<String, Module>,
+    module: &str,
+    name: &str,
+    depth: usize,
+) -> Option<(String, syn::Item)> {
+    let m = mods.get(module)?;
+    if depth > 8 {
+        return None;
+    }
+    if let Some(item) = m
+        .items
+        .iter()
+        .find(|i| item_name(i).as_deref() == Some(name))
+    {
+        return Some((module.to_owned(), item.clone()));
+    }
+    for item in &m.items {
+        let syn::Item::Use(u) = item else { continue };
+        let mut targets = Vec::new();
+        flatten(&u.tree, String::new(), &mut targets);
+        for (path, alias) in targets {
+            if alias != name {
+                continue;
+            }
+            let full = match path.strip_prefix("crate::") {
+                Some(p) => p.to_owned(),
+                None => match path.strip_prefix("super::") {
+                    Some(p) => join(module.rsplit_once("::").map_or("", |(parent, _)| parent), p),
+                    None => join(module, &path),
+                },
+            };
+            let (def_mod, leaf) = full.rsplit_once("::").unwrap_or(("", full.as_str()));
+            if let Some(found) = resolve(mods, def_mod, leaf, depth + 1) {
+                return Some(found);
+            }
+        }
+    }
+    None
+}
+
+/// A variant's fields without their docs: `(T, U)` or `{ a: T, b: U }`.
+fn fields(fields: &syn::Fields) -> String {
+    match fields {
+        syn::Fields::Unit => String::new(),
+        syn::Fields::Unnamed(f) => format!(
+            "({})",
+            f.unnamed
+                .iter()
+                .map(|f| tokens(&f.ty))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        syn::Fields::Named(f) => format!(
+            " {{ {} }}",
+            f.named
+                .iter()
+                .map(|f| format!(
+                    "{}: {}",
+                    f.ident.as_ref().map(|i| i.to_string()).unwrap_or_default(),
+                    tokens(&f.ty)
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
 fn join(a: &str, b: &str) -> String {
     if a.is_empty() {
         b.to_owned()
@@ -231,23 +301,18 @@ fn emit(
                     walk(mods, &full, &path, f.clone(), impls, lines, seen);
                     continue;
                 }
-                let Some(def) = mods.get(&def_mod) else {
-                    continue;
-                };
-                for item in &def.items {
-                    if item_name(item).as_deref() == Some(name.as_str()) {
-                        let renamed = rename(item, &alias);
-                        emit(
-                            mods,
-                            &def_mod,
-                            public,
-                            f.clone(),
-                            &renamed,
-                            impls,
-                            lines,
-                            seen,
-                        );
-                    }
+                if let Some((def_mod, item)) = resolve(mods, &def_mod, &name, 0) {
+                    let renamed = rename(&item, &alias);
+                    emit(
+                        mods,
+                        &def_mod,
+                        public,
+                        f.clone(),
+                        &renamed,
+                        impls,
+                        lines,
+                        seen,
+                    );
                 }
             }
         }
@@ -286,8 +351,9 @@ fn emit(
                     ));
                     for v in &e.variants {
                         lines.insert(format!(
-                            "variant {path}::{}{t}",
-                            tokens(&v.ident).to_string() + &tokens(&v.fields)
+                            "variant {path}::{}{}{t}",
+                            v.ident,
+                            fields(&v.fields)
                         ));
                     }
                 }
