@@ -23,6 +23,8 @@ struct VfProfile {
     vfs: usize,
     class: &'static str,
     common: ContainerEdits,
+    /// A host directory each VF's container gets, if any.
+    firmware: Option<&'static str>,
 }
 
 impl VfProfile {
@@ -31,6 +33,7 @@ impl VfProfile {
             vfs,
             class: "vf",
             common: ContainerEdits::new().env("VF_NODE", NODE),
+            firmware: None,
         }
     }
 }
@@ -86,12 +89,13 @@ impl DeviceProfile for VfProfile {
             .vfs
             .iter()
             .map(|vf| {
-                Device::new(
-                    format!("{uid}:{vf}"),
-                    ContainerEdits::new()
-                        .env("VF", vf)
-                        .device_node(DeviceNode::new("/dev/null")),
-                )
+                let mut edits = ContainerEdits::new()
+                    .env("VF", vf)
+                    .device_node(DeviceNode::new("/dev/null"));
+                if let Some(dir) = self.firmware {
+                    edits = edits.mount(Mount::bind(dir, "/lib/firmware/vf").read_only());
+                }
+                Device::new(format!("{uid}:{vf}"), edits)
             })
             .collect()
     }
@@ -305,5 +309,37 @@ async fn no_common_edits_means_no_common_device() {
         [format!("k8s.{DRIVER}/vf={uid}:vf-0")]
     );
     cdi::inject(&node.cdi_root(), &devices[0].cdi_device_ids).unwrap();
+    running.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bind_mount_whose_source_is_missing_fails_its_claim_alone() {
+    let api = ApiServer::start().await.unwrap();
+    let node = TestNode::new(NODE).unwrap();
+    let plugin = node.plugin(DRIVER, api.client().unwrap());
+    let profile = VfProfile {
+        firmware: Some("/nonexistent/vf-firmware"),
+        ..VfProfile::new(1)
+    };
+    let running = node.start(DRIVER, plugin, profile).await.unwrap();
+    let mut kubelet = running.kubelet();
+    kubelet.register().await.unwrap();
+    let claim = api
+        .create_claim(
+            &ClaimBuilder::new(DRIVER, NODE, "default", "c")
+                .device("nic", "vf-0")
+                .build(),
+        )
+        .unwrap();
+    let err = kubelet.prepare_one(&Claim::of(&claim)).await.unwrap_err();
+    assert!(
+        err.to_string().contains("containerEdits.mounts[0].hostPath \"/nonexistent/vf-firmware\" cannot be used on this node"),
+        "{err}"
+    );
+    assert_eq!(
+        cdi::CdiCheck::new().check_dir(&node.cdi_root()).unwrap(),
+        1,
+        "only the common spec: nothing written for the claim"
+    );
     running.stop().await.unwrap();
 }

@@ -478,6 +478,24 @@ mod tests {
     }
 
     #[test]
+    fn each_refusal_has_a_metrics_reason_saying_what_failed() {
+        let missing = SpecError::MissingHostPath {
+            device: "u1:0".into(),
+            field: "mounts[0].hostPath".into(),
+            path: "/nonexistent".into(),
+            error: "No such file or directory (os error 2)".into(),
+        };
+        assert_eq!(missing.reason(), "missing_host_path");
+        assert_eq!(
+            missing.to_string(),
+            "CDI device \"u1:0\": containerEdits.mounts[0].hostPath \"/nonexistent\" cannot be used on this node: No such file or directory (os error 2)"
+        );
+        assert_eq!(SpecError::NoDeviceFor("d".into()).reason(), "no_cdi_device");
+        assert_eq!(SpecError::NoEdits("u1".into()).reason(), "bad_cdi_edits");
+        assert_eq!(SpecError::BadName("u1:".into()).reason(), "bad_cdi_name");
+    }
+
+    #[test]
     fn classic_needs_room_for_the_annotation_key() {
         assert_eq!(check_classic_annotation_key(DRIVER), Ok(()));
         assert_eq!(check_classic_annotation_key(&"d".repeat(26)), Ok(()));
