@@ -10,8 +10,8 @@
 //!   UUID, a message over the gRPC limit);
 //! - [`ClaimBuilder`], [`SliceBuilder`]: claims as the scheduler allocates them, slices
 //!   as an earlier run left them;
-//! - [`cdi`]: the specs checked with the CDI JSON schema and injected with the CDI
-//!   library's Rust port, as a runtime would.
+//! - `cdi` (feature `cdi`, on by default): the specs checked with the CDI JSON schema and
+//!   injected with the CDI library's Rust port, as a runtime would.
 //!
 //! ```no_run
 //! # use dra_kubelet_plugin::DeviceProfile;
@@ -43,6 +43,7 @@
 #![warn(missing_docs)]
 
 pub mod api;
+#[cfg(feature = "cdi")]
 pub mod cdi;
 mod claims;
 mod kubelet;
