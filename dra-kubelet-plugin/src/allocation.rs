@@ -3,16 +3,18 @@
 //! kubelet asked for, narrowed to this driver's devices in this node's pool — the
 //! [`DriverAllocation`] a device profile prepares from.
 
-use crate::claim::{ClaimError, ClaimRef};
-use crate::config::ConfigEntry;
-use crate::profile::{AllocatedDevice, ConfigSource, DriverAllocation};
+use crate::claim_data::{AllocatedDevice, ClaimRef, ConfigEntry, ConfigSource, DriverAllocation};
+use crate::claim_error::ClaimError;
+use crate::opaque::{OpaqueConfig, decode_allocation};
 
 /// One `status.allocation.devices.results[]` entry.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct AllocatedResult {
     /// The request (or `request/subrequest`).
     pub request: String,
+    /// `driver`.
     pub driver: String,
+    /// `pool`.
     pub pool: String,
     /// The device name in the pool.
     pub device: String,
@@ -49,6 +51,7 @@ pub struct FetchedClaim {
 /// `status.allocation.devices`.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct FetchedAllocation {
+    /// `results`, in the API's order.
     pub results: Vec<AllocatedResult>,
     /// `config`, in the API's order.
     pub config: Vec<AllocatedConfig>,
@@ -85,13 +88,11 @@ pub fn ours(
                 node: node.to_owned(),
             });
         }
-        devices.push(AllocatedDevice {
-            request: r.request.clone(),
-            device: r.device.clone(),
-            admin_access: r.admin_access,
-            share_id: r.share_id.clone(),
-            consumed_capacity: r.consumed_capacity.clone(),
-        });
+        let mut device = AllocatedDevice::new(r.request.clone(), r.device.clone());
+        device.admin_access = r.admin_access;
+        device.share_id = r.share_id.clone();
+        device.consumed_capacity = r.consumed_capacity.clone();
+        devices.push(device);
     }
     if devices.is_empty() {
         return Err(ClaimError::NoDevices {
@@ -113,7 +114,29 @@ pub fn ours(
         .collect();
     // Stable: each source keeps the API's order.
     configs.sort_by_key(|c| c.source);
-    Ok(DriverAllocation { devices, configs })
+    Ok(DriverAllocation::new(devices, configs))
+}
+
+/// What the plugin makes of `claim` (as the API returns it) for `driver` on `node`
+/// before asking the profile: the claim checked against what the kubelet asked for
+/// (`claim_ref`'s uid), narrowed to this driver's devices in this node's pool, its
+/// opaque configs decoded as `C` (class configs first). For a profile's unit tests.
+pub fn allocation_of<C: OpaqueConfig>(
+    driver: &str,
+    node: &str,
+    claim_ref: &ClaimRef,
+    claim: &k8s_openapi::api::resource::v1::ResourceClaim,
+) -> Result<DriverAllocation<C>, ClaimError> {
+    let raw = ours(
+        driver,
+        node,
+        claim_ref,
+        &crate::claim_reader::from_v1(claim),
+    )?;
+    decode_allocation(driver, raw).map_err(|source| ClaimError::Device {
+        claim: claim_ref.to_string(),
+        source,
+    })
 }
 
 #[cfg(test)]

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::claim::ClaimUid;
-use crate::profile::ProfileError;
+use crate::claim_data::ClaimUid;
+use crate::claim_data::ProfileError;
 
 /// The checkpoint's file name in the plugin directory.
 pub const FILE_NAME: &str = "checkpoint.json";
@@ -85,6 +85,7 @@ pub struct Checkpoint<P> {
 
 /// Why a checkpoint cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum CheckpointError {
     /// Not a checkpoint document of a version we know, or an entry past the limits.
     #[error("not a valid checkpoint: {0}")]

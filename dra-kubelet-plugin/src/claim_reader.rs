@@ -6,15 +6,20 @@ use k8s_openapi::api::resource::{v1, v1beta1};
 use kube::{Api, Client};
 
 use crate::allocation::{AllocatedConfig, AllocatedResult, FetchedAllocation, FetchedClaim};
-use crate::mode::ResourceApi;
-use crate::profile::ConfigSource;
+use crate::claim_data::ConfigSource;
+use crate::dra_mode::ResourceApi;
 
 /// Why a claim could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
     /// The claim does not exist (any more).
     #[error("ResourceClaim {namespace}/{name} not found")]
-    NotFound { namespace: String, name: String },
+    NotFound {
+        /// The claim's namespace.
+        namespace: String,
+        /// The claim's name.
+        name: String,
+    },
     /// Not a name the API could hold; never put into a request path.
     #[error("claim {field} {value:?} is not a valid Kubernetes {what}")]
     InvalidName {
@@ -28,7 +33,9 @@ pub enum ReadError {
     /// The API server failed or refused.
     #[error("reading ResourceClaim {namespace}/{name} through resource.k8s.io/{version}: {source}")]
     Api {
+        /// The claim's namespace.
         namespace: String,
+        /// The claim's name.
         name: String,
         /// The API version used.
         version: &'static str,

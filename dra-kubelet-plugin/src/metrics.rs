@@ -22,7 +22,7 @@ pub struct ClaimLabels {
 pub struct ErrorLabels {
     /// `prepare` or `unprepare`.
     pub operation: &'static str,
-    /// The kind of failure ([`crate::claim::ClaimError::reason`]).
+    /// The kind of failure ([`crate::claim_error::ClaimError::reason`]).
     pub reason: &'static str,
 }
 
@@ -93,7 +93,11 @@ impl Metrics {
     }
 
     /// Counts one claim's outcome.
-    pub fn claim<T>(&self, operation: &'static str, outcome: &Result<T, crate::claim::ClaimError>) {
+    pub fn claim<T>(
+        &self,
+        operation: &'static str,
+        outcome: &Result<T, crate::claim_error::ClaimError>,
+    ) {
         let result = if outcome.is_ok() { "success" } else { "error" };
         self.claims
             .get_or_create(&ClaimLabels { operation, result })

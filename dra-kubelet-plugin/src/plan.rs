@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 
 use crate::checkpoint::Entry;
-use crate::claim::{ClaimError, ClaimRef, ClaimUid};
+use crate::claim_data::{ClaimRef, ClaimUid};
+use crate::claim_error::ClaimError;
 use crate::profile::DeviceProfile;
 
 /// The outcome of [`plan`].

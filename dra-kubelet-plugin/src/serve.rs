@@ -1,25 +1,87 @@
-//! Running a [`Plugin`]: the checkpoint and CDI dir made to agree, the node's devices
-//! published, the kubelet's sockets served (registration last), and on shutdown the
-//! sockets removed first, so the kubelet deregisters the driver before anything stops.
+//! Running a plugin with its [`Settings`] (what `Plugin`'s builder resolved): the
+//! checkpoint and CDI dir made to agree, the node's devices published, the kubelet's
+//! sockets served (registration last), and on shutdown the sockets removed first, so the
+//! kubelet deregisters the driver before anything stops.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::time::Duration;
 
-use fake_dra_ops::conn::{self, Limits, Pool};
-use fake_dra_proto::authority::RewriteIo;
-use fake_dra_proto::pluginregistration;
+use dra_kubelet_proto::authority::RewriteIo;
+use dra_kubelet_proto::pluginregistration;
 use tokio_stream::StreamExt;
 use tracing::{error, info, warn};
 
-use crate::cdi::CdiKind;
-use crate::driver::{Driver, DriverConfig};
-use crate::hook::HookContext;
-use crate::mode::{self, Mode, ModeFlag};
-use crate::plugin::{DRA_SOCKET, Error, Plugin};
+use crate::cdi_spec::{CdiKind, DriverNameTooLongForClassic, KindError};
+use crate::dra_mode::{self, Mode, ModeError, ModeFlag};
+use crate::hooks::{FaultHook, HookContext};
+use crate::model::{CounterLayout, TaintRules};
+use crate::pool::PackError;
 use crate::profile::DeviceProfile;
-use crate::{claim_reader, fsutil, grpc, metrics, publish_slices, slices};
+use crate::state::{ClaimStore, StartError, StoreConfig};
+use crate::transport::conn::{self, Limits, Pool};
+use crate::{claim_reader, fsutil, grpc, metrics, pool, slice_controller};
+
+/// Name of the DRA socket in the plugin dir.
+pub const DRA_SOCKET: &str = "plugin.sock";
+/// Name of the checkpoint in the plugin dir.
+pub const CHECKPOINT_FILE: &str = crate::checkpoint::FILE_NAME;
+
+/// Everything a running plugin needs, every default resolved.
+pub struct Settings {
+    /// The driver name.
+    pub driver_name: String,
+    /// This node.
+    pub node_name: String,
+    /// The API client.
+    pub client: kube::Client,
+    /// Where CDI specs go.
+    pub cdi_root: PathBuf,
+    /// The DRA socket's and the checkpoint's directory.
+    pub plugin_dir: PathBuf,
+    /// The kubelet's registration directory.
+    pub registry_dir: PathBuf,
+    /// `/healthz`, `/readyz`, `/metrics`, if served.
+    pub http_address: Option<SocketAddr>,
+    /// Which DRA generation to speak.
+    pub mode: ModeFlag,
+    /// Connections open at once (0: from the open-files limit).
+    pub max_connections: usize,
+    /// How long a connection may stay silent.
+    pub idle_timeout: Duration,
+    /// The checkpoint's `apiVersion`.
+    pub checkpoint_api_version: String,
+    /// The checkpoint's `kind`.
+    pub checkpoint_kind: String,
+    /// The metrics' prefix.
+    pub metrics_prefix: String,
+    /// The field manager handed to the hook.
+    pub field_manager: String,
+    /// Whether a profile without devices may run.
+    pub allow_empty_pool: bool,
+    /// The fault hook.
+    pub hook: Arc<dyn FaultHook>,
+    /// Classic DRA: the node's inventory.
+    #[cfg(feature = "classic")]
+    pub classic: Option<Arc<dyn crate::classic_inventory::ClassicInventory>>,
+    /// Test only: abort here.
+    #[cfg(feature = "test-crash-points")]
+    pub crash_point: Option<crate::state::CrashPoint>,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("driver_name", &self.driver_name)
+            .field("node_name", &self.node_name)
+            .field("plugin_dir", &self.plugin_dir)
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
+    }
+}
 
 /// The `resource.k8s.io` versions the API server serves (empty if none), from discovery.
 async fn served_resource_versions(client: &kube::Client) -> Result<Vec<String>, Error> {
@@ -38,13 +100,13 @@ async fn choose_mode(flag: ModeFlag, client: &kube::Client) -> Result<Mode, Erro
         ModeFlag::Classic => Vec::new(),
         ModeFlag::Auto | ModeFlag::Structured => served_resource_versions(client).await?,
     };
-    let (mode, why) = mode::choose(flag, &served)?;
+    let (mode, why) = dra_mode::choose(flag, &served)?;
     info!("{why}");
     Ok(mode)
 }
 
 /// The connections of a plugin socket, whatever `:authority` the kubelet sends (see
-/// `fake_dra_proto::authority`): a real kubelet sends the socket path, which h2 would
+/// `dra_kubelet_proto::authority`): a real kubelet sends the socket path, which h2 would
 /// refuse.
 fn kubelet_connections(
     listener: tokio::net::UnixListener,
@@ -55,7 +117,6 @@ fn kubelet_connections(
     conn::incoming(listener, pool.clone()).map(|c| c.map(RewriteIo::server))
 }
 
-/// See [`Plugin::run`].
 /// Aborts the tasks it holds when dropped: the tasks a failed start had begun.
 #[derive(Debug, Default)]
 struct AbortOnDrop(Vec<tokio::task::AbortHandle>);
@@ -68,18 +129,23 @@ impl Drop for AbortOnDrop {
     }
 }
 
-pub(crate) async fn run<D: DeviceProfile>(
-    plugin: Plugin,
+/// Serves `profile` with `plugin`'s settings until `shutdown` completes (`Plugin::run`).
+pub async fn run<D: DeviceProfile>(
+    plugin: Settings,
     profile: D,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
+    check_driver_name(&plugin.driver_name)?;
     let kind = CdiKind::new(&plugin.driver_name, profile.cdi_class())?;
+    if !plugin.allow_empty_pool && profile.slice_devices().is_empty() {
+        return Err(Error::NoDevices);
+    }
     let client = plugin.client.clone();
     let mode = choose_mode(plugin.mode, &client).await?;
     #[cfg(feature = "classic")]
     let classic = match mode {
         Mode::Classic => {
-            crate::cdi::check_classic_annotation_key(&plugin.driver_name)?;
+            crate::cdi_spec::check_classic_annotation_key(&plugin.driver_name)?;
             Some(plugin.classic.clone().ok_or(Error::NoClassic(""))?)
         }
         Mode::Structured(_) => None,
@@ -90,25 +156,25 @@ pub(crate) async fn run<D: DeviceProfile>(
             " (the library was built without its classic feature)",
         ));
     }
-    let plugin_dir = plugin.plugin_dir_or_default();
-    let driver_config = DriverConfig {
+    let plugin_dir = plugin.plugin_dir.clone();
+    let store_config = StoreConfig {
         node_name: plugin.node_name.clone(),
         kind,
         cdi_root: plugin.cdi_root.clone(),
         plugin_dir: plugin_dir.clone(),
-        checkpoint_api_version: plugin.checkpoint_api_version_or_default(),
+        checkpoint_api_version: plugin.checkpoint_api_version.clone(),
         checkpoint_kind: plugin.checkpoint_kind.clone(),
         #[cfg(feature = "test-crash-points")]
         crash_point: plugin.crash_point,
     };
-    let driver = Arc::new(
-        tokio::task::spawn_blocking(move || Driver::start(profile, driver_config))
+    let store = Arc::new(
+        tokio::task::spawn_blocking(move || ClaimStore::start(profile, store_config))
             .await
             .map_err(|e| Error::Task(e.to_string()))??,
     );
-    let metrics = Arc::new(metrics::Metrics::new(&plugin.metrics_prefix_or_default()));
+    let metrics = Arc::new(metrics::Metrics::new(&plugin.metrics_prefix));
     let ready = Arc::new(AtomicBool::new(false));
-    let device_names: Vec<String> = driver
+    let device_names: Vec<String> = store
         .profile()
         .slice_devices()
         .into_iter()
@@ -117,8 +183,8 @@ pub(crate) async fn run<D: DeviceProfile>(
 
     // Where the serving release wants counter sets, and how many taints a device may have.
     let layout = match mode {
-        Mode::Structured(api) => publish_slices::counter_layout(&client, api).await,
-        Mode::Classic => slices::CounterLayout::WithDevices,
+        Mode::Structured(api) => slice_controller::counter_layout(&client, api).await,
+        Mode::Classic => CounterLayout::WithDevices,
     };
     // Everything spawned from here is aborted if the start fails further on (a socket or
     // the HTTP port that cannot be bound): the error is then the plugin's last word, not
@@ -131,9 +197,9 @@ pub(crate) async fn run<D: DeviceProfile>(
             client: client.clone(),
             driver_name: plugin.driver_name.clone(),
             node_name: plugin.node_name.clone(),
-            field_manager: plugin.field_manager_or_default(),
+            field_manager: plugin.field_manager.clone(),
             devices: device_names.clone(),
-            taint_rules: slices::TaintRules::of(layout),
+            taint_rules: TaintRules::of(layout),
             resource_api,
         }),
     };
@@ -146,35 +212,35 @@ pub(crate) async fn run<D: DeviceProfile>(
     let publish_task = match mode {
         #[cfg(feature = "classic")]
         Mode::Classic => match &classic {
-            Some(publisher) => tokio::spawn(publisher.run(driver.prepared(), ready.clone())),
+            Some(inventory) => tokio::spawn(inventory.run(store.prepared(), ready.clone())),
             None => return Err(Error::NoClassic("")),
         },
         #[cfg(not(feature = "classic"))]
         Mode::Classic => return Err(Error::NoClassic("")),
         Mode::Structured(api) => {
-            let desired = slices::Desired {
+            let desired = pool::Desired {
                 driver: plugin.driver_name.clone(),
                 node_name: plugin.node_name.clone(),
-                devices: driver.profile().slice_devices(),
-                counter_sets: driver.profile().counter_sets(),
+                devices: store.profile().slice_devices(),
+                counter_sets: store.profile().counter_sets(),
                 layout,
-                split: driver.profile().slice_split(),
+                split: store.profile().slice_split(),
             };
             // Refused before anything is served: a pool that cannot be published is an
             // inventory error the operator must fix.
-            slices::pack(&desired)?;
-            let publisher = publish_slices::SlicePublisher::new(
+            pool::pack(&desired)?;
+            let controller = slice_controller::SliceController::new(
                 client.clone(),
                 api,
                 desired,
                 plugin.hook.clone(),
             );
-            tokio::spawn(publisher.run(ready.clone()))
+            tokio::spawn(controller.run(ready.clone()))
         }
     };
     started.0.push(publish_task.abort_handle());
 
-    let pool = Pool::new(Limits::from_flags(
+    let connections = Pool::new(Limits::from_flags(
         plugin.max_connections,
         plugin.idle_timeout.as_secs(),
     ));
@@ -187,14 +253,14 @@ pub(crate) async fn run<D: DeviceProfile>(
                     source,
                 })?;
             let metrics = metrics.clone();
-            let endpoints = fake_dra_ops::health::Endpoints {
+            let endpoints = crate::transport::health::Endpoints {
                 ready: ready.clone(),
                 not_ready: "not ready",
                 metrics: Arc::new(move || metrics.encode()),
             };
-            Some(tokio::spawn(fake_dra_ops::health::serve(
+            Some(tokio::spawn(crate::transport::health::serve(
                 listener,
-                pool.clone(),
+                connections.clone(),
                 endpoints,
             )))
         }
@@ -215,8 +281,9 @@ pub(crate) async fn run<D: DeviceProfile>(
         })
     };
 
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let node = grpc::NodeService {
-        driver: driver.clone(),
+        store: store.clone(),
         metrics: metrics.clone(),
     };
     let (services, supported_versions, registration_hook) = match mode {
@@ -226,7 +293,7 @@ pub(crate) async fn run<D: DeviceProfile>(
             (
                 services,
                 versions,
-                Arc::new(crate::hook::NoHook) as Arc<dyn crate::hook::FaultHook>,
+                Arc::new(crate::hooks::NoHook) as Arc<dyn FaultHook>,
             )
         }
         #[cfg(not(feature = "classic"))]
@@ -240,19 +307,19 @@ pub(crate) async fn run<D: DeviceProfile>(
                 hook: plugin.hook.clone(),
             };
             let (services, versions) =
-                grpc::structured_services(dra, device_names, plugin.hook.clone()).await;
+                grpc::structured_services(dra, device_names, plugin.hook.clone(), stop_rx.clone())
+                    .await;
             (services, versions, plugin.hook.clone())
         }
     };
 
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
 
     let dra_listener = bind(&dra_path)?;
     let dra_server = services.serve_with_incoming_shutdown(
-        kubelet_connections(dra_listener, &pool),
+        kubelet_connections(dra_listener, &connections),
         stopped(stop_rx.clone()),
     );
     let dra_task = tokio::spawn(dra_server);
@@ -269,7 +336,10 @@ pub(crate) async fn run<D: DeviceProfile>(
     };
     let reg_server = grpc::server()
         .add_service(pluginregistration::registration_server::RegistrationServer::new(registration))
-        .serve_with_incoming_shutdown(kubelet_connections(reg_listener, &pool), stopped(stop_rx));
+        .serve_with_incoming_shutdown(
+            kubelet_connections(reg_listener, &connections),
+            stopped(stop_rx),
+        );
     let reg_task = tokio::spawn(reg_server);
     // Started: from here the tasks end by the shutdown below.
     started.0.clear();
@@ -299,12 +369,106 @@ pub(crate) async fn run<D: DeviceProfile>(
         task.abort();
     }
     #[cfg(feature = "classic")]
-    if let Some(publisher) = classic {
-        publisher.shutdown(driver.prepared().current()).await;
+    if let Some(inventory) = classic {
+        inventory.shutdown(store.prepared().current()).await;
         return Ok(());
     }
     info!(
         "leaving the ResourceSlice in place: a restarted plugin takes it over; it goes with the Node, or when the kubelet drops the unregistered driver's slices"
     );
+    Ok(())
+}
+
+/// Why the plugin could not start, or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A driver name the API refuses.
+    #[error(transparent)]
+    DriverName(#[from] DriverNameError),
+    /// Bad driver name or CDI class.
+    #[error(transparent)]
+    Kind(#[from] KindError),
+    /// A driver name classic kubelets cannot use.
+    #[error(transparent)]
+    ClassicDriverName(#[from] DriverNameTooLongForClassic),
+    /// Classic DRA chosen, but the plugin has no classic inventory (or was built without
+    /// the `classic` feature).
+    #[error(
+        "classic DRA (resource.k8s.io/v1alpha2) needs a classic inventory of the node (Plugin::classic_inventory), which this driver does not have{0}; use structured DRA (Kubernetes 1.32+)"
+    )]
+    NoClassic(&'static str),
+    /// The profile lists no devices, and the plugin was not told that is fine.
+    #[error(
+        "DeviceProfile::slice_devices returned no devices: the node would publish an empty pool and no claim could be allocated on it; a node without the hardware should not run the plugin (a nodeSelector on its DaemonSet), or the driver allows it with Plugin::allow_empty_pool"
+    )]
+    NoDevices,
+    /// Checkpoint or CDI dir trouble at start.
+    #[error(transparent)]
+    Start(#[from] StartError),
+    /// A socket could not be bound.
+    #[error("binding {path}: {source}")]
+    Bind {
+        /// The socket path.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// No DRA generation fits the flag and the API server.
+    #[error(transparent)]
+    Mode(#[from] ModeError),
+    /// Discovery failed.
+    #[error("asking the API server which resource.k8s.io versions it serves: {0}")]
+    Discovery(#[source] kube::Error),
+    /// A gRPC server failed.
+    #[error("grpc server: {0}")]
+    Serve(#[from] tonic::transport::Error),
+    /// A background task failed.
+    #[error("task failed: {0}")]
+    Task(String),
+    /// The node's devices do not fit in ResourceSlices.
+    #[error("the node's devices cannot be published: {0}")]
+    Pack(#[from] PackError),
+}
+
+/// Why a driver name cannot be used: the API holds every driver name to the rule of CSI
+/// driver names (`ValidateCSIDriverName`, `DriverNameMaxLength`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "driver name {name:?} {reason}; a driver name is at most {DRIVER_NAME_MAX_LEN} characters, a DNS subdomain (lowercase letters, digits, '-' and '.', each dot-separated part starting and ending with a letter or digit), and should end with a domain the driver's vendor owns"
+)]
+#[non_exhaustive]
+pub struct DriverNameError {
+    /// The name (shortened when long).
+    pub name: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// The longest driver name the API accepts (`DriverNameMaxLength`).
+pub const DRIVER_NAME_MAX_LEN: usize = 63;
+
+/// Checks `name` as the API server checks `spec.driver`.
+pub fn check_driver_name(name: &str) -> Result<(), DriverNameError> {
+    let fail = |reason: String| DriverNameError {
+        name: name.chars().take(80).collect(),
+        reason,
+    };
+    if name.is_empty() {
+        return Err(fail("is empty".into()));
+    }
+    if name.len() > DRIVER_NAME_MAX_LEN {
+        return Err(fail(format!("is {} characters", name.len())));
+    }
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if !name.to_ascii_lowercase().split('.').all(label_ok) {
+        return Err(fail("is not a DNS subdomain".into()));
+    }
     Ok(())
 }

@@ -2,13 +2,12 @@
 //! a claim holds the counters it was allocated and may start them at `start` (≤ 10⁶).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
-use crate::cdi::{ContainerEdits, Device};
-use crate::claim::{ClaimRef, ClaimUid};
-use crate::profile::{Attribute, DeviceProfile, DriverAllocation, ProfileError, SliceDevice};
+use crate::cdi_spec::{ContainerEdits, Device};
+use crate::claim_data::{ClaimRef, ClaimUid, DriverAllocation, ProfileError};
+use crate::model::{Attribute, SliceDevice};
+use crate::profile::DeviceProfile;
 
 /// The largest `start`.
 pub const MAX_START: u32 = 1_000_000;
@@ -39,7 +38,7 @@ pub struct TestPrepared {
 
 impl DeviceProfile for TestProfile {
     type Prepared = TestPrepared;
-    type Config = crate::config::NoConfig;
+    type Config = crate::opaque::NoConfig;
 
     fn cdi_class(&self) -> &str {
         "counter"
@@ -47,10 +46,8 @@ impl DeviceProfile for TestProfile {
 
     fn slice_devices(&self) -> Vec<SliceDevice> {
         (0..self.counters)
-            .map(|i| SliceDevice {
-                name: format!("counter-{i}"),
-                attributes: BTreeMap::from([("width".to_owned(), Attribute::Int(64))]),
-                ..Default::default()
+            .map(|i| {
+                SliceDevice::new(format!("counter-{i}")).attribute("width", Attribute::Int(64))
             })
             .collect()
     }
@@ -58,7 +55,7 @@ impl DeviceProfile for TestProfile {
     fn prepare_allocation(
         &self,
         _claim: &ClaimRef,
-        allocation: &DriverAllocation<crate::config::NoConfig>,
+        allocation: &DriverAllocation<crate::opaque::NoConfig>,
     ) -> Result<TestPrepared, ProfileError> {
         let prepared = TestPrepared {
             counters: allocation

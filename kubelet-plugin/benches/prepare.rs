@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use criterion::{Criterion, criterion_group, criterion_main};
-use fake_dra_proto::v1alpha3;
+use dra_kubelet_proto::v1alpha3;
 
 const NODE: &str = "bench-node";
 
@@ -68,7 +68,7 @@ fn bench(c: &mut Criterion) {
     };
 
     let channel = rt
-        .block_on(fake_dra_proto::connect_unix(dirs.dra_socket()))
+        .block_on(dra_kubelet_proto::connect_unix(dirs.dra_socket()))
         .unwrap();
     let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
     let mut node = v1alpha3::node_client::NodeClient::new(channel);

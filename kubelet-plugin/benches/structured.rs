@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use criterion::{Criterion, criterion_group, criterion_main};
+use dra_kubelet_proto::dra_v1;
 use fake_dra_emulator::apiserver::{ApiServer, ApiServerOptions};
-use fake_dra_proto::dra_v1;
 use k8s_openapi::api::resource::v1;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -102,7 +102,7 @@ fn bench(c: &mut Criterion) {
         },
     ));
     let channel = rt
-        .block_on(fake_dra_proto::connect_unix(dirs.dra_socket()))
+        .block_on(dra_kubelet_proto::connect_unix(dirs.dra_socket()))
         .unwrap();
     let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
     let mut node = dra_v1::dra_plugin_client::DraPluginClient::new(channel);

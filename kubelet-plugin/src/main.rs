@@ -360,7 +360,30 @@ async fn main() -> ExitCode {
         .await
     {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(&e, format),
+        Err(e) => fail(&with_flags(&e), format),
+    }
+}
+
+/// The library's error with the flag that sets what it is about: the library names its
+/// own settings (it does not know this binary's flags), the operator needs the flag.
+fn with_flags(e: &dra_kubelet_plugin::Error) -> String {
+    use dra_kubelet_plugin::{Error, StartError};
+    let flag = match e {
+        Error::Start(StartError::MissingCheckpoint { .. }) => {
+            Some("the plugin directory is --plugin-dir (FAKE_DRA_PLUGIN_DIR)")
+        }
+        Error::DriverName(_) | Error::ClassicDriverName(_) => {
+            Some("the driver name is --driver-name (FAKE_DRA_DRIVER_NAME)")
+        }
+        Error::Kind(dra_kubelet_plugin::cdi::KindError::Vendor(_)) => {
+            Some("the driver name is --driver-name (FAKE_DRA_DRIVER_NAME)")
+        }
+        Error::Mode(_) => Some("the mode is --mode (FAKE_DRA_MODE)"),
+        _ => None,
+    };
+    match flag {
+        Some(flag) => format!("{e} [{flag}]"),
+        None => e.to_string(),
     }
 }
 

@@ -16,8 +16,8 @@ use futures::future::BoxFuture;
 use serde_json::Value;
 
 use dra_kubelet_plugin::Plugin;
-use dra_kubelet_plugin::profile::{CounterSet, SliceDevice};
-use dra_kubelet_plugin::slices::SliceSplit;
+use dra_kubelet_plugin::device::SliceSplit;
+use dra_kubelet_plugin::device::{CounterSet, SliceDevice};
 
 use crate::inventory::{InventoryError, InventoryFile, NodeEntry};
 

@@ -38,7 +38,8 @@ impl<D: DeviceProfile> v1alpha2::node_server::Node for NodeService<D> {
     ) -> Result<Response<v1alpha2::NodeUnprepareResourceResponse>, Status> {
         let start = Instant::now();
         let r = request.into_inner();
-        let claim = ClaimRef::new(&r.claim_uid, &r.namespace, &r.claim_name);
+        let claim =
+            ClaimRef::new(&r.claim_uid, &r.namespace, &r.claim_name).map_err(ClaimError::from);
         let result = self.unprepare(vec![claim]).await?.pop();
         self.metrics
             .observe("NodeUnprepareResource", start.elapsed().as_secs_f64());
@@ -103,7 +104,7 @@ impl<D: DeviceProfile> v1alpha3::node_server::Node for NodeService<D> {
         let (claims, refused) = one_per_uid(request.into_inner().claims, |c| &c.uid);
         let refs = claims
             .iter()
-            .map(|c| ClaimRef::new(&c.uid, &c.namespace, &c.name))
+            .map(|c| ClaimRef::new(&c.uid, &c.namespace, &c.name).map_err(ClaimError::from))
             .collect();
         let outcomes = self.unprepare(refs).await?;
         let mut response = v1alpha3::NodeUnprepareResourcesResponse::default();

@@ -7,12 +7,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fake_dra_proto::{dra_health_v1, dra_health_v1alpha1};
+use dra_kubelet_proto::{dra_health_v1, dra_health_v1alpha1};
 use futures::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 use tracing::info;
 
-use crate::hook::{FaultHook, HealthStatus};
+use crate::hooks::{FaultHook, HealthStatus};
 
 /// How often the whole list is sent again without a change.
 pub const REFRESH: Duration = Duration::from_secs(10);
@@ -26,6 +26,9 @@ pub struct DeviceHealthService {
     pub devices: Vec<String>,
     /// Where unhealthy devices come from.
     pub hook: Arc<dyn FaultHook>,
+    /// Turns `true` at shutdown: the streams end, so the server's graceful shutdown
+    /// (which waits for every open stream) is not held up by a kubelet's watch.
+    pub stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 /// One device's report, version-neutral: (device, health, message).
@@ -42,9 +45,11 @@ impl DeviceHealthService {
             .collect()
     }
 
-    /// The reports, now and after every change or [`REFRESH`], until the kubelet hangs up.
+    /// The reports, now and after every change or [`REFRESH`], until the kubelet hangs up
+    /// or the plugin stops.
     fn reports(&self) -> impl Stream<Item = Vec<Report>> + Send + 'static {
         let service = self.clone();
+        let mut stopping = self.stopping.clone();
         // A stream that ends would wake the loop at once, forever.
         let changes = self
             .hook
@@ -61,6 +66,9 @@ impl DeviceHealthService {
                 Some((snapshot, (service, changes, false)))
             },
         )
+        .take_until(async move {
+            let _ = stopping.wait_for(|s| *s).await;
+        })
     }
 }
 

@@ -2,31 +2,33 @@
 //! health service either the classic DRA node services (`v1alpha2.Node`,
 //! `v1alpha3.Node`) or the structured ones (`dra.v1beta1.DRAPlugin`, `dra.v1.DRAPlugin`,
 //! one handler for both). Thin: they translate messages, let the device profile read
-//! each claim, and call [`Driver`] on a blocking thread; nothing here knows the device.
+//! each claim, and call the [`ClaimStore`] on a blocking thread; nothing here knows the
+//! device.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use fake_dra_proto::{
+use dra_kubelet_proto::{
     DRA_PLUGIN_TYPE, SUPPORTED_HEALTH_V1, SUPPORTED_HEALTH_V1ALPHA1, SUPPORTED_V1,
     SUPPORTED_V1BETA1, dra_health_v1, dra_health_v1alpha1, dra_v1, dra_v1beta1,
     pluginregistration as reg,
 };
 #[cfg(feature = "classic")]
-use fake_dra_proto::{v1alpha2, v1alpha3};
+use dra_kubelet_proto::{v1alpha2, v1alpha3};
 use futures::StreamExt;
 use tonic::{Request, Response, Status};
 use tracing::{error, info, warn};
 
 use crate::allocation;
-use crate::claim::{COMMON_DEVICE, ClaimError, ClaimRef};
+use crate::claim_data::ClaimRef;
+use crate::claim_error::ClaimError;
 use crate::claim_reader::ClaimReader;
-use crate::driver::Driver;
-use crate::hook::FaultHook;
+use crate::hooks::FaultHook;
 use crate::metrics::Metrics;
 use crate::profile::DeviceProfile;
+use crate::state::ClaimStore;
 
 #[cfg(feature = "classic")]
 mod classic;
@@ -70,6 +72,7 @@ pub async fn structured_services<D: DeviceProfile>(
     dra: DraPluginService<D>,
     devices: Vec<String>,
     hook: Arc<dyn FaultHook>,
+    stopping: tokio::sync::watch::Receiver<bool>,
 ) -> (tonic::transport::server::Router, &'static [&'static str]) {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter
@@ -82,6 +85,7 @@ pub async fn structured_services<D: DeviceProfile>(
         pool: dra.node_name.clone(),
         devices,
         hook,
+        stopping,
     };
     (
         server()
@@ -181,7 +185,7 @@ impl reg::registration_server::Registration for Registration {
 #[derive(Debug)]
 pub struct NodeService<D: DeviceProfile> {
     /// The state and files.
-    pub driver: Arc<Driver<D>>,
+    pub store: Arc<ClaimStore<D>>,
     /// Counters and latencies.
     pub metrics: Arc<Metrics>,
 }
@@ -189,7 +193,7 @@ pub struct NodeService<D: DeviceProfile> {
 impl<D: DeviceProfile> Clone for NodeService<D> {
     fn clone(&self) -> Self {
         Self {
-            driver: self.driver.clone(),
+            store: self.store.clone(),
             metrics: self.metrics.clone(),
         }
     }
@@ -241,9 +245,9 @@ impl<D: DeviceProfile> NodeService<D> {
             .iter()
             .filter_map(|r| r.as_ref().ok().cloned())
             .collect();
-        let driver = self.driver.clone();
+        let store = self.store.clone();
         let mut done = tokio::task::spawn_blocking(move || {
-            let results = driver.prepare(&requests);
+            let results = store.prepare(&requests);
             requests
                 .into_iter()
                 .zip(results)
@@ -280,8 +284,8 @@ impl<D: DeviceProfile> NodeService<D> {
             .iter()
             .filter_map(|c| c.as_ref().ok().cloned())
             .collect();
-        let driver = self.driver.clone();
-        let mut done = tokio::task::spawn_blocking(move || driver.unprepare(&requests))
+        let store = self.store.clone();
+        let mut done = tokio::task::spawn_blocking(move || store.unprepare(&requests))
             .await
             .map_err(|e| Status::internal(format!("unprepare task failed: {e}")))?
             .into_iter();
@@ -312,7 +316,7 @@ impl<D: DeviceProfile> NodeService<D> {
     ) -> Outcome<(ClaimRef, D::Prepared)> {
         let claim = ClaimRef::new(uid, namespace, name)?;
         let wanted = self
-            .driver
+            .store
             .profile()
             .prepare_handle(&claim, handle)
             .map_err(|source| ClaimError::Device {
@@ -322,18 +326,11 @@ impl<D: DeviceProfile> NodeService<D> {
         Ok((claim, wanted))
     }
 
-    /// The ids a classic kubelet gets: the common device and the claim's.
+    /// The ids a classic kubelet gets: the common device (if any) and the claim's.
     #[cfg(feature = "classic")]
     fn claim_ids(&self, claim: &ClaimRef, prepared: &D::Prepared) -> Vec<String> {
-        let kind = self.driver.kind();
-        std::iter::once(COMMON_DEVICE.to_string())
-            .chain(
-                self.driver
-                    .profile()
-                    .claim_cdi_devices(&claim.uid, prepared),
-            )
-            .map(|name| kind.qualified(&name))
-            .collect()
+        let names = self.store.profile().claim_cdi_devices(&claim.uid, prepared);
+        self.store.qualified_ids(names)
     }
 }
 

@@ -53,7 +53,7 @@ impl<D: DeviceProfile> Clone for DraPluginService<D> {
 }
 
 /// A structured claim as the profile read it, with the devices the kubelet asks about.
-pub(super) type ReadClaim<P> = (ClaimRef, P, Vec<crate::profile::AllocatedDevice>);
+pub(super) type ReadClaim<P> = (ClaimRef, P, Vec<crate::claim_data::AllocatedDevice>);
 
 impl<D: DeviceProfile> DraPluginService<D> {
     /// Reads one claim and lets the profile say what preparing it means.
@@ -85,11 +85,11 @@ impl<D: DeviceProfile> DraPluginService<D> {
             source,
         };
         let allocation =
-            crate::config::decode_allocation::<D::Config>(&self.driver_name, allocation)
+            crate::opaque::decode_allocation::<D::Config>(&self.driver_name, allocation)
                 .map_err(device_error)?;
         let prepared = self
             .node
-            .driver
+            .store
             .profile()
             .prepare_allocation(&claim, &allocation)
             .map_err(device_error)?;
@@ -118,7 +118,7 @@ impl<D: DeviceProfile> DraPluginService<D> {
             .buffered(MAX_CONCURRENT_READS)
             .collect()
             .await;
-        let devices: Vec<Vec<crate::profile::AllocatedDevice>> = read
+        let devices: Vec<Vec<crate::claim_data::AllocatedDevice>> = read
             .iter()
             .map(|r| r.as_ref().map(|(_, _, d)| d.clone()).unwrap_or_default())
             .collect();
@@ -151,7 +151,7 @@ impl<D: DeviceProfile> DraPluginService<D> {
                 gated.push(c);
                 continue;
             };
-            let devices = self.node.driver.allocated_devices(&claim.uid);
+            let devices = self.node.store.allocated_devices(&claim.uid);
             let verdict = self.hook.before_unprepare(&claim, &devices).await;
             gated.push(match verdict {
                 Ok(()) => Ok(claim),
@@ -171,26 +171,19 @@ impl<D: DeviceProfile> DraPluginService<D> {
         &self,
         claim: &ClaimRef,
         prepared: &D::Prepared,
-        devices: Vec<crate::profile::AllocatedDevice>,
+        devices: Vec<crate::claim_data::AllocatedDevice>,
     ) -> Outcome<Vec<DeviceOutcome>> {
-        let kind = self.node.driver.kind();
-        let profile = self.node.driver.profile();
+        let profile = self.node.store.profile();
         devices
             .into_iter()
             .map(|d| {
                 let names = profile
                     .device_cdi_devices(&claim.uid, prepared, &d.device)
-                    .ok_or_else(|| ClaimError::Device {
+                    .ok_or_else(|| ClaimError::Cdi {
                         claim: claim.to_string(),
-                        source: crate::profile::ProfileError::new(
-                            "bad_cdi_name",
-                            format!("the device profile has no CDI device for {}", d.device),
-                        ),
+                        source: Box::new(crate::cdi_spec::SpecError::NoDeviceFor(d.device.clone())),
                     })?;
-                let cdi_device_ids = std::iter::once(COMMON_DEVICE.to_string())
-                    .chain(names)
-                    .map(|name| kind.qualified(&name))
-                    .collect();
+                let cdi_device_ids = self.node.store.qualified_ids(names);
                 Ok(DeviceOutcome {
                     request: d.base_request().to_owned(),
                     share_id: d.share_id.clone(),
@@ -219,7 +212,7 @@ macro_rules! dra_plugin {
                 let (claims, refused) = one_per_uid(request.into_inner().claims, |c| &c.uid);
                 let refs = claims
                     .iter()
-                    .map(|c| ClaimRef::new(&c.uid, &c.namespace, &c.name))
+                    .map(|c| ClaimRef::new(&c.uid, &c.namespace, &c.name).map_err(ClaimError::from))
                     .collect();
                 let outcomes = self.prepare(refs).await?;
                 let mut response = $pkg::NodePrepareResourcesResponse::default();
@@ -277,7 +270,7 @@ macro_rules! dra_plugin {
                 let (claims, refused) = one_per_uid(request.into_inner().claims, |c| &c.uid);
                 let refs = claims
                     .iter()
-                    .map(|c| ClaimRef::new(&c.uid, &c.namespace, &c.name))
+                    .map(|c| ClaimRef::new(&c.uid, &c.namespace, &c.name).map_err(ClaimError::from))
                     .collect();
                 let outcomes = self.unprepare(refs).await?;
                 let mut response = $pkg::NodeUnprepareResourcesResponse::default();

@@ -1,14 +1,13 @@
 //! `fpga-driver`: a DRA kubelet plugin for FPGA-like cards, built on the
-//! `dra-kubelet-plugin` library from outside fake-dra. The profile is `profile.rs`; this
-//! file parses flags and runs the library.
-
-mod profile;
+//! `dra-kubelet-plugin` library from outside fake-dra. The profile is `profile.rs` (the
+//! crate's library, so the tests in `tests/` run it too); this file parses flags and runs
+//! the library.
 
 use std::path::PathBuf;
 
 use clap::Parser;
 use dra_kubelet_plugin::Plugin;
-use profile::{FpgaProfile, create_device_nodes};
+use fpga_driver::profile::{FpgaProfile, create_device_nodes};
 
 /// A DRA kubelet plugin for FPGA cards.
 #[derive(Debug, Parser)]

@@ -8,12 +8,11 @@
 //! sees `/dev/fpga<i>` and `FPGA_DEVICE_<k>=fpga<i>` (`k` counting the claim's cards from
 //! 0), `FPGA_BITSTREAM=<name>` and, from the node-wide device, `FPGA_NODE_NAME`.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use dra_kubelet_plugin::cdi::{ContainerEdits, Device, DeviceNode};
-use dra_kubelet_plugin::claim::{ClaimRef, ClaimUid};
-use dra_kubelet_plugin::profile::{Attribute, DriverAllocation, SliceDevice};
+use dra_kubelet_plugin::claim::{ClaimRef, ClaimUid, DriverAllocation};
+use dra_kubelet_plugin::device::SliceDevice;
 use dra_kubelet_plugin::{DeviceProfile, FieldError, OpaqueConfig, ProfileError};
 use serde::{Deserialize, Serialize};
 
@@ -104,13 +103,9 @@ impl DeviceProfile for FpgaProfile {
 
     fn slice_devices(&self) -> Vec<SliceDevice> {
         (0..self.cards)
-            .map(|i| SliceDevice {
-                name: format!("fpga-{i}"),
-                attributes: BTreeMap::from([(
-                    "bitstream".to_owned(),
-                    Attribute::String(self.bitstream.clone()),
-                )]),
-                ..Default::default()
+            .map(|i| {
+                SliceDevice::new(format!("fpga-{i}"))
+                    .attribute("bitstream", self.bitstream.as_str())
             })
             .collect()
     }
@@ -219,7 +214,8 @@ pub fn create_device_nodes(dev_dir: &Path, cards: usize) -> std::io::Result<()> 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use dra_kubelet_plugin::config::allocation_of;
+    use dra_kubelet_plugin::claim::allocation_of;
+    use dra_kubelet_plugin_testing::ClaimBuilder;
     use serde_json::json;
 
     use super::*;
@@ -238,21 +234,16 @@ mod tests {
         cards: &[&str],
         config: Option<serde_json::Value>,
     ) -> Result<DriverAllocation<FpgaConfig>, String> {
-        let claim = json!({
-            "metadata": {"name": "c", "namespace": "ns", "uid": "u1"}, "spec": {},
-            "status": {"allocation": {"devices": {
-                "results": cards.iter().map(|d| json!({"request": "r", "driver": "fpga.example.com", "pool": "node-1", "device": d})).collect::<Vec<_>>(),
-                "config": config.into_iter().map(|p| json!({"source": "FromClaim", "opaque": {"driver": "fpga.example.com", "parameters": p}})).collect::<Vec<_>>(),
-            }}},
-        });
+        let mut claim = ClaimBuilder::new("fpga.example.com", "node-1", "ns", "c").uid("u1");
+        for card in cards {
+            claim = claim.device("r", card);
+        }
+        if let Some(parameters) = config {
+            claim = claim.opaque_config(None, parameters);
+        }
         let claim_ref = ClaimRef::new("u1", "ns", "c").unwrap();
-        allocation_of(
-            "fpga.example.com",
-            "node-1",
-            &claim_ref,
-            &serde_json::from_value(claim).unwrap(),
-        )
-        .map_err(|e| e.to_string())
+        allocation_of("fpga.example.com", "node-1", &claim_ref, &claim.build())
+            .map_err(|e| e.to_string())
     }
 
     #[test]

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The kubelet's side of fake-dra's gRPC services, from grpcio.
 
-Compiles the project's .proto files (proto/proto) with grpcio-tools into a temporary
+Compiles the project's .proto files (dra-kubelet-proto/proto) with grpcio-tools into a temporary
 directory at run time, then for each authority form dials the registration socket and
 the DRA socket and makes every call the kubelet makes, printing one JSON line per call.
 
@@ -53,7 +53,7 @@ PROTOS = [
 def answers(response):
     """The per-claim answers by claim uid. Upstream declares `map<string, ...> claims = 1`;
     our .proto spells the map as its entry messages (the same bytes on the wire, see
-    proto/proto/dra/*/api.proto), which grpcio then gives as a list of (key, value)
+    dra-kubelet-proto/proto/dra/*/api.proto), which grpcio then gives as a list of (key, value)
     entries."""
     return {e.key: e.value for e in response.claims}
 
@@ -253,7 +253,7 @@ def main():
     with open(args.input) as f:
         inp = json.load(f)
     proto_dir = inp.get("proto_dir") or os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "proto", "proto")
+        os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "dra-kubelet-proto", "proto")
     out = Out(float(inp.get("timeout_seconds", 10)))
     with tempfile.TemporaryDirectory(prefix="wire-client-protos-") as tmp:
         mods = compile_protos(proto_dir, tmp)

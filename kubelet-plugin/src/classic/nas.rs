@@ -13,9 +13,9 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 use tracing::{debug, warn};
 
-use dra_kubelet_plugin::PreparedClaims;
-use dra_kubelet_plugin::classic::ClassicPublisher;
-use dra_kubelet_plugin::publish_slices::node_owner;
+use dra_kubelet_plugin::classic::ClassicInventory;
+use dra_kubelet_plugin::classic::PreparedClaims;
+use dra_kubelet_plugin::slices::node_owner;
 use futures::future::BoxFuture;
 
 /// How long the status publisher waits after a change before writing, to batch changes.
@@ -26,7 +26,7 @@ const MAX_CONFLICT_RETRIES: usize = 10;
 
 /// Where and what to publish.
 #[derive(Clone)]
-pub struct Publisher {
+pub struct NasInventory {
     client: Client,
     namespace: String,
     node_name: String,
@@ -37,16 +37,16 @@ fn is_conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)
 }
 
-impl std::fmt::Debug for Publisher {
+impl std::fmt::Debug for NasInventory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Publisher")
+        f.debug_struct("NasInventory")
             .field("namespace", &self.namespace)
             .field("node_name", &self.node_name)
             .finish_non_exhaustive()
     }
 }
 
-impl Publisher {
+impl NasInventory {
     /// A publisher for `node_name`'s object in `namespace`.
     pub fn new(
         client: Client,
@@ -200,7 +200,7 @@ impl Publisher {
 }
 
 /// The prepared claims as the status lists them.
-fn listed(claims: &[dra_kubelet_plugin::PreparedClaim]) -> Vec<PreparedClaim> {
+fn listed(claims: &[dra_kubelet_plugin::classic::PreparedClaim]) -> Vec<PreparedClaim> {
     claims
         .iter()
         .map(|c| PreparedClaim {
@@ -214,7 +214,7 @@ fn listed(claims: &[dra_kubelet_plugin::PreparedClaim]) -> Vec<PreparedClaim> {
 
 /// The library runs the publisher in classic mode and marks the node NotReady at
 /// shutdown.
-impl ClassicPublisher for Publisher {
+impl ClassicInventory for NasInventory {
     fn run(
         &self,
         claims: PreparedClaims,
@@ -223,7 +223,10 @@ impl ClassicPublisher for Publisher {
         Box::pin(self.clone().publish(claims, ready))
     }
 
-    fn shutdown(&self, claims: Vec<dra_kubelet_plugin::PreparedClaim>) -> BoxFuture<'_, ()> {
+    fn shutdown(
+        &self,
+        claims: Vec<dra_kubelet_plugin::classic::PreparedClaim>,
+    ) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             let not_ready = self.set_status(
                 NodePhase::NotReady,

@@ -5,7 +5,7 @@ use fake_dra_api::handle::AllocationHandle;
 
 use super::FakePrepared;
 use super::devices::Inventory;
-use dra_kubelet_plugin::profile::ProfileError;
+use dra_kubelet_plugin::claim::ProfileError;
 
 /// Parses `handle` and checks it names this node, its model and its devices.
 pub fn prepare(inventory: &Inventory, handle: &str) -> Result<FakePrepared, ProfileError> {

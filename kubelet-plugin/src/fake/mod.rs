@@ -13,17 +13,15 @@ pub mod env;
 pub mod registration;
 pub mod structured;
 
-use std::collections::BTreeMap;
-
 use fake_dra_api::handle::AllocationHandle;
 use serde::{Deserialize, Serialize};
 
 use devices::{ChildDevice, Inventory, children};
+use dra_kubelet_plugin::DeviceProfile;
 use dra_kubelet_plugin::cdi::{ContainerEdits, Device};
 use dra_kubelet_plugin::claim::{ClaimRef, ClaimUid};
-use dra_kubelet_plugin::profile::{
-    Attribute, DeviceProfile, DriverAllocation, ProfileError, SliceDevice,
-};
+use dra_kubelet_plugin::claim::{DriverAllocation, ProfileError};
+use dra_kubelet_plugin::device::{Attribute, SliceDevice};
 
 /// The CDI class of fake devices: `k8s.<driver>/fake=<device>`.
 pub const CDI_CLASS: &str = "fake";
@@ -90,24 +88,18 @@ impl DeviceProfile for FakeProfile {
             .devices
             .iter()
             .enumerate()
-            .map(|(i, id)| SliceDevice {
-                name: structured::device_name(i),
-                attributes: BTreeMap::from([
-                    ("uuid".to_owned(), Attribute::String(id.clone())),
-                    (
-                        "model".to_owned(),
-                        Attribute::String(self.inventory.model.clone()),
-                    ),
-                    (
-                        "index".to_owned(),
+            .map(|(i, id)| {
+                SliceDevice::new(structured::device_name(i))
+                    .attribute("uuid", Attribute::String(id.clone()))
+                    .attribute("model", Attribute::String(self.inventory.model.clone()))
+                    .attribute(
+                        "index",
                         Attribute::Int(i64::try_from(i).unwrap_or(i64::MAX)),
-                    ),
-                    (
-                        "driverVersion".to_owned(),
+                    )
+                    .attribute(
+                        "driverVersion",
                         Attribute::Version(DRIVER_VERSION.to_owned()),
-                    ),
-                ]),
-                ..Default::default()
+                    )
             })
             .collect()
     }

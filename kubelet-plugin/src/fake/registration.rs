@@ -5,8 +5,9 @@ use clap::{ArgMatches, Args, FromArgMatches};
 use futures::future::BoxFuture;
 use serde::Deserialize;
 
+use dra_kubelet_plugin::DeviceProfile;
 use dra_kubelet_plugin::Plugin;
-use dra_kubelet_plugin::profile::{CounterSet, DeviceProfile, SliceDevice};
+use dra_kubelet_plugin::device::{CounterSet, SliceDevice};
 
 use super::FakeProfile;
 use super::devices::{DEFAULT_NUM_DEVICES, Inventory, MAX_NUM_DEVICES};
@@ -139,12 +140,12 @@ impl NodeProfile for FakeProfile {
             devices = inventory.devices.len(),
             "inventory"
         );
-        let nas = nas::Publisher::new(
+        let nas = nas::NasInventory::new(
             node.client,
             &node.namespace,
             &node.node_name,
             inventory.to_nas_spec(),
         );
-        Box::pin(plugin.classic_publisher(nas).run(*self, shutdown))
+        Box::pin(plugin.classic_inventory(nas).run(*self, shutdown))
     }
 }

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use dra_kubelet_plugin::profile::{DriverAllocation, ProfileError};
+use dra_kubelet_plugin::claim::{DriverAllocation, ProfileError};
 use dra_kubelet_plugin::{FieldError, OpaqueConfig};
 use fake_dra_api::params::{FakeClaimParametersSpec, MAX_COUNT, MAX_SPLIT, ModelSelector};
 use serde::Deserialize;

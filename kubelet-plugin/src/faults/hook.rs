@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use dra_kubelet_plugin::claim::ClaimRef;
+use dra_kubelet_plugin::device::SliceDevice;
+use dra_kubelet_plugin::device::TaintRules;
 use dra_kubelet_plugin::hook::{FaultHook, HealthStatus, HookContext, Refusal};
-use dra_kubelet_plugin::profile::SliceDevice;
-use dra_kubelet_plugin::slices::TaintRules;
 use fake_dra_api::fault;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
@@ -78,7 +78,7 @@ impl FaultHook for DeviceFaults {
                     f.prepare(&claim.namespace, &claim.name, devices)
                 })
                 .await
-                .map_err(|(by, message)| Refusal { by, message })
+                .map_err(|(by, message)| Refusal::new(by, message))
         })
     }
 
@@ -93,7 +93,7 @@ impl FaultHook for DeviceFaults {
                     f.unprepare(&claim.namespace, &claim.name, devices)
                 })
                 .await
-                .map_err(|(by, message)| Refusal { by, message })
+                .map_err(|(by, message)| Refusal::new(by, message))
         })
     }
 

@@ -19,8 +19,8 @@ use fake_dra_api::fault::{
     NodeFaultStatus, TaintEffectSpec,
 };
 
-use dra_kubelet_plugin::profile::{BindingConditions, DeviceTaint, SliceDevice, TaintEffect};
-use dra_kubelet_plugin::slices::TaintRules;
+use dra_kubelet_plugin::device::TaintRules;
+use dra_kubelet_plugin::device::{BindingConditions, DeviceTaint, SliceDevice, TaintEffect};
 
 /// Keeps this node's entries in the faults' status current: after every change of the
 /// faults, what [`NodeFaults::reports`] says. Never returns on its own.
@@ -172,11 +172,9 @@ impl NodeFaults {
                 && !taints.iter().any(|x| x.key == t.key && x.effect == effect)
                 && taints.len() < max
             {
-                taints.push(DeviceTaint {
-                    key: t.key.clone(),
-                    value: t.value.clone().filter(|v| !v.is_empty()),
-                    effect,
-                });
+                let mut taint = DeviceTaint::new(t.key.clone(), effect);
+                taint.value = t.value.clone().filter(|v| !v.is_empty());
+                taints.push(taint);
             }
         }
         taints
@@ -293,11 +291,13 @@ impl NodeFaults {
                     }
                 }
                 if let Some((_, b)) = self.binding(&d.name) {
-                    d.binding = Some(BindingConditions {
-                        conditions: vec![attached_condition(driver)],
-                        failure_conditions: vec![attach_failed_condition(driver)],
-                        binds_to_node: b.binds_to_node,
-                    });
+                    d.binding = Some(
+                        BindingConditions::new(
+                            vec![attached_condition(driver)],
+                            vec![attach_failed_condition(driver)],
+                        )
+                        .binds_to_node(b.binds_to_node),
+                    );
                 }
                 d
             })

@@ -36,10 +36,7 @@ fn call(action: CallAction, delay: Option<u32>) -> Option<CallFault> {
 
 /// `max` taints a device, the effect None allowed (1.35+).
 fn rules(max: usize) -> TaintRules {
-    TaintRules {
-        max_per_device: max,
-        effect_none: true,
-    }
+    TaintRules::new(max, true)
 }
 
 fn names(v: &[&str]) -> Vec<String> {
@@ -153,13 +150,7 @@ fn taints_add_up_and_are_published_within_the_limit() {
         ),
     ];
     let n = NodeFaults::resolve("n", &devices(), &faults);
-    let plain: Vec<SliceDevice> = devices()
-        .into_iter()
-        .map(|name| SliceDevice {
-            name,
-            ..Default::default()
-        })
-        .collect();
+    let plain: Vec<SliceDevice> = devices().into_iter().map(SliceDevice::new).collect();
     let published = n.overlay(&plain, "drv", rules(4));
     assert_eq!(published[0].taints.len(), 2, "k1 and k2, k2 once");
     assert_eq!(published[1].taints.len(), 1);
@@ -211,15 +202,9 @@ fn a_none_taint_is_left_out_where_the_release_refuses_it_and_the_status_says_why
         ),
     ];
     let n = NodeFaults::resolve("n", &devices(), &faults);
-    let plain: Vec<SliceDevice> = devices()
-        .into_iter()
-        .map(|name| SliceDevice {
-            name,
-            ..Default::default()
-        })
-        .collect();
+    let plain: Vec<SliceDevice> = devices().into_iter().map(SliceDevice::new).collect();
     // 1.34: NoSchedule and NoExecute only (a None taint would fail the whole slice write).
-    let on_1_34 = TaintRules::of(dra_kubelet_plugin::slices::CounterLayout::WithDevices);
+    let on_1_34 = TaintRules::of(dra_kubelet_plugin::device::CounterLayout::WithDevices);
     let published = n.overlay(&plain, "drv", on_1_34);
     for d in &published {
         let effects: Vec<TaintEffect> = d.taints.iter().map(|t| t.effect).collect();
@@ -234,7 +219,7 @@ fn a_none_taint_is_left_out_where_the_release_refuses_it_and_the_status_says_why
     );
     assert!(reports["b-noschedule"].problems.is_empty());
     // 1.35+: published.
-    let on_1_35 = TaintRules::of(dra_kubelet_plugin::slices::CounterLayout::Separate);
+    let on_1_35 = TaintRules::of(dra_kubelet_plugin::device::CounterLayout::Separate);
     assert_eq!(n.overlay(&plain, "drv", on_1_35)[0].taints.len(), 2);
     assert!(
         n.reports(on_1_35)
@@ -258,22 +243,18 @@ fn binding_faults_give_the_devices_binding_conditions() {
         },
     )];
     let n = NodeFaults::resolve("n", &devices(), &faults);
-    let plain: Vec<SliceDevice> = devices()
-        .into_iter()
-        .map(|name| SliceDevice {
-            name,
-            ..Default::default()
-        })
-        .collect();
+    let plain: Vec<SliceDevice> = devices().into_iter().map(SliceDevice::new).collect();
     let out = n.overlay(&plain, "fake.resource.3-shake.com", rules(4));
     assert_eq!(out[1].binding, None);
     assert_eq!(
         out[2].binding,
-        Some(BindingConditions {
-            conditions: vec!["fake.resource.3-shake.com/attached".into()],
-            failure_conditions: vec!["fake.resource.3-shake.com/attach-failed".into()],
-            binds_to_node: true,
-        })
+        Some(
+            BindingConditions::new(
+                vec!["fake.resource.3-shake.com/attached".into()],
+                vec!["fake.resource.3-shake.com/attach-failed".into()],
+            )
+            .binds_to_node(true)
+        )
     );
     assert_eq!(n.binding("fake-2").unwrap().1.outcome, BindingOutcome::Fail);
 }
@@ -384,13 +365,7 @@ fn a_taint_the_api_server_would_refuse_is_not_applied_and_the_status_says_why() 
     ];
     let n = NodeFaults::resolve("n", &devices(), &faults);
     assert!(n.is_empty(), "neither is in force");
-    let plain: Vec<SliceDevice> = devices()
-        .into_iter()
-        .map(|name| SliceDevice {
-            name,
-            ..Default::default()
-        })
-        .collect();
+    let plain: Vec<SliceDevice> = devices().into_iter().map(SliceDevice::new).collect();
     assert!(
         n.overlay(&plain, "drv", rules(4))
             .iter()

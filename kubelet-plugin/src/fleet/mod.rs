@@ -1,7 +1,7 @@
 //! Fleet mode (API only): one process publishes the ResourceSlices of many simulated
 //! nodes — Node objects it creates, or nodes others made (kwok) that it finds by label —
 //! exactly as the node plugin would publish them on each (one pool per node, the same
-//! [`dra_kubelet_plugin::slices`] and [`dra_kubelet_plugin::publish_slices::PoolWriter`], an owner reference to the
+//! [`dra_kubelet_plugin::slices`] and [`dra_kubelet_plugin::slices::PoolWriter`], an owner reference to the
 //! Node), with the `DeviceFault`s applied. No kubelet calls it: nothing is prepared. For
 //! scheduler, autoscaler and queueing tests at thousands of nodes (docs/fleet.md).
 //!
@@ -219,7 +219,7 @@ fn selector_tokens(s: &str) -> Vec<Tok> {
 /// `--node-cpu`, `--node-memory`: a Kubernetes quantity (`32`, `500m`, `256Gi`), not
 /// negative; kept as written.
 pub fn parse_quantity(flag: &'static str, s: &str) -> Result<String, FlagError> {
-    match s.parse::<dra_kubelet_plugin::quantity::Quantity>() {
+    match s.parse::<dra_kubelet_plugin::Quantity>() {
         Ok(q) if q.is_non_negative() => Ok(s.to_owned()),
         Ok(_) => Err(flag_error(flag, s, "must not be negative")),
         Err(e) => Err(flag_error(

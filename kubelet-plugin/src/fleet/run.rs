@@ -31,10 +31,12 @@ use super::{
 use crate::faults::watch::{self as fault_watch, StatusWriter};
 use crate::faults::{Fault, NodeFaults, claim_status};
 use crate::registry::NodeProfile;
+use dra_kubelet_plugin::device::SliceDevice;
+use dra_kubelet_plugin::device::{CounterLayout, SliceSplit};
 use dra_kubelet_plugin::mode::ResourceApi;
-use dra_kubelet_plugin::profile::SliceDevice;
-use dra_kubelet_plugin::publish_slices::{self, Accepted, PoolWriter, ReconcileError};
-use dra_kubelet_plugin::slices::{self, CounterLayout, Desired, PublishedSlice, SliceSplit};
+use dra_kubelet_plugin::slices;
+use dra_kubelet_plugin::slices::{Accepted, PoolWriter, ReconcileError};
+use dra_kubelet_plugin::slices::{Desired, PublishedSlice};
 
 /// Everything fleet mode is configured with.
 #[derive(Debug, Clone)]
@@ -79,7 +81,7 @@ pub enum FleetError {
 /// A node's devices, counter sets and how its profile splits them, before faults.
 type PoolDevices = (
     Vec<SliceDevice>,
-    Vec<dra_kubelet_plugin::profile::CounterSet>,
+    Vec<dra_kubelet_plugin::device::CounterSet>,
     SliceSplit,
 );
 
@@ -220,7 +222,7 @@ async fn run_until(
             dra_kubelet_plugin::mode::ModeError::NoDra { served },
         ));
     };
-    let layout = publish_slices::counter_layout(&client, api).await;
+    let layout = slices::counter_layout(&client, api).await;
     let ready = Arc::new(AtomicBool::new(false));
     let http = match config.http_address {
         Some(addr) => {
@@ -334,7 +336,7 @@ async fn run_until(
         faults.clone(),
         device_names.clone(),
         fleet_changed,
-        slices::TaintRules::of(layout),
+        dra_kubelet_plugin::device::TaintRules::of(layout),
     ));
     let claim_task = {
         let names = device_names.clone();
@@ -370,7 +372,7 @@ async fn run_until(
         })
     };
 
-    let publisher = Publisher {
+    let publisher = NodePublisher {
         config: config.clone(),
         nodes: Api::all(client.clone()),
         writer,
@@ -454,8 +456,8 @@ async fn run_until(
     Ok(())
 }
 
-/// Publishes single nodes.
-struct Publisher {
+/// Publishes the slices of one simulated node at a time (the nodes of the fleet).
+struct NodePublisher {
     config: FleetConfig,
     nodes: Api<Node>,
     writer: PoolWriter,
@@ -467,7 +469,7 @@ struct Publisher {
     shared: Arc<Shared>,
 }
 
-impl Publisher {
+impl NodePublisher {
     /// One round for `node`: the profile's devices with the faults, written if they
     /// differ from what was last written.
     async fn publish(&self, node: String) {
@@ -515,7 +517,7 @@ impl Publisher {
             devices: node_faults.overlay(
                 &base,
                 &self.config.driver_name,
-                slices::TaintRules::of(self.layout),
+                dra_kubelet_plugin::device::TaintRules::of(self.layout),
             ),
             counter_sets,
             layout: self.layout,
@@ -524,7 +526,7 @@ impl Publisher {
         let existing = if needs_list {
             match self
                 .writer
-                .list(&publish_slices::node_slices_selector(
+                .list(&slices::node_slices_selector(
                     &self.config.driver_name,
                     &node,
                 ))
@@ -997,7 +999,7 @@ async fn watch_nodes(
 async fn drop_slices(writer: &PoolWriter, driver: &str, nodes: &[String]) {
     for node in nodes {
         match writer
-            .list(&publish_slices::node_slices_selector(driver, node))
+            .list(&slices::node_slices_selector(driver, node))
             .await
         {
             Ok(found) => {
@@ -1125,7 +1127,7 @@ async fn report_faults(
     faults: fault_watch::Faults,
     device_names: DeviceNames,
     fleet_changed: Arc<Notify>,
-    taint_rules: slices::TaintRules,
+    taint_rules: dra_kubelet_plugin::device::TaintRules,
 ) {
     let mut writer = StatusWriter::new(client, "fleet");
     let mut changes = faults.clone();

@@ -3,7 +3,7 @@
 //! checked once, here, so the profile can trust its amounts: a partition never takes
 //! more of a GPU than the GPU has, and every quantity parses.
 
-use dra_kubelet_plugin::quantity::Quantity;
+use dra_kubelet_plugin::Quantity;
 use serde::{Deserialize, Serialize};
 
 use super::GpuError;
@@ -289,8 +289,11 @@ pub fn check_model(m: &GpuModel) -> Result<(), GpuError> {
                 ),
             ));
         }
-        let all_memory = part_memory.nanos().checked_mul(i128::from(p.count));
-        if all_memory.is_none_or(|all| all > memory.nanos()) {
+        // Both were parsed (`positive`), so both have a value.
+        let all_memory = part_memory
+            .nanos()
+            .and_then(|n| n.checked_mul(i128::from(p.count)));
+        if all_memory.is_none_or(|all| Some(all) > memory.nanos()) {
             return Err(bad(
                 field("count"),
                 format!(

@@ -9,12 +9,12 @@
 
 use std::collections::BTreeMap;
 
-use dra_kubelet_plugin::quantity::Quantity;
+use dra_kubelet_plugin::Quantity;
 
 use super::catalog::{Catalog, GpuModel, positive};
 use super::groups::{GpuGroup, Sharing};
 use super::{DRIVER_VERSION, GpuError};
-use dra_kubelet_plugin::profile::{
+use dra_kubelet_plugin::device::{
     Attribute, Capacity, CounterConsumption, CounterSet, RequestPolicy, SliceDevice, ValidRange,
 };
 
@@ -114,7 +114,7 @@ fn share_default(memory: Quantity) -> Option<String> {
     if memory >= default {
         return Some(SHARE_DEFAULT.to_owned());
     }
-    let gib = memory.nanos() / (GIB * 1_000_000_000);
+    let gib = memory.nanos()? / (GIB * 1_000_000_000);
     Some(format!("{gib}Gi"))
 }
 
@@ -159,7 +159,7 @@ impl NodeLayout {
                 group: group(),
                 reason,
             })?;
-            if g.sharing == Sharing::Shared && memory.nanos() < GIB * 1_000_000_000 {
+            if g.sharing == Sharing::Shared && memory.nanos() < Some(GIB * 1_000_000_000) {
                 return Err(GpuError::BadGroup {
                     group: group(),
                     reason: format!(
@@ -274,9 +274,11 @@ impl NodeLayout {
         self.gpus
             .iter()
             .filter(|g| g.sharing == Sharing::Partitioned)
-            .map(|g| CounterSet {
-                name: counter_set_name(g.index),
-                counters: counters(&g.model.memory, g.model.slices.unwrap_or(0)),
+            .map(|g| {
+                CounterSet::new(
+                    counter_set_name(g.index),
+                    counters(&g.model.memory, g.model.slices.unwrap_or(0)),
+                )
             })
             .collect()
     }
@@ -309,44 +311,40 @@ impl NodeLayout {
             (ATTR_PCI_BUS_ID.to_owned(), string(&g.bus_id)),
             (ATTR_NUMA_NODE.to_owned(), Attribute::Int(g.numa_node)),
         ]);
-        let mut device = SliceDevice {
-            name: d.name.clone(),
-            capacity: BTreeMap::from([("memory".to_owned(), Capacity::from(d.memory.as_str()))]),
-            ..Default::default()
+        let mut device = {
+            let mut built = SliceDevice::new(d.name.clone());
+            built.capacity =
+                BTreeMap::from([("memory".to_owned(), Capacity::from(d.memory.as_str()))]);
+            built
         };
         match (&d.kind, g.sharing) {
             (Kind::Partition { profile, slices }, _) => {
                 attributes.insert("type".into(), string("partition"));
                 attributes.insert("profile".into(), string(profile));
                 attributes.insert("parentUUID".into(), string(&g.uuid));
-                device.consumes_counters = vec![CounterConsumption {
-                    counter_set: counter_set_name(g.index),
-                    counters: counters(&d.memory, *slices),
-                }];
+                device.consumes_counters = vec![CounterConsumption::new(
+                    counter_set_name(g.index),
+                    counters(&d.memory, *slices),
+                )];
             }
             (Kind::Whole, Sharing::Partitioned) => {
-                device.consumes_counters = vec![CounterConsumption {
-                    counter_set: counter_set_name(g.index),
-                    counters: counters(&g.model.memory, g.model.slices.unwrap_or(0)),
-                }];
+                device.consumes_counters = vec![CounterConsumption::new(
+                    counter_set_name(g.index),
+                    counters(&g.model.memory, g.model.slices.unwrap_or(0)),
+                )];
             }
             (Kind::Whole, Sharing::Shared) => {
                 device.allow_multiple_allocations = true;
                 let default = positive(&d.memory).ok().and_then(share_default);
                 device.capacity.insert(
                     "memory".into(),
-                    Capacity {
-                        value: d.memory.as_str().into(),
-                        request_policy: Some(RequestPolicy {
-                            default: default.map(Into::into),
-                            valid_values: Vec::new(),
-                            valid_range: Some(ValidRange {
-                                min: SHARE_STEP.into(),
-                                max: None,
-                                step: Some(SHARE_STEP.into()),
-                            }),
-                        }),
-                    },
+                    Capacity::new(d.memory.as_str()).request_policy(
+                        RequestPolicy::new(default.map(Into::into)).valid_range(ValidRange::new(
+                            SHARE_STEP.into(),
+                            None,
+                            Some(SHARE_STEP.into()),
+                        )),
+                    ),
                 );
             }
             (Kind::Whole, Sharing::Exclusive) => {}
@@ -371,7 +369,7 @@ impl NodeDevices for NodeLayout {
 }
 
 /// `{memory, slices}`: what a counter set has, or a device takes of it.
-fn counters(memory: &str, slices: u32) -> BTreeMap<String, dra_kubelet_plugin::profile::Quantity> {
+fn counters(memory: &str, slices: u32) -> BTreeMap<String, dra_kubelet_plugin::Quantity> {
     BTreeMap::from([
         ("memory".to_owned(), memory.into()),
         ("slices".to_owned(), slices.to_string().into()),

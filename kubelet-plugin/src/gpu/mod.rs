@@ -20,11 +20,11 @@ pub use catalog::{Catalog, GpuModel, Partition};
 use devices::{Kind, NodeLayout};
 use env::SeenDevice;
 
+use dra_kubelet_plugin::DeviceProfile;
 use dra_kubelet_plugin::cdi::{ContainerEdits, Device};
 use dra_kubelet_plugin::claim::{ClaimRef, ClaimUid};
-use dra_kubelet_plugin::profile::{
-    CounterSet, DeviceProfile, DriverAllocation, ProfileError, SliceDevice,
-};
+use dra_kubelet_plugin::claim::{DriverAllocation, ProfileError};
+use dra_kubelet_plugin::device::{CounterSet, SliceDevice};
 use dra_kubelet_plugin::slices::PackError;
 use groups::{GpuGroup, Sharing};
 

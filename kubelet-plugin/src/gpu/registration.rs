@@ -5,8 +5,9 @@ use clap::{ArgMatches, Args, FromArgMatches};
 use futures::future::BoxFuture;
 use serde::Deserialize;
 
+use dra_kubelet_plugin::DeviceProfile;
 use dra_kubelet_plugin::Plugin;
-use dra_kubelet_plugin::profile::{CounterSet, DeviceProfile, SliceDevice};
+use dra_kubelet_plugin::device::{CounterSet, SliceDevice};
 
 use super::devices::NodeLayout;
 use super::groups::{GpuFlag, GpuGroup};

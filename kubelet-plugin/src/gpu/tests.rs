@@ -4,11 +4,12 @@ use proptest::prelude::*;
 use serde_json::json;
 
 use super::*;
-use dra_kubelet_plugin::profile::{
-    AllocatedDevice, Attribute, ConfigSource, CounterConsumption, Quantity, RequestPolicy,
-    ValidRange,
-};
-use dra_kubelet_plugin::slices::{self, CounterLayout, Desired};
+use dra_kubelet_plugin::Quantity;
+use dra_kubelet_plugin::claim::{AllocatedDevice, ConfigSource};
+use dra_kubelet_plugin::device::CounterLayout;
+use dra_kubelet_plugin::device::{Attribute, CounterConsumption, RequestPolicy, ValidRange};
+use dra_kubelet_plugin::slices;
+use dra_kubelet_plugin::slices::Desired;
 
 const NODE: &str = "node-1";
 const DRIVER: &str = "gpu.example.com";
@@ -53,29 +54,20 @@ fn claim() -> ClaimRef {
 }
 
 fn allocated(device: &str) -> AllocatedDevice {
-    AllocatedDevice {
-        request: "req".into(),
-        device: device.into(),
-        ..Default::default()
-    }
+    AllocatedDevice::new("req", device)
 }
 
 fn share(device: &str, id: &str, memory: &str) -> AllocatedDevice {
-    AllocatedDevice {
-        share_id: Some(id.into()),
-        consumed_capacity: BTreeMap::from([("memory".to_owned(), memory.to_owned())]),
-        ..allocated(device)
+    {
+        let mut built = allocated(device);
+        built.share_id = Some(id.into());
+        built.consumed_capacity = BTreeMap::from([("memory".to_owned(), memory.to_owned())]);
+        built
     }
 }
 
 fn prepare(p: &GpuProfile, devices: Vec<AllocatedDevice>) -> Result<GpuPrepared, ProfileError> {
-    p.prepare_allocation(
-        &claim(),
-        &DriverAllocation {
-            devices,
-            configs: Vec::new(),
-        },
-    )
+    p.prepare_allocation(&claim(), &DriverAllocation::new(devices, Vec::new()))
 }
 
 #[test]
@@ -127,10 +119,10 @@ fn a_partitioned_gpu_publishes_its_counters_and_partitions() {
     let sets = p.counter_sets();
     assert_eq!(
         sets,
-        [CounterSet {
-            name: "gpu-0-counters".into(),
-            counters: BTreeMap::from([("memory".into(), q("80Gi")), ("slices".into(), q("7"))]),
-        }]
+        [CounterSet::new(
+            "gpu-0-counters",
+            BTreeMap::from([("memory".into(), q("80Gi")), ("slices".into(), q("7"))])
+        )]
     );
     let devices = p.slice_devices();
     let names: Vec<&str> = devices.iter().map(|d| d.name.as_str()).collect();
@@ -143,10 +135,10 @@ fn a_partitioned_gpu_publishes_its_counters_and_partitions() {
     let part = device(&devices, "gpu-0-2g-20gb-2");
     assert_eq!(
         part.consumes_counters,
-        [CounterConsumption {
-            counter_set: "gpu-0-counters".into(),
-            counters: BTreeMap::from([("memory".into(), q("20Gi")), ("slices".into(), q("2"))]),
-        }]
+        [CounterConsumption::new(
+            "gpu-0-counters",
+            BTreeMap::from([("memory".into(), q("20Gi")), ("slices".into(), q("2"))])
+        )]
     );
     assert_eq!(string(part, "type"), "partition");
     assert_eq!(string(part, "profile"), "2g.20gb");
@@ -177,15 +169,13 @@ fn a_shared_gpu_allows_multiple_allocations_with_a_memory_policy() {
     assert_eq!(memory.value, q("24Gi"));
     assert_eq!(
         memory.request_policy,
-        Some(RequestPolicy {
-            default: Some(q("10Gi")),
-            valid_values: Vec::new(),
-            valid_range: Some(ValidRange {
-                min: q("1Gi"),
-                max: None,
-                step: Some(q("1Gi")),
-            }),
-        })
+        Some(
+            RequestPolicy::new(Some(q("10Gi"))).valid_range(ValidRange::new(
+                q("1Gi"),
+                None,
+                Some(q("1Gi"))
+            ))
+        )
     );
     // A GPU of less memory than the default share offers itself whole by default, in
     // whole steps.

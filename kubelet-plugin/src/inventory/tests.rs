@@ -6,7 +6,8 @@ use crate::fake::devices::Inventory;
 use crate::gpu::groups::{GpuGroup, Sharing, parse_gpus};
 use crate::gpu::{Catalog, GpuProfile};
 use crate::registry::Profiles;
-use dra_kubelet_plugin::profile::{DeviceProfile, SliceDevice};
+use dra_kubelet_plugin::DeviceProfile;
+use dra_kubelet_plugin::device::SliceDevice;
 
 const FILE: &str = "inventory.yaml";
 const DRIVER: &str = "drv";

@@ -14,8 +14,9 @@
 
 use std::collections::BTreeMap;
 
-use dra_kubelet_plugin::profile::{
-    Attribute, Capacity, CounterConsumption, CounterSet, Quantity, SliceDevice,
+use dra_kubelet_plugin::Quantity;
+use dra_kubelet_plugin::device::{
+    Attribute, Capacity, CounterConsumption, CounterSet, SliceDevice,
 };
 
 use super::NvidiaError;
@@ -389,9 +390,11 @@ impl NodeLayout {
         self.gpus
             .iter()
             .filter(|g| g.mig_enabled())
-            .map(|g| CounterSet {
-                name: counter_set_name(g.minor),
-                counters: counters(max_amounts(g.model), 0..MEMORY_SLICES),
+            .map(|g| {
+                CounterSet::new(
+                    counter_set_name(g.minor),
+                    counters(max_amounts(g.model), 0..MEMORY_SLICES),
+                )
             })
             .collect()
     }
@@ -458,10 +461,7 @@ fn common_attributes(g: &Gpu) -> BTreeMap<String, Attribute> {
 
 fn slice_device(d: &NodeDevice, g: &Gpu) -> SliceDevice {
     let mut attributes = common_attributes(g);
-    let mut device = SliceDevice {
-        name: d.name.clone(),
-        ..Default::default()
-    };
+    let mut device = SliceDevice::new(d.name.clone());
     match d.kind {
         Kind::Whole => {
             attributes.insert("type".into(), Attribute::String(TYPE_GPU.into()));
@@ -469,10 +469,10 @@ fn slice_device(d: &NodeDevice, g: &Gpu) -> SliceDevice {
             if g.mig_enabled() {
                 let max = max_amounts(g.model);
                 device.capacity = capacities(max);
-                device.consumes_counters = vec![CounterConsumption {
-                    counter_set: counter_set_name(g.minor),
-                    counters: counters(max, 0..MEMORY_SLICES),
-                }];
+                device.consumes_counters = vec![CounterConsumption::new(
+                    counter_set_name(g.minor),
+                    counters(max, 0..MEMORY_SLICES),
+                )];
             } else {
                 device.capacity = BTreeMap::from([(
                     "memory".to_owned(),
@@ -487,10 +487,10 @@ fn slice_device(d: &NodeDevice, g: &Gpu) -> SliceDevice {
             attributes.insert("parentUUID".into(), Attribute::String(g.uuid.clone()));
             attributes.insert("profile".into(), Attribute::String(profile.name.into()));
             device.capacity = capacities(amounts(profile));
-            device.consumes_counters = vec![CounterConsumption {
-                counter_set: counter_set_name(g.minor),
-                counters: counters(amounts(profile), profile.slices_at(start)),
-            }];
+            device.consumes_counters = vec![CounterConsumption::new(
+                counter_set_name(g.minor),
+                counters(amounts(profile), profile.slices_at(start)),
+            )];
         }
     }
     device.attributes = attributes;

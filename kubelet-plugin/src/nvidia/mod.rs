@@ -22,12 +22,13 @@ pub mod registration;
 use devices::{Kind, NodeLayout};
 use groups::NvidiaGroup;
 
+use dra_kubelet_plugin::DeviceProfile;
 use dra_kubelet_plugin::cdi::{ContainerEdits, Device};
 use dra_kubelet_plugin::claim::{ClaimRef, ClaimUid};
-use dra_kubelet_plugin::profile::{
-    CounterSet, DeviceProfile, DriverAllocation, ProfileError, SliceDevice,
-};
-use dra_kubelet_plugin::slices::{PackError, SliceSplit};
+use dra_kubelet_plugin::claim::{DriverAllocation, ProfileError};
+use dra_kubelet_plugin::device::SliceSplit;
+use dra_kubelet_plugin::device::{CounterSet, SliceDevice};
+use dra_kubelet_plugin::slices::PackError;
 
 use crate::gpu::env::{self as gpu_env, SeenDevice};
 use crate::shared::prepared::{self, PreparedClaim, PreparedDevice, Requests};

@@ -5,9 +5,10 @@ use clap::{ArgMatches, Args, FromArgMatches};
 use futures::future::BoxFuture;
 use serde::Deserialize;
 
+use dra_kubelet_plugin::DeviceProfile;
 use dra_kubelet_plugin::Plugin;
-use dra_kubelet_plugin::profile::{CounterSet, DeviceProfile, SliceDevice};
-use dra_kubelet_plugin::slices::SliceSplit;
+use dra_kubelet_plugin::device::SliceSplit;
+use dra_kubelet_plugin::device::{CounterSet, SliceDevice};
 
 use super::groups::{NvidiaFlag, NvidiaGroup};
 use super::{NvidiaError, NvidiaProfile};

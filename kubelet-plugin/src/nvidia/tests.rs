@@ -6,8 +6,12 @@ use super::devices::{self, CAPACITIES};
 use super::groups::Mig;
 use super::models::{self, MEMORY_SLICES};
 use super::*;
-use dra_kubelet_plugin::profile::{AllocatedDevice, Attribute, CounterConsumption, Quantity};
-use dra_kubelet_plugin::slices::{self, CounterLayout, Desired};
+use dra_kubelet_plugin::Quantity;
+use dra_kubelet_plugin::claim::AllocatedDevice;
+use dra_kubelet_plugin::device::CounterLayout;
+use dra_kubelet_plugin::device::{Attribute, CounterConsumption};
+use dra_kubelet_plugin::slices;
+use dra_kubelet_plugin::slices::Desired;
 
 const NODE: &str = "node-1";
 const DRIVER: &str = "gpu.nvidia.com";
@@ -149,17 +153,11 @@ fn an_a100_40gb_with_mig_publishes_the_real_drivers_names_attributes_and_counter
     set.extend(slice_counters(0..8));
     assert_eq!(
         p.counter_sets(),
-        [CounterSet {
-            name: "gpu-0-counter-set".into(),
-            counters: set.clone(),
-        }]
+        [CounterSet::new("gpu-0-counter-set", set.clone())]
     );
     assert_eq!(
         whole.consumes_counters,
-        [CounterConsumption {
-            counter_set: "gpu-0-counter-set".into(),
-            counters: set,
-        }]
+        [CounterConsumption::new("gpu-0-counter-set", set)]
     );
 
     // A MIG device: its profile's engines, memory and placement; no uuid until created.
@@ -201,10 +199,7 @@ fn an_a100_40gb_with_mig_publishes_the_real_drivers_names_attributes_and_counter
     consumed.extend(slice_counters(4..8));
     assert_eq!(
         mig.consumes_counters,
-        [CounterConsumption {
-            counter_set: "gpu-0-counter-set".into(),
-            counters: consumed,
-        }]
+        [CounterConsumption::new("gpu-0-counter-set", consumed)]
     );
     let me = device(&devices, "gpu-0-mig-1g5gb-me-20-6");
     assert_eq!(me.attributes["profile"], string("1g.5gb+me"));
@@ -324,7 +319,7 @@ fn placements_that_overlap_and_only_those_consume_a_common_memory_slice() {
 /// them in order while every counter lasts.
 fn allocatable_together(p: &NvidiaProfile, names: &[&SliceDevice]) -> usize {
     let set = &p.counter_sets()[0];
-    let value = |q: &Quantity| q.value().unwrap().nanos();
+    let value = |q: &Quantity| q.nanos().unwrap();
     let mut left: BTreeMap<&String, i128> =
         set.counters.iter().map(|(k, v)| (k, value(v))).collect();
     let mut taken = 0;
@@ -551,24 +546,14 @@ fn claim() -> ClaimRef {
 }
 
 fn allocated(request: &str, device: &str) -> AllocatedDevice {
-    AllocatedDevice {
-        request: request.into(),
-        device: device.into(),
-        ..Default::default()
-    }
+    AllocatedDevice::new(request, device)
 }
 
 fn prepare(
     p: &NvidiaProfile,
     devices: Vec<AllocatedDevice>,
 ) -> Result<NvidiaPrepared, ProfileError> {
-    p.prepare_allocation(
-        &claim(),
-        &DriverAllocation {
-            devices,
-            configs: Vec::new(),
-        },
-    )
+    p.prepare_allocation(&claim(), &DriverAllocation::new(devices, Vec::new()))
 }
 
 fn env_of(devices: &[Device], name: &str) -> Vec<String> {
@@ -689,9 +674,10 @@ fn overlapping_placements_are_never_held_by_two_claims() {
     // Admin access holds nothing; every device is still reported allocated.
     let admin = prepare(
         &p,
-        vec![AllocatedDevice {
-            admin_access: true,
-            ..allocated("r", "gpu-0")
+        vec![{
+            let mut built = allocated("r", "gpu-0");
+            built.admin_access = true;
+            built
         }],
     )
     .unwrap();

@@ -10,8 +10,10 @@
 
 pub mod prepared;
 
-use dra_kubelet_plugin::profile::{CounterSet, SliceDevice};
-use dra_kubelet_plugin::slices::{self, CounterLayout, Desired, PackError, SliceSplit};
+use dra_kubelet_plugin::device::{CounterLayout, SliceSplit};
+use dra_kubelet_plugin::device::{CounterSet, SliceDevice};
+use dra_kubelet_plugin::slices;
+use dra_kubelet_plugin::slices::{Desired, PackError};
 use uuid::Uuid;
 
 /// The standard attributes (k8s.io/dynamic-resource-allocation `deviceattribute`).

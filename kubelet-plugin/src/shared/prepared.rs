@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use dra_kubelet_plugin::profile::{DriverAllocation, ProfileError};
+use dra_kubelet_plugin::claim::{DriverAllocation, ProfileError};
 
 /// Longest share id accepted (the API writes a UUID).
 const MAX_SHARE_ID_LEN: usize = 64;
@@ -175,11 +175,7 @@ fn check_device<'a>(
     }
     for (name, value) in &d.consumed_capacity {
         let bad_name = name.is_empty() || name.len() > MAX_CAPACITY_NAME_LEN;
-        if bad_name
-            || value
-                .parse::<dra_kubelet_plugin::quantity::Quantity>()
-                .is_err()
-        {
+        if bad_name || value.parse::<dra_kubelet_plugin::Quantity>().is_err() {
             return Err(ProfileError::new(
                 "bad_allocation",
                 format!(

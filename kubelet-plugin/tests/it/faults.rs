@@ -10,8 +10,8 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::*;
+use dra_kubelet_proto::{dra_health_v1, dra_health_v1alpha1, dra_v1, pluginregistration as reg};
 use fake_dra_api::fault::DeviceFault;
-use fake_dra_proto::{dra_health_v1, dra_health_v1alpha1, dra_v1, pluginregistration as reg};
 use k8s_openapi::api::resource::v1;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -68,7 +68,7 @@ async fn v1_client(
     dirs: &Dirs,
 ) -> dra_v1::dra_plugin_client::DraPluginClient<tonic::transport::Channel> {
     dra_v1::dra_plugin_client::DraPluginClient::new(
-        fake_dra_proto::connect_unix(dirs.dra_socket())
+        dra_kubelet_proto::connect_unix(dirs.dra_socket())
             .await
             .unwrap(),
     )
@@ -184,7 +184,7 @@ async fn every_fault_as_the_cluster_sees_it_and_removing_it_undoes_it() {
 
     // The health stream: healthy devices, then the fault's Unhealthy one.
     let mut health = dra_health_v1::dra_resource_health_client::DraResourceHealthClient::new(
-        fake_dra_proto::connect_unix(dirs.dra_socket())
+        dra_kubelet_proto::connect_unix(dirs.dra_socket())
             .await
             .unwrap(),
     )
@@ -225,7 +225,7 @@ async fn every_fault_as_the_cluster_sees_it_and_removing_it_undoes_it() {
     assert_eq!(sick.message, "fan failed");
     // v1alpha1 says the same.
     let mut alpha = dra_health_v1alpha1::dra_resource_health_client::DraResourceHealthClient::new(
-        fake_dra_proto::connect_unix(dirs.dra_socket())
+        dra_kubelet_proto::connect_unix(dirs.dra_socket())
             .await
             .unwrap(),
     )

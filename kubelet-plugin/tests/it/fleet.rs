@@ -186,7 +186,7 @@ async fn a_fleet_of_created_nodes_publishes_what_node_plugins_would() {
             (0..8).map(|i| format!("fake-{i}")).collect::<Vec<_>>()
         );
         // The same devices, attribute for attribute, as the node plugin on that node.
-        let expected = dra_kubelet_plugin::profile::DeviceProfile::slice_devices(
+        let expected = dra_kubelet_plugin::DeviceProfile::slice_devices(
             &fake_dra_kubelet_plugin::fake::FakeProfile::new(
                 fake_dra_kubelet_plugin::fake::devices::Inventory::new(
                     &name,

@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use common::{CLAIM_NS, inject, start_api_version, validate_schema};
 use dra_kubelet_plugin::ModeFlag;
+use dra_kubelet_proto::dra_v1;
 use fake_dra_emulator::apiserver::ApiServer;
 use fake_dra_kubelet_plugin::gpu::groups::parse_gpus;
 use fake_dra_kubelet_plugin::gpu::{Catalog, GpuProfile};
-use fake_dra_proto::dra_v1;
 use k8s_openapi::api::resource::v1;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
@@ -190,7 +190,7 @@ async fn prepare(
     claims: Vec<dra_v1::Claim>,
 ) -> std::collections::HashMap<String, dra_v1::NodePrepareResourceResponse> {
     dra_v1::dra_plugin_client::DraPluginClient::new(
-        fake_dra_proto::connect_unix(socket).await.unwrap(),
+        dra_kubelet_proto::connect_unix(socket).await.unwrap(),
     )
     .node_prepare_resources(dra_v1::NodePrepareResourcesRequest { claims })
     .await

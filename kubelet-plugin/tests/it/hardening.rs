@@ -354,7 +354,7 @@ async fn odd_uids_and_duplicates_get_consistent_answers() {
     claims.push(claim(UID_B, &handle(NODE, &[7], 1)));
     let raw = v1alpha3(&dirs)
         .await
-        .node_prepare_resources(fake_dra_proto::v1alpha3::NodePrepareResourcesRequest { claims })
+        .node_prepare_resources(dra_kubelet_proto::v1alpha3::NodePrepareResourcesRequest { claims })
         .await
         .unwrap()
         .into_inner();

@@ -4,6 +4,7 @@
 
 mod common;
 
+mod counter_profile;
 mod faults;
 mod fleet;
 mod gpu_profile;

@@ -4,10 +4,10 @@
 
 use crate::common;
 use common::*;
+use dra_kubelet_proto::{pluginregistration as reg, v1alpha2};
 use fake_dra_api::nas::{NodeAllocationState, NodePhase};
 use fake_dra_emulator::apiserver::{ApiServer, Fault, FaultVerb};
 use fake_dra_kubelet_plugin::fake::devices::children;
-use fake_dra_proto::{pluginregistration as reg, v1alpha2};
 use kube::Api;
 
 const NODE: &str = "node-1";
@@ -66,7 +66,7 @@ async fn registration_answers_like_a_dra_plugin() {
     .unwrap();
 
     // The gRPC health service answers on the DRA socket.
-    let channel = fake_dra_proto::connect_unix(dirs.dra_socket())
+    let channel = dra_kubelet_proto::connect_unix(dirs.dra_socket())
         .await
         .unwrap();
     let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
@@ -86,7 +86,7 @@ async fn registration_answers_like_a_dra_plugin() {
     let err = v1alpha3(&dirs)
         .await
         .node_list_and_watch_resources(
-            fake_dra_proto::v1alpha3::NodeListAndWatchResourcesRequest {},
+            dra_kubelet_proto::v1alpha3::NodeListAndWatchResourcesRequest {},
         )
         .await
         .err()
@@ -432,14 +432,14 @@ async fn crash_and_converge(point: &str, prepared_before: bool, act_prepare: boo
     let claims = vec![claim(UID_A, &h)];
     let result = if act_prepare {
         client
-            .node_prepare_resources(fake_dra_proto::v1alpha3::NodePrepareResourcesRequest {
+            .node_prepare_resources(dra_kubelet_proto::v1alpha3::NodePrepareResourcesRequest {
                 claims,
             })
             .await
             .map(|_| ())
     } else {
         client
-            .node_unprepare_resources(fake_dra_proto::v1alpha3::NodeUnprepareResourcesRequest {
+            .node_unprepare_resources(dra_kubelet_proto::v1alpha3::NodeUnprepareResourcesRequest {
                 claims,
             })
             .await

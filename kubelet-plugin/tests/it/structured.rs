@@ -9,9 +9,9 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use common::*;
+use dra_kubelet_proto::{dra_v1, dra_v1beta1, pluginregistration as reg};
 use fake_dra_emulator::apiserver::ApiServer;
 use fake_dra_kubelet_plugin::fake::devices::children;
-use fake_dra_proto::{dra_v1, dra_v1beta1, pluginregistration as reg};
 use k8s_openapi::api::resource::{v1, v1beta1};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams};
@@ -43,7 +43,7 @@ async fn v1_client(
     dirs: &Dirs,
 ) -> dra_v1::dra_plugin_client::DraPluginClient<tonic::transport::Channel> {
     dra_v1::dra_plugin_client::DraPluginClient::new(
-        fake_dra_proto::connect_unix(dirs.dra_socket())
+        dra_kubelet_proto::connect_unix(dirs.dra_socket())
             .await
             .unwrap(),
     )
@@ -53,7 +53,7 @@ async fn v1beta1_client(
     dirs: &Dirs,
 ) -> dra_v1beta1::dra_plugin_client::DraPluginClient<tonic::transport::Channel> {
     dra_v1beta1::dra_plugin_client::DraPluginClient::new(
-        fake_dra_proto::connect_unix(dirs.dra_socket())
+        dra_kubelet_proto::connect_unix(dirs.dra_socket())
             .await
             .unwrap(),
     )
@@ -388,7 +388,7 @@ async fn auto_mode_on_1_30_is_classic_and_structured_mode_refuses() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("--mode structured needs resource.k8s.io v1 or v1beta1"),
+        stderr.contains("structured DRA (mode structured) needs resource.k8s.io v1 or v1beta1"),
         "{stderr}"
     );
 }

@@ -616,7 +616,7 @@ async fn classic_services_answer_foreign_clients_under_every_authority() {
         "registration_socket": dirs.reg_socket(),
         "dra_socket": dirs.dra_socket(),
         "probe_socket": probe.path,
-        "proto_dir": repo().join("proto/proto"),
+        "proto_dir": repo().join("dra-kubelet-proto/proto"),
         "mode": "classic",
         "health_services": ["", "v1alpha3.Node", "v1alpha2.Node"],
         "classic": {
@@ -709,14 +709,14 @@ async fn structured_services_answer_foreign_clients_under_every_authority() {
     ];
 
     // What our own client gets, for comparison.
-    let own_claim = |uid: &str, name: &str| fake_dra_proto::dra_v1::Claim {
+    let own_claim = |uid: &str, name: &str| dra_kubelet_proto::dra_v1::Claim {
         namespace: CLAIM_NS.into(),
         uid: uid.into(),
         name: name.into(),
     };
     let mut own = dra_v1_client(&dirs).await;
     let answer = own
-        .node_prepare_resources(fake_dra_proto::dra_v1::NodePrepareResourcesRequest {
+        .node_prepare_resources(dra_kubelet_proto::dra_v1::NodePrepareResourcesRequest {
             claims: vec![own_claim(&good, "good")],
         })
         .await
@@ -740,7 +740,7 @@ async fn structured_services_answer_foreign_clients_under_every_authority() {
             })
         })
         .collect();
-    own.node_unprepare_resources(fake_dra_proto::dra_v1::NodeUnprepareResourcesRequest {
+    own.node_unprepare_resources(dra_kubelet_proto::dra_v1::NodeUnprepareResourcesRequest {
         claims: vec![own_claim(&good, "good")],
     })
     .await
@@ -760,7 +760,7 @@ async fn structured_services_answer_foreign_clients_under_every_authority() {
         "registration_socket": dirs.reg_socket(),
         "dra_socket": dirs.dra_socket(),
         "probe_socket": probe.path,
-        "proto_dir": repo().join("proto/proto"),
+        "proto_dir": repo().join("dra-kubelet-proto/proto"),
         "mode": "structured",
         "health_services": [
             "",
@@ -841,9 +841,9 @@ async fn structured_services_answer_foreign_clients_under_every_authority() {
 
 async fn dra_v1_client(
     dirs: &Dirs,
-) -> fake_dra_proto::dra_v1::dra_plugin_client::DraPluginClient<tonic::transport::Channel> {
-    fake_dra_proto::dra_v1::dra_plugin_client::DraPluginClient::new(
-        fake_dra_proto::connect_unix(dirs.dra_socket())
+) -> dra_kubelet_proto::dra_v1::dra_plugin_client::DraPluginClient<tonic::transport::Channel> {
+    dra_kubelet_proto::dra_v1::dra_plugin_client::DraPluginClient::new(
+        dra_kubelet_proto::connect_unix(dirs.dra_socket())
             .await
             .unwrap(),
     )

@@ -25,7 +25,7 @@ use crate::common::DRIVER;
 use crate::real::cluster::DRIVER_NAMESPACE;
 
 /// How long kube-apiserver stays down in [`FaultKind::ApiserverDownLong`]: longer than the
-/// plugin's longest retry pause (30 s: publish_slices.rs, and kube-runtime's watcher
+/// plugin's longest retry pause (30 s: slice_controller.rs of dra-kubelet-plugin, and kube-runtime's watcher
 /// backoff), after the up to 15 s its own stop takes.
 pub const APISERVER_DOWN: Duration = Duration::from_secs(40);
 /// A fault not recovered from after this long is a violation.

@@ -29,9 +29,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use dra_kubelet_proto::{v1alpha2, v1alpha3};
 use fake_dra_api::upstream::pod::{ClassicContainer, DraPod};
 use fake_dra_api::upstream::v1alpha2::ResourceClaim;
-use fake_dra_proto::{v1alpha2, v1alpha3};
 use kube::api::Api;
 
 use super::registration::{PluginApi, Socket, dial};

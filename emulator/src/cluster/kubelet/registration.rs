@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use fake_dra_proto::{DRA_PLUGIN_TYPE, pluginregistration as reg};
+use dra_kubelet_proto::{DRA_PLUGIN_TYPE, pluginregistration as reg};
 
 use super::{NodeContext, PluginInstance};
 use crate::cluster::structured::ResourceSlice;
@@ -60,7 +60,7 @@ pub(super) fn dial_authority(server_version: (u32, u32), socket: &Path, kind: So
     }
     let path = socket.to_string_lossy();
     if server_version >= (1, 29) {
-        fake_dra_proto::authority::grpc_go_encoded_authority(&path)
+        dra_kubelet_proto::authority::grpc_go_encoded_authority(&path)
     } else {
         path.into_owned()
     }
@@ -73,7 +73,7 @@ pub(super) async fn dial(
     kind: Socket,
 ) -> Result<tonic::transport::Channel, String> {
     let authority = dial_authority(server_version, socket, kind);
-    fake_dra_proto::connect_unix_with_authority(socket, authority)
+    dra_kubelet_proto::connect_unix_with_authority(socket, authority)
         .await
         .map_err(|e| format!("dialling {}: {e}", socket.display()))
 }
@@ -148,11 +148,11 @@ pub enum PluginApi {
 pub fn known_services(server_version: (u32, u32)) -> Vec<(&'static str, PluginApi)> {
     if server_version >= (1, 34) {
         vec![
-            (fake_dra_proto::SUPPORTED_V1, PluginApi::V1),
-            (fake_dra_proto::SUPPORTED_V1BETA1, PluginApi::V1Beta1),
+            (dra_kubelet_proto::SUPPORTED_V1, PluginApi::V1),
+            (dra_kubelet_proto::SUPPORTED_V1BETA1, PluginApi::V1Beta1),
         ]
     } else {
-        vec![(fake_dra_proto::SUPPORTED_V1BETA1, PluginApi::V1Beta1)]
+        vec![(dra_kubelet_proto::SUPPORTED_V1BETA1, PluginApi::V1Beta1)]
     }
 }
 

@@ -2,8 +2,8 @@ use proptest::prelude::*;
 use serde_json::json;
 
 use super::*;
+use dra_kubelet_plugin::claim::ConfigSource;
 use dra_kubelet_plugin::claim::{ClaimError, ClaimRef};
-use dra_kubelet_plugin::profile::ConfigSource;
 
 const DRIVER: &str = "fake.resource.3-shake.com";
 
@@ -52,7 +52,7 @@ fn api_claim(f: &FetchedClaim) -> k8s_openapi::api::resource::v1::ResourceClaim 
         json!({"allocation": {"devices": {
             "results": a.results.iter().map(|r| json!({"request": r.request, "driver": r.driver, "pool": r.pool, "device": r.device})).collect::<Vec<_>>(),
             "config": a.config.iter().map(|c| json!({
-                "source": match c.source { ConfigSource::FromClass => "FromClass", ConfigSource::FromClaim => "FromClaim" },
+                "source": match c.source { ConfigSource::FromClass => "FromClass", _ => "FromClaim" },
                 "requests": c.requests,
                 "opaque": {"driver": c.driver, "parameters": c.parameters},
             })).collect::<Vec<_>>(),
@@ -79,7 +79,7 @@ fn resolve(
     claim: &ClaimRef,
     fetched: &FetchedClaim,
 ) -> Result<Resolved, ClaimError> {
-    let allocation = dra_kubelet_plugin::config::allocation_of::<FakeConfig>(
+    let allocation = dra_kubelet_plugin::claim::allocation_of::<FakeConfig>(
         driver,
         &inv.node_name,
         claim,
@@ -385,12 +385,7 @@ fn count_and_model_must_agree_with_the_allocation() {
 
 /// `opaque.parameters` as the plugin decodes them for this profile.
 fn parse_parameters(p: &serde_json::Value) -> Result<OpaqueParameters, String> {
-    let entry = dra_kubelet_plugin::config::ConfigEntry {
-        source: ConfigSource::FromClaim,
-        requests: None,
-        config: p.clone(),
-        index: 0,
-    };
+    let entry = dra_kubelet_plugin::claim::ConfigEntry::new(ConfigSource::FromClaim, p.clone(), 0);
     dra_kubelet_plugin::config::decode::<FakeConfig>(DRIVER, entry)
         .map(|e| e.config.parameters())
         .map_err(|e| e.message)

@@ -90,12 +90,11 @@ fn opaque_configs_are_refused() {
     // The profile takes no config: the plugin refuses any before the profile sees it.
     let err = dra_kubelet_plugin::config::decode::<<GpuProfile as DeviceProfile>::Config>(
         DRIVER,
-        dra_kubelet_plugin::config::ConfigEntry {
-            source: ConfigSource::FromClass,
-            requests: None,
-            config: json!({"anything": 1}),
-            index: 2,
-        },
+        dra_kubelet_plugin::claim::ConfigEntry::new(
+            ConfigSource::FromClass,
+            json!({"anything": 1}),
+            2,
+        ),
     )
     .unwrap_err();
     assert_eq!(err.reason, "bad_parameters");
@@ -108,9 +107,10 @@ fn opaque_configs_are_refused() {
 #[test]
 fn admin_access_is_all_or_nothing_and_holds_nothing() {
     let p = mixed();
-    let admin = |d: &str| AllocatedDevice {
-        admin_access: true,
-        ..allocated(d)
+    let admin = |d: &str| {
+        let mut built = allocated(d);
+        built.admin_access = true;
+        built
     };
     let all = prepare(&p, vec![admin("gpu-0"), admin("gpu-3")]).unwrap();
     assert!(all.admin_access);

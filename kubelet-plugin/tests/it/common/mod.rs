@@ -7,12 +7,11 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use dra_kubelet_plugin::cdi::CdiKind;
+use dra_kubelet_proto::{pluginregistration as reg, v1alpha2, v1alpha3};
 use fake_dra_api::handle::AllocationHandle;
 use fake_dra_kubelet_plugin::fake::devices::{DEFAULT_MODELS, Inventory};
-use fake_dra_proto::{pluginregistration as reg, v1alpha2, v1alpha3};
 use tonic::transport::Channel;
 
-#[path = "../../../../dra-kubelet-plugin/tests/support/mod.rs"]
 mod support;
 #[allow(unused_imports)]
 pub use support::{
@@ -225,13 +224,13 @@ pub async fn registration(
     dirs: &Dirs,
 ) -> Result<reg::registration_client::RegistrationClient<Channel>, tonic::transport::Error> {
     Ok(reg::registration_client::RegistrationClient::new(
-        fake_dra_proto::connect_unix(dirs.reg_socket()).await?,
+        dra_kubelet_proto::connect_unix(dirs.reg_socket()).await?,
     ))
 }
 
 pub async fn v1alpha3(dirs: &Dirs) -> v1alpha3::node_client::NodeClient<Channel> {
     v1alpha3::node_client::NodeClient::new(
-        fake_dra_proto::connect_unix(dirs.dra_socket())
+        dra_kubelet_proto::connect_unix(dirs.dra_socket())
             .await
             .unwrap(),
     )
@@ -239,7 +238,7 @@ pub async fn v1alpha3(dirs: &Dirs) -> v1alpha3::node_client::NodeClient<Channel>
 
 pub async fn v1alpha2(dirs: &Dirs) -> v1alpha2::node_client::NodeClient<Channel> {
     v1alpha2::node_client::NodeClient::new(
-        fake_dra_proto::connect_unix(dirs.dra_socket())
+        dra_kubelet_proto::connect_unix(dirs.dra_socket())
             .await
             .unwrap(),
     )

@@ -65,7 +65,7 @@ pub(super) fn check_answers(
 
 macro_rules! structured_prepare {
     ($module:ident, $channel:expr, $batch:expr) => {{
-        use fake_dra_proto::$module as api;
+        use dra_kubelet_proto::$module as api;
         let mut client = api::dra_plugin_client::DraPluginClient::new($channel);
         let claims = $batch
             .iter()
@@ -99,7 +99,7 @@ macro_rules! structured_prepare {
 
 macro_rules! structured_unprepare {
     ($module:ident, $channel:expr, $batch:expr) => {{
-        use fake_dra_proto::$module as api;
+        use dra_kubelet_proto::$module as api;
         let mut client = api::dra_plugin_client::DraPluginClient::new($channel);
         let claims = $batch
             .iter()
