@@ -5,6 +5,7 @@
 mod chaos;
 mod common;
 mod external;
+mod fuzz;
 mod real;
 
 mod classic;

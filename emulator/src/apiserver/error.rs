@@ -150,6 +150,25 @@ impl ApiError {
         )
     }
 
+    /// A read from a resourceVersion newer than the store's: kube-apiserver's watch cache
+    /// waits for it (3 s), then gives up with a Timeout asking for a retry after 1 s
+    /// (k8s.io/apiserver storage `NewTooLargeResourceVersionError`: `NewTimeoutError` with
+    /// the cause `ResourceVersionTooLarge`). The emulator's store is always current, so the
+    /// version can never arrive: it answers at once.
+    pub fn resource_version_too_large(asked: u64, current: u64) -> Self {
+        Self {
+            details: Some(json!({
+                "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                "retryAfterSeconds": 1,
+            })),
+            ..Self::new(
+                504,
+                "Timeout",
+                format!("Timeout: Too large resource version: {asked}, current: {current}"),
+            )
+        }
+    }
+
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(500, "InternalError", message)
     }

@@ -664,13 +664,10 @@ fn check_list_resource_version(store: &Store, query: &HashMap<String, String>) -
         .parse()
         .map_err(|_| ApiError::bad_request(format!("invalid resource version {rv:?}")))?;
     if asked > store.revision() {
-        return Err(ApiError {
-            code: 504,
-            ..ApiError::internal(format!(
-                "Too large resource version: {asked}, current: {}",
-                store.revision()
-            ))
-        });
+        return Err(ApiError::resource_version_too_large(
+            asked,
+            store.revision(),
+        ));
     }
     if query
         .get("resourceVersionMatch")

@@ -161,7 +161,10 @@ impl ApiServer {
         &self.kubeconfig
     }
 
-    /// A kube client for this server, as `kubectl` would build one from [`Self::kubeconfig`].
+    /// A kube client for this server, as `kubectl` would build one from [`Self::kubeconfig`]:
+    /// without kube's retries of 429, 503 and 504 (client-go retries only an answer with a
+    /// `Retry-After` header, which the emulator never sends), so a caller sees the answer
+    /// at once (a 504 for a future resourceVersion took kube's policy 15 tries).
     pub fn client(&self) -> Result<kube::Client, StartError> {
         // kube uses rustls with ring; when a test-only dependency also links aws-lc-rs,
         // rustls has no default provider until one is named (an error means one is set).
@@ -170,8 +173,9 @@ impl ApiServer {
             .url()
             .parse()
             .map_err(|e: ::http::uri::InvalidUri| StartError::Client(e.to_string()))?;
-        kube::Client::try_from(kube::Config::new(url))
-            .map_err(|e| StartError::Client(e.to_string()))
+        let mut config = kube::Config::new(url);
+        config.default_retry = false;
+        kube::Client::try_from(config).map_err(|e| StartError::Client(e.to_string()))
     }
 
     /// Direct access to the objects, for the emulated control-plane components that run in

@@ -1013,3 +1013,26 @@ spec.versions[0].additionalPrinterColumns[2].format: Invalid value: \"huge\": mu
     let (code, body) = raw(&client, "POST", &crds, "application/json", crd(good)).await;
     assert_eq!(code, 201, "{body}");
 }
+
+/// Found by the fuzzer (`fuzz::api_queries`, seed 0): a list from a resourceVersion the
+/// store has not reached was a 504 `InternalError`, which kube's
+/// client retries 15 times as a server error. kube-apiserver's watch cache answers it with
+/// a `Timeout` that names the cause and asks for a retry after 1 s.
+#[tokio::test]
+async fn reads_from_a_future_resource_version_are_a_timeout_naming_the_cause() {
+    let (_server, client) = server((1, 34)).await;
+    config_map(&client, "now").await;
+    let uri = "/api/v1/namespaces/default/configmaps?resourceVersion=9107099807151&resourceVersionMatch=NotOlderThan";
+    let (status, body) = raw(&client, "GET", uri, "application/json", String::new()).await;
+    assert_eq!(status, 504, "{body}");
+    assert_eq!(body["reason"], "Timeout", "{body}");
+    assert!(
+        message(&body).starts_with("Timeout: Too large resource version: 9107099807151, current: "),
+        "{body}"
+    );
+    assert_eq!(
+        body["details"]["causes"][0]["reason"], "ResourceVersionTooLarge",
+        "{body}"
+    );
+    assert_eq!(body["details"]["retryAfterSeconds"], 1, "{body}");
+}

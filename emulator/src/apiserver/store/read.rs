@@ -102,13 +102,7 @@ impl Store {
                     )));
                 }
                 if from > self.revision {
-                    return Err(ApiError {
-                        code: 504,
-                        ..ApiError::internal(format!(
-                            "Too large resource version: {from}, current: {}",
-                            self.revision
-                        ))
-                    });
+                    return Err(ApiError::resource_version_too_large(from, self.revision));
                 }
                 let storage = self.storage_key(&target.key);
                 self.history
