@@ -148,11 +148,15 @@ impl fmt::Display for ClaimRef {
 
 /// A value shortened for an error message.
 pub(crate) fn shorten(s: &str) -> String {
-    const MAX: usize = 80;
-    if s.len() <= MAX {
+    shorten_to(s, 80)
+}
+
+/// `s` cut to at most `max` bytes (at a character boundary), saying how long it was.
+pub(crate) fn shorten_to(s: &str, max: usize) -> String {
+    if s.len() <= max {
         return s.to_owned();
     }
-    let mut end = MAX;
+    let mut end = max;
     while !s.is_char_boundary(end) {
         end -= 1;
     }

@@ -8,12 +8,17 @@ use std::fmt::Debug;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
-use crate::claim_data::{ConfigEntry, DriverAllocation, ProfileError};
+use crate::claim_data::{ConfigEntry, DriverAllocation, ProfileError, shorten_to};
 
 /// The most bytes of `opaque.parameters` (as JSON) decoded: the API server's own limit
 /// (`OpaqueParametersMaxLength`, 10 KiB), so nothing it accepts is refused and nothing
 /// bigger is parsed.
 pub const MAX_PARAMETERS_BYTES: usize = 10 * 1024;
+
+/// The longest field path below `parameters` an error shows, in bytes.
+const MAX_PATH_BYTES: usize = 256;
+/// The longest message about a config an error shows, in bytes.
+const MAX_MESSAGE_BYTES: usize = 1024;
 
 /// A driver's opaque config type: a Kubernetes-style object (`apiVersion`, `kind` and
 /// the type's own fields), decoded from `opaque.parameters` by the plugin. The plugin
@@ -112,8 +117,17 @@ pub fn decode<C: OpaqueConfig>(
     raw: ConfigEntry<serde_json::Value>,
 ) -> Result<ConfigEntry<C>, ProfileError> {
     let field = raw.field();
+    // Bounded: the path and serde's message quote the user's keys and values, which may
+    // be thousands of characters long (a 13 KB message, found by fuzzing).
     let fail = |sub: &str, message: String| {
-        ProfileError::new("bad_parameters", format!("{field}{sub}: {message}"))
+        ProfileError::new(
+            "bad_parameters",
+            format!(
+                "{field}{}: {}",
+                shorten_to(sub, MAX_PATH_BYTES),
+                shorten_to(&message, MAX_MESSAGE_BYTES)
+            ),
+        )
     };
     let Some((api_version, kind)) = C::TYPE else {
         return Err(ProfileError::new(
@@ -227,6 +241,21 @@ mod tests {
 
     fn err<C: OpaqueConfig>(v: serde_json::Value) -> String {
         decode::<C>("w.example.com", entry(v)).unwrap_err().message
+    }
+
+    /// Found by fuzzing (`fuzz::plugin_opaque_configs`): an unknown key of 6,000 characters
+    /// made a 13 KB message (the path and serde's message both quote it).
+    #[test]
+    fn a_refusal_quoting_a_long_key_is_bounded() {
+        let key = "k".repeat(6000);
+        let message =
+            err::<Width>(json!({"apiVersion": "w.example.com/v1", "kind": "Width", key: 1}));
+        assert!(message.len() < 1600, "{} bytes: {message}", message.len());
+        assert!(
+            message.starts_with("status.allocation.devices.config[2].opaque.parameters.kkk"),
+            "{message}"
+        );
+        assert!(message.contains("(6001 bytes)"), "{message}");
     }
 
     #[test]

@@ -44,6 +44,15 @@ pub fn with_stack<R>(f: impl FnOnce() -> R) -> R {
     stacker::maybe_grow(CEL_RED_ZONE_BYTES, CEL_STACK_BYTES, f)
 }
 
+/// How many characters of the `cel` crate's message an error keeps: it quotes operand
+/// values whole ("Unsupported binary operator 'add': List([UInt(…), …])" of a 2,500-item
+/// list was 50 KB, found by fuzzing), and the message ends up in Events and claim status.
+const MESSAGE_CHARS: usize = 1024;
+
+fn bounded(message: &str) -> String {
+    fake_dra_ops::text::elide_middle(message, MESSAGE_CHARS)
+}
+
 /// Why a selector was refused before or while compiling.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CompileError {
@@ -178,7 +187,7 @@ pub fn compile(expression: &str) -> Result<cel::Program, CompileError> {
         return Err(CompileError::TooDeep);
     }
     with_stack(|| {
-        cel::Program::compile(expression).map_err(|e| CompileError::Syntax(e.to_string()))
+        cel::Program::compile(expression).map_err(|e| CompileError::Syntax(bounded(&e.to_string())))
     })
 }
 
@@ -253,8 +262,8 @@ pub fn evaluate(
         context.add_variable_from_value("device", device_variable(driver, device, expression));
         match program.execute(&context) {
             Ok(cel::Value::Bool(b)) => Ok(b),
-            Ok(other) => Err(format!("must evaluate to bool, got {other:?}")),
-            Err(e) => Err(e.to_string()),
+            Ok(other) => Err(bounded(&format!("must evaluate to bool, got {other:?}"))),
+            Err(e) => Err(bounded(&e.to_string())),
         }
     })
 }
@@ -279,6 +288,26 @@ mod tests {
             serde_json::json!({"name": "d0", "attributes": {"model": {"string": "A"}}}),
         )
         .unwrap()
+    }
+
+    /// Found by fuzzing (`fuzz::cel_selectors`): the `cel` crate's error quoted a 2,500-item
+    /// list whole (50 KB into an Event); the message keeps its start and end.
+    #[test]
+    fn an_error_about_a_large_value_is_bounded() {
+        let list: Vec<String> = (0..400).map(|_| "18446744073709551615u".into()).collect();
+        let expression = format!("[{}] + 1u == []", list.join(","));
+        let err = on_small_stack(move || {
+            let program = compile(&expression).map_err(|e| e.to_string())?;
+            evaluate(&program, &expression, "d.example.com", &device())
+        })
+        .unwrap_err();
+        assert!(
+            err.chars().count() <= MESSAGE_CHARS + 64,
+            "{} characters",
+            err.len()
+        );
+        assert!(err.contains("characters left out"), "{err}");
+        assert!(err.starts_with("Unsupported binary operator"), "{err}");
     }
 
     /// Compiles, estimates and evaluates `expression` as validation and the scheduler do.

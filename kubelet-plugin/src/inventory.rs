@@ -54,7 +54,7 @@ pub enum InventoryError {
     #[error(transparent)]
     Read(#[from] fake_dra_ops::files::FileError),
     /// Not YAML or JSON of the file's shape.
-    #[error("inventory file {file}: {reason}")]
+    #[error("inventory file {file}: {}", bounded(.reason))]
     Parse { file: String, reason: String },
     /// `apiVersion` or `kind` is not ours.
     #[error("inventory file {file}: {field} must be {wanted:?}, got {got}")]
@@ -66,16 +66,16 @@ pub enum InventoryError {
     },
     /// A top-level field a profile reads (the gpu profile's `models`), or one no
     /// profile reads.
-    #[error("inventory file {file}: {reason}")]
+    #[error("inventory file {file}: {}", bounded(.reason))]
     Section { file: String, reason: String },
     /// A profile's flags, as no node could use them.
-    #[error("{profile} profile: {reason}")]
+    #[error("{profile} profile: {}", bounded(.reason))]
     Settings {
         profile: &'static str,
         reason: String,
     },
     /// A `nodes` entry.
-    #[error("inventory file {file}: nodes[{index}]: {reason}")]
+    #[error("inventory file {file}: nodes[{index}]: {}", bounded(.reason))]
     Entry {
         file: String,
         index: usize,
@@ -93,7 +93,7 @@ pub enum InventoryError {
         inventory: String,
     },
     /// What the flags give this node.
-    #[error("node {node:?}: {reason}")]
+    #[error("node {node:?}: {}", bounded(.reason))]
     Flags { node: String, reason: String },
     /// An empty node name.
     #[error("--node-name must not be empty")]
@@ -234,6 +234,15 @@ pub(crate) fn shown(value: &str) -> String {
         None => format!("{value:?}"),
         Some((cut, _)) => format!("{:?}...", &value[..cut]),
     }
+}
+
+/// How many characters of a reason an error shows: serde's messages quote the value they
+/// refuse, which may be a 30,000-character string of the file (found by fuzzing).
+const REASON_CHARS: usize = 1024;
+
+/// A reason of at most [`REASON_CHARS`] characters, both ends kept.
+fn bounded(reason: &str) -> String {
+    fake_dra_ops::text::elide_middle(reason, REASON_CHARS)
 }
 
 /// [`shown`] without the quotes.

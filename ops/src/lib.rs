@@ -15,5 +15,6 @@ pub mod files;
 pub mod flags;
 pub mod logging;
 pub mod signals;
+pub mod text;
 pub mod version;
 pub mod yaml;

@@ -717,3 +717,25 @@ proptest! {
         let _ = parse_gpus(&text);
     }
 }
+
+/// Found by fuzzing (`fuzz::plugin_inventory_files`): serde's type error quoted a
+/// 20,000-character string of the file whole. The reason keeps both ends: what the field
+/// is and what was expected.
+#[test]
+fn a_type_error_quoting_a_long_value_is_bounded() {
+    let text = format!(
+        "apiVersion: fake.resource.3-shake.com/v1alpha1\nkind: Inventory\nnodes:\n- {}\n",
+        "x".repeat(20_000)
+    );
+    let message = parse(&text, FILE, &registry()).unwrap_err().to_string();
+    assert!(
+        message.chars().count() < 1200,
+        "{} characters",
+        message.len()
+    );
+    assert!(
+        message.starts_with("inventory file inventory.yaml: nodes[0]: invalid type"),
+        "{message}"
+    );
+    assert!(message.contains("characters left out"), "{message}");
+}
