@@ -6,7 +6,9 @@
 //! the kind must still decode (D5/D6: one bad object stored broke every list of its kind).
 
 use super::cel::expression;
-use super::json::{Encoding, any_json, encode, encoding, metadata, string_map, tricky_string};
+use super::json::{
+    Encoding, any_json, encode, encoding, metadata, or_any, string_map, tricky_string,
+};
 use super::{CASE_DEADLINE, run};
 use fake_dra_api::fault::DeviceFault;
 use fake_dra_api::params::FakeClaimParameters;
@@ -116,10 +118,6 @@ impl Kind {
             Kind::DeviceFault => list(Api::<DeviceFault>::all(c)).await,
         }
     }
-}
-
-fn or_any(good: impl Strategy<Value = Value>) -> impl Strategy<Value = Value> {
-    prop_oneof![4 => good, 1 => any_json()]
 }
 
 fn selectors() -> impl Strategy<Value = Value> {

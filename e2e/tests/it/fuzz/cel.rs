@@ -4,7 +4,7 @@
 //! emulated apiserver and scheduler do; the API targets send the same ones in classes and
 //! claims.
 
-use super::{MAX_MESSAGE_BYTES, run, within_deadline};
+use super::{bounded_refusal, run, within_deadline};
 use fake_dra_emulator::cel as dra_cel;
 use k8s_openapi::api::resource::v1::Device;
 use proptest::prelude::*;
@@ -126,13 +126,6 @@ fn cel_selectors() {
             }
             dra_cel::evaluate(&program, &expression, DRIVER, &device).map(|_| ())
         })?;
-        match outcome {
-            Err(message) if message.len() > MAX_MESSAGE_BYTES => Err(format!(
-                "an error of {} bytes: {}…",
-                message.len(),
-                message.chars().take(200).collect::<String>()
-            )),
-            _ => Ok(()),
-        }
+        bounded_refusal(outcome)
     });
 }

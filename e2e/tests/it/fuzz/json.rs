@@ -82,6 +82,11 @@ pub fn any_json() -> impl Strategy<Value = Value> {
     ]
 }
 
+/// A value that is usually what the field wants and sometimes anything.
+pub fn or_any(good: impl Strategy<Value = Value>) -> impl Strategy<Value = Value> {
+    prop_oneof![4 => good, 1 => any_json()]
+}
+
 /// A map of string to string, or something that is not one.
 pub fn string_map() -> impl Strategy<Value = Value> {
     prop_oneof![

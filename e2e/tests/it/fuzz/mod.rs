@@ -41,7 +41,7 @@ const SHRINK_STEPS_ENV: &str = "FAKE_DRA_FUZZ_SHRINK_STEPS";
 const MAX_SHOWN_CHARS: usize = 3000;
 /// The longest refusal message a target accepts (an error that echoes a 10 KB input
 /// whole is a defect of its own).
-pub const MAX_MESSAGE_BYTES: usize = 4096;
+const MAX_MESSAGE_BYTES: usize = 4096;
 
 const SECONDS_ENV: &str = "FAKE_DRA_FUZZ_SECONDS";
 const CASES_ENV: &str = "FAKE_DRA_FUZZ_CASES";
@@ -241,5 +241,18 @@ pub fn within_deadline<R: Send + 'static>(
         Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
             Err(format!("{what}: panicked (above)"))
         }
+    }
+}
+
+/// A refusal must say something, and not echo a large input whole.
+pub fn bounded_refusal(outcome: Result<(), String>) -> Result<(), String> {
+    match outcome {
+        Err(message) if message.trim().is_empty() => Err("an empty error message".into()),
+        Err(message) if message.len() > MAX_MESSAGE_BYTES => Err(format!(
+            "an error of {} bytes: {}",
+            message.len(),
+            clip(&message)
+        )),
+        _ => Ok(()),
     }
 }

@@ -2,8 +2,8 @@
 //! the opaque `FakeClaimParameters` of claims and classes, decoded and checked as the
 //! plugin does before it prepares a claim.
 
-use super::json::{any_json, tricky_string};
-use super::{MAX_MESSAGE_BYTES, run, within_deadline};
+use super::json::{any_json, or_any, tricky_string};
+use super::{bounded_refusal, run, within_deadline};
 use dra_kubelet_plugin::claim::{ConfigEntry, ConfigSource};
 use dra_kubelet_plugin::config::{OpaqueConfig, decode};
 use fake_dra_kubelet_plugin::fake::structured::FakeConfig;
@@ -20,11 +20,6 @@ fn pattern() -> impl Strategy<Value = String> {
         (1usize..20_000).prop_map(|n| "n".repeat(n)),
         tricky_string(),
     ]
-}
-
-/// A value that is usually what the field wants and sometimes anything.
-fn or_any(good: impl Strategy<Value = Value>) -> impl Strategy<Value = Value> {
-    prop_oneof![4 => good, 1 => any_json()]
 }
 
 fn node_entry() -> impl Strategy<Value = Value> {
@@ -84,7 +79,7 @@ fn plugin_inventory_files() {
                     Err(e) => Err(e.to_string()),
                 }
             })?;
-            bounded(outcome)
+            bounded_refusal(outcome)
         },
     );
 }
@@ -140,19 +135,6 @@ fn plugin_opaque_configs() {
                 Err(e) => Err(e.to_string()),
             }
         })?;
-        bounded(outcome)
+        bounded_refusal(outcome)
     });
-}
-
-/// A refusal must say something, and not echo a large input whole.
-fn bounded(outcome: Result<(), String>) -> Result<(), String> {
-    match outcome {
-        Err(message) if message.trim().is_empty() => Err("an empty error message".into()),
-        Err(message) if message.len() > MAX_MESSAGE_BYTES => Err(format!(
-            "an error of {} bytes: {}…",
-            message.len(),
-            message.chars().take(200).collect::<String>()
-        )),
-        _ => Ok(()),
-    }
 }
