@@ -26,6 +26,11 @@ pub const API_ACCESS: &[(&str, &str, &[&str])] = &[
     ("", "nodes", &["get"]),
 ];
 
+/// How long one call's device work may take by default: the kubelet gives the whole call
+/// 45 s (`defaultClientCallTimeout` of its DRA plugin client), and the answer must reach it
+/// after the work, a possible rollback and the checkpoint's write.
+pub const DEFAULT_DEVICE_WORK_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// A DRA kubelet plugin for one node, configured with builder methods; [`Plugin::run`]
 /// serves the kubelet until shutdown.
 ///
@@ -59,6 +64,8 @@ pub struct Plugin {
     max_connections: usize,
     idle_timeout: Duration,
     allow_empty_pool: bool,
+    device_work_timeout: Duration,
+    serialize: bool,
     checkpoint_api_version: Option<String>,
     checkpoint_kind: String,
     metrics_prefix: Option<String>,
@@ -103,6 +110,8 @@ impl Plugin {
             max_connections: 0,
             idle_timeout: crate::transport::conn::DEFAULT_IDLE_TIMEOUT,
             allow_empty_pool: false,
+            device_work_timeout: DEFAULT_DEVICE_WORK_TIMEOUT,
+            serialize: true,
             checkpoint_api_version: None,
             checkpoint_kind: "KubeletPluginCheckpoint".to_owned(),
             metrics_prefix: None,
@@ -168,6 +177,25 @@ impl Plugin {
     /// otherwise ([`Error::NoDevices`]), since such a node can never be allocated from.
     pub fn allow_empty_pool(mut self, allow: bool) -> Self {
         self.allow_empty_pool = allow;
+        self
+    }
+
+    /// How long one prepare or unprepare call's device work
+    /// ([`DeviceProfile::DEVICE_WORK`]) may take before the claims still at work are
+    /// failed and rolled back; [`DEFAULT_DEVICE_WORK_TIMEOUT`] by default, within the
+    /// kubelet's 45 s for the whole call.
+    pub fn device_work_timeout(mut self, timeout: Duration) -> Self {
+        self.device_work_timeout = timeout;
+        self
+    }
+
+    /// Whether prepare and unprepare calls run one at a time (the default, as the upstream
+    /// Go helper's `Serialize`), the claims of a call one after the other. A driver whose
+    /// hardware takes concurrent work turns it off: calls then overlap and the claims of a
+    /// call work together. Two calls never work on one claim at once either way (the
+    /// second is told the claim is busy).
+    pub fn serialize(mut self, serialize: bool) -> Self {
+        self.serialize = serialize;
         self
     }
 
@@ -246,6 +274,8 @@ impl Plugin {
             idle_timeout: self.idle_timeout,
             checkpoint_kind: self.checkpoint_kind,
             allow_empty_pool: self.allow_empty_pool,
+            device_work_timeout: self.device_work_timeout,
+            serialize: self.serialize,
             hook: self.hook,
             #[cfg(feature = "classic")]
             classic: self.classic,

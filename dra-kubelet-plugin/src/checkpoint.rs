@@ -25,22 +25,51 @@ pub struct DocType<'a> {
     pub kind: &'a str,
 }
 
-/// A prepared claim as the checkpoint keeps it: `namespace`, `name` and the profile's
-/// fields, inline.
+/// Where a claim is in its preparation. A driver with device work
+/// ([`crate::profile::DeviceProfile::DEVICE_WORK`]) has its claim recorded as started
+/// before the work and as completed after it, so a crash in between is found at start and
+/// rolled back; a driver without device work only ever records completed claims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum Phase {
+    /// Prepared: its CDI spec is written, its devices are ready.
+    #[default]
+    #[serde(rename = "PrepareCompleted")]
+    Completed,
+    /// The device work began and its outcome is not recorded: rolled back before anything
+    /// else is done with the claim.
+    #[serde(rename = "PrepareStarted")]
+    Started,
+}
+
+impl Phase {
+    fn is_completed(&self) -> bool {
+        *self == Self::Completed
+    }
+}
+
+/// The key of [`Entry::phase`], written only for a started claim (so a checkpoint of
+/// completed claims reads as it did before phases existed).
+pub const PHASE_KEY: &str = "preparePhase";
+
+/// A prepared claim as the checkpoint keeps it: `namespace`, `name`, its phase and the
+/// profile's fields, inline.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Entry<P> {
     /// The claim's namespace.
     pub namespace: String,
     /// The claim's name.
     pub name: String,
+    /// Started or completed.
+    #[serde(rename = "preparePhase", skip_serializing_if = "Phase::is_completed")]
+    pub phase: Phase,
     /// What the device profile keeps, inline.
     #[serde(flatten)]
     pub prepared: P,
 }
 
 /// Read by hand because serde's `flatten` would let unknown fields through: the profile's
-/// type gets exactly the fields that are not `namespace` and `name`, and refuses what it
-/// does not know.
+/// type gets exactly the fields that are not `namespace`, `name` and [`PHASE_KEY`], and
+/// refuses what it does not know.
 impl<'de, P: DeserializeOwned> Deserialize<'de> for Entry<P> {
     fn deserialize<De: serde::Deserializer<'de>>(deserializer: De) -> Result<Self, De::Error> {
         use serde::de::Error;
@@ -54,11 +83,17 @@ impl<'de, P: DeserializeOwned> Deserialize<'de> for Entry<P> {
         };
         let namespace = take("namespace")?;
         let name = take("name")?;
+        let phase = match fields.remove(PHASE_KEY) {
+            None => Phase::Completed,
+            Some(value) => Phase::deserialize(value)
+                .map_err(|e| De::Error::custom(format!("{PHASE_KEY}: {e}")))?,
+        };
         let prepared =
             P::deserialize(serde_json::Value::Object(fields)).map_err(De::Error::custom)?;
         Ok(Self {
             namespace,
             name,
+            phase,
             prepared,
         })
     }
@@ -166,6 +201,7 @@ mod tests {
         Entry {
             namespace: "ns".into(),
             name: "c".into(),
+            phase: Phase::Completed,
             prepared: TestPrepared { counters, start },
         }
     }
@@ -228,6 +264,36 @@ mod tests {
         let written = r#"{"apiVersion":"drv.example.com/v1alpha1","kind":"KubeletPluginCheckpoint","nodeName":"node-1","claims":{"u1":{"namespace":"ns","name":"c","counters":["counter-0"],"start":2}}}"#;
         let cp = parse(written.as_bytes(), "node-1").unwrap();
         assert_eq!(cp.claims[&uid("u1")], entry(2, vec!["counter-0".into()]));
+    }
+
+    #[test]
+    fn a_started_claim_says_so_and_a_completed_one_reads_as_before_phases() {
+        let mut started = entry(1, vec!["counter-0".into()]);
+        started.phase = Phase::Started;
+        let cp = Checkpoint::new(
+            DOC,
+            "node-1",
+            BTreeMap::from([
+                (uid("u1"), started.clone()),
+                (uid("u2"), entry(2, vec!["counter-1".into()])),
+            ]),
+        );
+        let text = String::from_utf8(cp.to_bytes()).unwrap();
+        assert_eq!(
+            text.matches("\"preparePhase\": \"PrepareStarted\"").count(),
+            1,
+            "{text}"
+        );
+        assert!(!text.contains("PrepareCompleted"), "{text}");
+        let back = parse(text.as_bytes(), "node-1").unwrap();
+        assert_eq!(back.claims[&uid("u1")], started);
+        assert_eq!(back.claims[&uid("u2")].phase, Phase::Completed);
+        let odd = text.replace("PrepareStarted", "Halfway");
+        let err = parse(odd.as_bytes(), "node-1").unwrap_err().to_string();
+        assert!(
+            err.contains("preparePhase: unknown variant `Halfway`"),
+            "{err}"
+        );
     }
 
     #[test]

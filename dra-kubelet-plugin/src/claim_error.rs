@@ -117,6 +117,28 @@ pub enum ClaimError {
         /// What is wrong with them (boxed: the other variants are small).
         source: Box<SpecError>,
     },
+    /// Another call is preparing or unpreparing the same claim right now.
+    #[error(
+        "claim {claim}: another call is preparing or unpreparing it right now; nothing was done, ask again"
+    )]
+    Busy {
+        /// The claim, as `namespace/name (uid)`.
+        claim: String,
+    },
+    /// The driver's device work failed, panicked or ran past its deadline.
+    #[error("claim {claim}: {step}: {message}{after}")]
+    DeviceWork {
+        /// The claim, as `namespace/name (uid)`.
+        claim: String,
+        /// `prepare_devices`, `unprepare_devices` or `roll_back_devices`.
+        step: &'static str,
+        /// The driver's reason, or `timeout`, `panic`.
+        reason: &'static str,
+        /// What happened.
+        message: String,
+        /// What was done about it (the rollback's outcome), or empty.
+        after: String,
+    },
     /// A file could not be written or removed.
     #[error("claim {claim}: {action} {path}: {error}")]
     Io {
@@ -147,6 +169,8 @@ impl ClaimError {
             Self::Changed { .. } => "changed",
             Self::Injected { .. } => "injected",
             Self::Cdi { source, .. } => source.reason(),
+            Self::Busy { .. } => "busy",
+            Self::DeviceWork { reason, .. } => reason,
             Self::Io { .. } => "io",
         }
     }

@@ -100,18 +100,19 @@ mod builder;
 #[cfg(test)]
 mod layers;
 
-pub use builder::{API_ACCESS, Plugin, shutdown_signal};
+pub use builder::{API_ACCESS, DEFAULT_DEVICE_WORK_TIMEOUT, Plugin, shutdown_signal};
 pub use checkpoint::CheckpointError;
 pub use claim_data::ProfileError;
 pub use dra_mode::ModeFlag;
 pub use hooks::{FaultHook, NoHook};
 pub use opaque::{FieldError, NoConfig, OpaqueConfig};
-pub use profile::DeviceProfile;
+pub use profile::{DeviceProfile, DeviceWork};
 pub use quantity::Quantity;
 pub use serve::{CHECKPOINT_FILE, DRA_SOCKET, DriverNameError, Error};
 #[cfg(feature = "test-crash-points")]
 pub use state::CrashPoint;
 pub use state::StartError;
+pub use state::{STATE_DIR, claim_state_dir};
 
 /// What a node publishes about its devices: a version-neutral ResourceSlice device and
 /// its parts, and the rules of the serving release.

@@ -50,6 +50,7 @@ pub fn plan<D: DeviceProfile>(
     Ok(Plan::Prepare(Entry {
         namespace: claim.namespace.clone(),
         name: claim.name.clone(),
+        phase: crate::checkpoint::Phase::Completed,
         prepared: wanted,
     }))
 }

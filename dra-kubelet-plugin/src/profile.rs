@@ -16,8 +16,19 @@
 //! 4. **What do containers see?** [`DeviceProfile::cdi_devices`] turns prepared data into
 //!    CDI devices, deterministically (a retry or a restart writes the same spec), and says
 //!    which of them a container gets for the whole claim or for one allocated device.
+//!
+//! A driver whose devices need work to be ready — a partition created, a bitstream loaded,
+//! a virtual function configured — sets [`DeviceProfile::DEVICE_WORK`] and does that work,
+//! with all the I/O it needs, in [`DeviceProfile::prepare_devices`],
+//! [`DeviceProfile::unprepare_devices`] and [`DeviceProfile::roll_back_devices`]. The
+//! plugin runs them off the kubelet's call, each under a deadline, with the claim recorded
+//! as started before and completed after, so a crash or a refusal in between is always
+//! rolled back.
 
 use std::fmt::Debug;
+use std::future::Future;
+use std::path::Path;
+use std::time::Instant;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -83,12 +94,20 @@ use crate::opaque::OpaqueConfig;
 pub trait DeviceProfile: Debug + Send + Sync + 'static {
     /// What the checkpoint keeps of a prepared claim: only what cannot be recomputed.
     /// Serialized next to the claim's namespace and name, so its fields must not be
-    /// called `namespace` or `name`.
+    /// called `namespace`, `name` or `preparePhase`.
     type Prepared: Clone + PartialEq + Debug + Serialize + DeserializeOwned + Send + Sync + 'static;
 
     /// The opaque config the driver takes ([`crate::opaque::NoConfig`] for none), decoded
     /// and validated by the plugin before [`DeviceProfile::prepare_allocation`].
     type Config: OpaqueConfig;
+
+    /// Whether preparing a claim takes device work ([`DeviceProfile::prepare_devices`]).
+    /// `false` (the default): a claim is ready once its CDI spec is written, and the three
+    /// device-work methods are never called. `true`: each new claim is recorded in the
+    /// checkpoint as started before its work (one more durable write per batch), gets a
+    /// state directory of its own, and is rolled back if the work or anything after it
+    /// fails, or the plugin dies before the claim is recorded as completed.
+    const DEVICE_WORK: bool = false;
 
     /// The CDI class of the devices: one word (`k8s.<driver>/<class>=<device>`).
     fn cdi_class(&self) -> &str;
@@ -131,6 +150,44 @@ pub trait DeviceProfile: Debug + Send + Sync + 'static {
         allocation: &DriverAllocation<Self::Config>,
     ) -> Result<Self::Prepared, ProfileError>;
 
+    /// Makes the claim's devices ready (with [`DeviceProfile::DEVICE_WORK`]): after the
+    /// claim is recorded as started, before its CDI spec is written, so the spec may point
+    /// at files made here (in [`DeviceWork::state_dir`]). Runs off the kubelet's call: a
+    /// kubelet that gives up does not interrupt it. Past [`DeviceWork::deadline`] the
+    /// future is dropped and the claim is rolled back. An error, a panic or a timeout
+    /// fails the claim (the kubelet retries) after [`DeviceProfile::roll_back_devices`].
+    fn prepare_devices(
+        &self,
+        work: &DeviceWork<'_, Self::Prepared>,
+    ) -> impl Future<Output = Result<(), ProfileError>> + Send {
+        let _ = work;
+        async { Ok(()) }
+    }
+
+    /// Releases a prepared claim's devices (with [`DeviceProfile::DEVICE_WORK`]): after its
+    /// CDI spec is removed, before the checkpoint forgets it. Must be idempotent: a crash
+    /// after it and before the checkpoint's write makes the kubelet ask again. An error
+    /// leaves the claim prepared (its spec is put back) and the kubelet retries.
+    fn unprepare_devices(
+        &self,
+        work: &DeviceWork<'_, Self::Prepared>,
+    ) -> impl Future<Output = Result<(), ProfileError>> + Send {
+        let _ = work;
+        async { Ok(()) }
+    }
+
+    /// Undoes whatever part of [`DeviceProfile::prepare_devices`] was done, for a claim
+    /// whose preparation failed or was interrupted by a crash (found at start). The work
+    /// may have done anything from nothing to all of it. By default
+    /// [`DeviceProfile::unprepare_devices`]. An error keeps the claim recorded as started:
+    /// rolled back again on the kubelet's next call for it, or at the next start.
+    fn roll_back_devices(
+        &self,
+        work: &DeviceWork<'_, Self::Prepared>,
+    ) -> impl Future<Output = Result<(), ProfileError>> + Send {
+        self.unprepare_devices(work)
+    }
+
     /// The node devices a prepared claim holds exclusively; no two claims ever hold one.
     /// Shares of a device that allows multiple allocations, and admin access, hold
     /// nothing.
@@ -172,4 +229,40 @@ pub trait DeviceProfile: Debug + Send + Sync + 'static {
         prepared: &Self::Prepared,
         device: &str,
     ) -> Option<Vec<String>>;
+}
+
+/// One claim's device work: what [`DeviceProfile::prepare_devices`],
+/// [`DeviceProfile::unprepare_devices`] and [`DeviceProfile::roll_back_devices`] are given.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct DeviceWork<'a, P> {
+    /// The claim.
+    pub claim: &'a ClaimRef,
+    /// What [`DeviceProfile::prepare_allocation`] made of it.
+    pub prepared: &'a P,
+    /// A directory of the claim's own, created before its preparation and removed with
+    /// everything in it after its unprepare or rollback: files a bind mount needs live
+    /// here.
+    pub state_dir: &'a Path,
+    /// When the plugin stops waiting: blocking work handed to a thread should give up by
+    /// then, since its outcome is no longer awaited.
+    pub deadline: Instant,
+}
+
+impl<'a, P> DeviceWork<'a, P> {
+    /// The work on `claim`, prepared as `prepared`, with its `state_dir`, due by
+    /// `deadline` (for a driver's own tests; the plugin makes these).
+    pub fn new(
+        claim: &'a ClaimRef,
+        prepared: &'a P,
+        state_dir: &'a Path,
+        deadline: Instant,
+    ) -> Self {
+        Self {
+            claim,
+            prepared,
+            state_dir,
+            deadline,
+        }
+    }
 }

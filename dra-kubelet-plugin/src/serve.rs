@@ -62,6 +62,10 @@ pub struct Settings {
     pub field_manager: String,
     /// Whether a profile without devices may run.
     pub allow_empty_pool: bool,
+    /// How long one call's device work may take.
+    pub device_work_timeout: Duration,
+    /// One prepare or unprepare call at a time.
+    pub serialize: bool,
     /// The fault hook.
     pub hook: Arc<dyn FaultHook>,
     /// Classic DRA: the node's inventory.
@@ -164,6 +168,8 @@ pub async fn run<D: DeviceProfile>(
         plugin_dir: plugin_dir.clone(),
         checkpoint_api_version: plugin.checkpoint_api_version.clone(),
         checkpoint_kind: plugin.checkpoint_kind.clone(),
+        device_work_timeout: plugin.device_work_timeout,
+        serialize: plugin.serialize,
         #[cfg(feature = "test-crash-points")]
         crash_point: plugin.crash_point,
     };
@@ -172,6 +178,8 @@ pub async fn run<D: DeviceProfile>(
             .await
             .map_err(|e| Error::Task(e.to_string()))??,
     );
+    // Before anything is served: a crash during a claim's device work is undone.
+    store.roll_back_started().await;
     let metrics = Arc::new(metrics::Metrics::new(&plugin.metrics_prefix));
     let ready = Arc::new(AtomicBool::new(false));
     let device_names: Vec<String> = store

@@ -2,8 +2,7 @@
 //! health service either the classic DRA node services (`v1alpha2.Node`,
 //! `v1alpha3.Node`) or the structured ones (`dra.v1beta1.DRAPlugin`, `dra.v1.DRAPlugin`,
 //! one handler for both). Thin: they translate messages, let the device profile read
-//! each claim, and call the [`ClaimStore`] on a blocking thread; nothing here knows the
-//! device.
+//! each claim, and hand the claims to the [`ClaimStore`]; nothing here knows the device.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -235,8 +234,8 @@ fn one_per_uid<C: PartialEq>(
 }
 
 impl<D: DeviceProfile> NodeService<D> {
-    /// Prepares the claims the profile read (`Err`s are passed through), on a blocking
-    /// thread; one outcome per claim, in order, each counted.
+    /// Prepares the claims the profile read (`Err`s are passed through); one outcome per
+    /// claim, in order, each counted.
     async fn prepare(
         &self,
         read: Vec<Outcome<(ClaimRef, D::Prepared)>>,
@@ -245,18 +244,11 @@ impl<D: DeviceProfile> NodeService<D> {
             .iter()
             .filter_map(|r| r.as_ref().ok().cloned())
             .collect();
-        let store = self.store.clone();
-        let mut done = tokio::task::spawn_blocking(move || {
-            let results = store.prepare(&requests);
-            requests
-                .into_iter()
-                .zip(results)
-                .map(|(r, o)| o.map(|()| r))
-                .collect::<Vec<_>>()
-        })
-        .await
-        .map_err(|e| Status::internal(format!("prepare task failed: {e}")))?
-        .into_iter();
+        let results = self.store.prepare_claims(requests.clone()).await;
+        let mut done = requests
+            .into_iter()
+            .zip(results)
+            .map(|(r, o)| o.map(|()| r));
         let outcomes: Vec<Outcome<(ClaimRef, D::Prepared)>> = read
             .into_iter()
             .map(|r| match r {
@@ -284,11 +276,7 @@ impl<D: DeviceProfile> NodeService<D> {
             .iter()
             .filter_map(|c| c.as_ref().ok().cloned())
             .collect();
-        let store = self.store.clone();
-        let mut done = tokio::task::spawn_blocking(move || store.unprepare(&requests))
-            .await
-            .map_err(|e| Status::internal(format!("unprepare task failed: {e}")))?
-            .into_iter();
+        let mut done = self.store.unprepare_claims(requests).await.into_iter();
         let outcomes: Vec<Outcome<()>> = claims
             .into_iter()
             .map(|c| match c {

@@ -18,16 +18,22 @@
 //! tmpfs) comes back empty. A kill -9 loses nothing that was written: the page cache
 //! survives the process.
 
-use std::collections::BTreeMap;
+mod phases;
+mod work;
+
+pub use work::{STATE_DIR, claim_state_dir};
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 use tracing::{info, warn};
 
 use crate::cdi_spec::{self, CdiKind, ContainerEdits, SpecError};
-use crate::checkpoint::{self, Checkpoint, CheckpointError, Entry};
+use crate::checkpoint::{self, Checkpoint, CheckpointError, Entry, Phase};
 use crate::claim_data::{COMMON_DEVICE, ClaimRef, ClaimUid};
 use crate::claim_error::ClaimError;
 use crate::fsutil::{
@@ -43,6 +49,8 @@ use crate::profile::DeviceProfile;
 pub enum CrashPoint {
     /// Prepare: specs written, checkpoint not.
     PrepareAfterSpec,
+    /// Prepare with device work: the work done, the claim still recorded as started.
+    PrepareAfterDeviceWork,
     /// Prepare: both written, no answer sent.
     PrepareAfterCheckpoint,
     /// Unprepare: specs removed, checkpoint not updated.
@@ -56,12 +64,13 @@ impl std::str::FromStr for CrashPoint {
     fn from_str(s: &str) -> Result<Self, String> {
         Ok(match s {
             "prepare-after-spec" => Self::PrepareAfterSpec,
+            "prepare-after-device-work" => Self::PrepareAfterDeviceWork,
             "prepare-after-checkpoint" => Self::PrepareAfterCheckpoint,
             "unprepare-after-spec" => Self::UnprepareAfterSpec,
             "unprepare-after-checkpoint" => Self::UnprepareAfterCheckpoint,
             other => {
                 return Err(format!(
-                    "unknown crash point {other:?}; one of prepare-after-spec, prepare-after-checkpoint, unprepare-after-spec, unprepare-after-checkpoint"
+                    "unknown crash point {other:?}; one of prepare-after-spec, prepare-after-device-work, prepare-after-checkpoint, unprepare-after-spec, unprepare-after-checkpoint"
                 ));
             }
         })
@@ -147,6 +156,10 @@ pub struct StoreConfig {
     pub checkpoint_api_version: String,
     /// The checkpoint's `kind`.
     pub checkpoint_kind: String,
+    /// How long one call's device work may take ([`DeviceProfile::DEVICE_WORK`]).
+    pub device_work_timeout: Duration,
+    /// One prepare or unprepare call at a time.
+    pub serialize: bool,
     /// Test-only: abort at this point.
     #[cfg(feature = "test-crash-points")]
     pub crash_point: Option<CrashPoint>,
@@ -159,6 +172,10 @@ pub struct ClaimStore<D: DeviceProfile> {
     config: StoreConfig,
     checkpoint_path: PathBuf,
     claims: Mutex<BTreeMap<ClaimUid, Entry<D::Prepared>>>,
+    /// Claims with device work in flight; locked only while `claims` is.
+    busy: Mutex<BTreeSet<ClaimUid>>,
+    /// Taken for a whole call when calls are serialized.
+    serial: tokio::sync::Mutex<()>,
     changed: tokio::sync::watch::Sender<u64>,
 }
 
@@ -213,6 +230,8 @@ impl<D: DeviceProfile> ClaimStore<D> {
             profile,
             checkpoint_path,
             claims: Mutex::new(claims),
+            busy: Mutex::new(BTreeSet::new()),
+            serial: tokio::sync::Mutex::new(()),
             changed: tokio::sync::watch::Sender::new(0),
             config,
         };
@@ -259,7 +278,10 @@ impl<D: DeviceProfile> ClaimStore<D> {
             None => info!("the device profile has no common edits: no common CDI device"),
         }
         let has_common = !edits.is_empty();
-        for (uid, entry) in claims.iter() {
+        // A started claim has no spec: it is rolled back before the plugin serves.
+        let completed =
+            |uid: &ClaimUid| claims.get(uid).is_some_and(|e| e.phase == Phase::Completed);
+        for (uid, entry) in claims.iter().filter(|(_, e)| e.phase == Phase::Completed) {
             let bytes =
                 self.spec_bytes(uid, &entry.prepared)
                     .map_err(|source| StartError::Profile {
@@ -275,7 +297,9 @@ impl<D: DeviceProfile> ClaimStore<D> {
             let name = name.to_string_lossy();
             let orphan = match kind.spec_id_of_file(&name) {
                 Some(COMMON_DEVICE) => !has_common,
-                Some(id) => !claims.keys().any(|uid| uid.as_str() == id),
+                Some(id) => !claims
+                    .keys()
+                    .any(|uid| uid.as_str() == id && completed(uid)),
                 // Our own temp files from an interrupted write.
                 None => name.starts_with(&format!(".{}", kind.spec_file_prefix())),
             };
@@ -285,6 +309,7 @@ impl<D: DeviceProfile> ClaimStore<D> {
             }
         }
         sync_dir(root).map_err(io_err("syncing", root))?;
+        self.sweep_state_dirs(&claims)?;
         info!(
             claims = claims.len(),
             "checkpoint loaded and CDI dir reconciled"
@@ -394,22 +419,7 @@ impl<D: DeviceProfile> ClaimStore<D> {
             let uid = &claim.uid;
             let outcome = match plan(&self.profile, &working, claim, wanted.clone()) {
                 Err(e) => Err(e),
-                Ok(Plan::AlreadyPrepared) => {
-                    // Nothing to write, unless the spec was removed or altered under us.
-                    let path = self.spec_path(uid.as_str());
-                    match self.spec_bytes(uid, wanted) {
-                        Err(source) => Err(spec_error(claim, source)),
-                        Ok(bytes)
-                            if read_regular(&path).ok().flatten().as_deref()
-                                != Some(&bytes[..]) =>
-                        {
-                            warn!(file = %path.display(), "CDI spec of a prepared claim was missing or altered; rewriting it");
-                            write_atomic(&path, &bytes, SPEC_MODE, Durability::Visible)
-                                .map_err(|e| io_error(claim, "writing CDI spec", &path, &e))
-                        }
-                        Ok(_) => Ok(()),
-                    }
-                }
+                Ok(Plan::AlreadyPrepared) => self.ensure_claim_spec(claim, wanted),
                 Ok(Plan::Prepare(entry)) => {
                     let path = self.spec_path(uid.as_str());
                     match self.spec_bytes(uid, &entry.prepared).and_then(|bytes| {
