@@ -118,5 +118,13 @@ for v in FPGA_DEVICE_0=fpga0 FPGA_DEVICE_1=fpga1 FPGA_NODE_NAME="$node"; do
   contains_line "$log" "$v" || die "the pod has no $v; its log:"$'\n'"$log"
 done
 contains_line "$log" "FPGA_BITSTREAM=demo-v1.bit" || die "the pod has not the claim's bitstream; its log:"$'\n'"$log"
+# The driver's device work: each card's bitstream loaded, the file mounted in the pod.
+for i in 0 1; do
+  contains_line "$log" "loaded /run/fpga/fpga$i.bitstream: demo-v1.bit" \
+    || die "the pod did not see card $i's loaded bitstream; its log:"$'\n'"$log"
+done
+driver_log="$(kubectl -n fpga-driver logs daemonset/fpga-driver 2>&1)" || die "kubectl logs of the driver failed: $driver_log"
+loads="$(grep -c 'bitstream loaded' <<<"$driver_log" || true)"
+[[ "$loads" == 2 ]] || die "the driver logged $loads bitstream loads, expected 2; its log:"$'\n'"$driver_log"
 kubectl delete pod fpga-demo --wait=true --timeout=120s
 echo "fpga example driver demo passed: Kubernetes $KUBE_VERSION, node $node"

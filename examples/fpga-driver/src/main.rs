@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use dra_kubelet_plugin::Plugin;
+use dra_kubelet_plugin::{CrashPoint, Plugin};
 use fpga_driver::profile::{FpgaProfile, create_device_nodes};
 
 /// A DRA kubelet plugin for FPGA cards.
@@ -34,6 +34,16 @@ struct Args {
     /// Where CDI specs are written.
     #[arg(long, env = "CDI_ROOT", default_value = "/var/run/cdi")]
     cdi_root: PathBuf,
+    /// The kubelet's plugin registration directory.
+    #[arg(
+        long,
+        env = "REGISTRY_DIR",
+        default_value = "/var/lib/kubelet/plugins_registry"
+    )]
+    registry_dir: PathBuf,
+    /// Test only: abort the process at this point of prepare or unprepare (crash tests).
+    #[arg(long, env = "TEST_CRASH_POINT", hide = true)]
+    test_crash_point: Option<CrashPoint>,
 }
 
 #[tokio::main]
@@ -47,11 +57,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         cards: args.cards,
         bitstream: args.bitstream,
         dev_dir,
+        plugin_dir: args.plugin_dir.clone(),
     };
+    // Chosen, not inferred: with two TLS providers in the build rustls refuses to guess.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let client = kube::Client::try_default().await?;
     Plugin::new(&args.driver_name, &args.node_name, client)
         .plugin_dir(&args.plugin_dir)
         .cdi_root(&args.cdi_root)
+        .registry_dir(&args.registry_dir)
+        .crash_point(args.test_crash_point)
         .run(profile, dra_kubelet_plugin::shutdown_signal())
         .await?;
     Ok(())

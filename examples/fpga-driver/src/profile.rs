@@ -1,19 +1,29 @@
 //! The FPGA profile: what a node's cards are, what preparing a claim means, what
-//! containers see. Pure, but for [`create_device_nodes`], which makes the host's device
-//! nodes the CDI specs point at.
+//! containers see, and the device work of loading a bitstream. [`create_device_nodes`]
+//! makes the host's device nodes the CDI specs point at.
 //!
 //! A node has `cards` FPGA cards, `fpga-0` … in its ResourceSlice, each with the attribute
 //! `bitstream` (what is loaded on it). A claim may ask for another bitstream in its opaque
 //! config (`fpga.example.com/v1alpha1`, kind `FpgaConfig`). A container given card `i`
 //! sees `/dev/fpga<i>` and `FPGA_DEVICE_<k>=fpga<i>` (`k` counting the claim's cards from
-//! 0), `FPGA_BITSTREAM=<name>` and, from the node-wide device, `FPGA_NODE_NAME`.
+//! 0), `FPGA_BITSTREAM=<name>`, the loaded bitstream at `/run/fpga/fpga<i>.bitstream`
+//! and, from the node-wide device, `FPGA_NODE_NAME`.
+//!
+//! Loading is the driver's device work ([`DeviceProfile::prepare_devices`]): each card
+//! takes 100–300 ms, and writes `fpga<i>.bitstream` in the claim's state directory. A
+//! bitstream named `fail-…` is refused by the claim's last card (a stand-in for a CRC
+//! error) after the cards before it were loaded: the library then rolls back, which
+//! unloads them.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use dra_kubelet_plugin::cdi::{ContainerEdits, Device, DeviceNode};
+use dra_kubelet_plugin::cdi::{ContainerEdits, Device, DeviceNode, Mount};
 use dra_kubelet_plugin::claim::{ClaimRef, ClaimUid, DriverAllocation};
 use dra_kubelet_plugin::device::SliceDevice;
-use dra_kubelet_plugin::{DeviceProfile, FieldError, OpaqueConfig, ProfileError};
+use dra_kubelet_plugin::{
+    DeviceProfile, DeviceWork, FieldError, OpaqueConfig, ProfileError, claim_state_dir,
+};
 use serde::{Deserialize, Serialize};
 
 /// The opaque config's `apiVersion`.
@@ -35,7 +45,14 @@ pub struct FpgaProfile {
     pub bitstream: String,
     /// Where the host's device nodes `fpga<i>` are (the plugin's own directory).
     pub dev_dir: PathBuf,
+    /// The plugin's directory, where the claims' state directories are.
+    pub plugin_dir: PathBuf,
 }
+
+/// Where a card's container sees the bitstream loaded on it.
+const BITSTREAM_DIR: &str = "/run/fpga";
+/// A bitstream the cards refuse: its name starts with this.
+const REFUSED_PREFIX: &str = "fail-";
 
 /// `opaque.parameters`: the bitstream to load.
 #[derive(Debug, Clone, Deserialize)]
@@ -93,9 +110,40 @@ impl FpgaProfile {
     }
 }
 
+/// How long card `i` takes to load `bitstream`: 100–300 ms, the same every time.
+fn load_time(bitstream: &str, i: usize) -> Duration {
+    let spread = bitstream.bytes().fold(i as u64, |h, b| {
+        h.wrapping_mul(31).wrapping_add(u64::from(b))
+    });
+    Duration::from_millis(100 + spread % 201)
+}
+
+/// The file holding what card `i` has loaded, in a claim's state directory.
+fn loaded_file(state_dir: &Path, i: usize) -> PathBuf {
+    state_dir.join(format!("fpga{i}.bitstream"))
+}
+
+fn io_error(action: &str, path: &Path, e: std::io::Error) -> ProfileError {
+    ProfileError::new("io", format!("{action} {}: {e}", path.display()))
+}
+
+/// Unloads the claim's cards: idempotent, whatever part of the load was done.
+async fn unload(work: &DeviceWork<'_, FpgaPrepared>) -> Result<(), ProfileError> {
+    for &i in &work.prepared.cards {
+        let file = loaded_file(work.state_dir, i);
+        match tokio::fs::remove_file(&file).await {
+            Ok(()) => tracing::info!(claim = %work.claim, card = i, "bitstream unloaded"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_error("unloading", &file, e)),
+        }
+    }
+    Ok(())
+}
+
 impl DeviceProfile for FpgaProfile {
     type Prepared = FpgaPrepared;
     type Config = FpgaConfig;
+    const DEVICE_WORK: bool = true;
 
     fn cdi_class(&self) -> &str {
         "fpga"
@@ -133,6 +181,44 @@ impl DeviceProfile for FpgaProfile {
         Ok(FpgaPrepared { cards, bitstream })
     }
 
+    async fn prepare_devices(
+        &self,
+        work: &DeviceWork<'_, FpgaPrepared>,
+    ) -> Result<(), ProfileError> {
+        let bitstream = &work.prepared.bitstream;
+        let last = work.prepared.cards.len().saturating_sub(1);
+        for (k, &i) in work.prepared.cards.iter().enumerate() {
+            tokio::time::sleep(load_time(bitstream, i)).await;
+            if bitstream.starts_with(REFUSED_PREFIX) && k == last {
+                return Err(ProfileError::new(
+                    "load_failed",
+                    format!("card fpga{i} refused bitstream {bitstream:?}: CRC mismatch"),
+                ));
+            }
+            let file = loaded_file(work.state_dir, i);
+            tokio::fs::write(&file, format!("{bitstream}\n"))
+                .await
+                .map_err(|e| io_error("loading", &file, e))?;
+            tracing::info!(claim = %work.claim, card = i, %bitstream, "bitstream loaded");
+        }
+        Ok(())
+    }
+
+    async fn unprepare_devices(
+        &self,
+        work: &DeviceWork<'_, FpgaPrepared>,
+    ) -> Result<(), ProfileError> {
+        unload(work).await
+    }
+
+    async fn roll_back_devices(
+        &self,
+        work: &DeviceWork<'_, FpgaPrepared>,
+    ) -> Result<(), ProfileError> {
+        tracing::info!(claim = %work.claim, "rolling back a bitstream load");
+        unload(work).await
+    }
+
     fn held_devices(&self, prepared: &FpgaPrepared) -> Vec<String> {
         prepared.cards.iter().map(|i| format!("fpga-{i}")).collect()
     }
@@ -152,12 +238,17 @@ impl DeviceProfile for FpgaProfile {
     }
 
     fn cdi_devices(&self, uid: &ClaimUid, prepared: &FpgaPrepared) -> Vec<Device> {
+        let state_dir = claim_state_dir(&self.plugin_dir, uid);
         let edits = |cards: &[(usize, usize)]| {
             let mut e = ContainerEdits::new().env("FPGA_BITSTREAM", &prepared.bitstream);
             for &(k, i) in cards {
                 e = e
                     .env(&format!("FPGA_DEVICE_{k}"), &format!("fpga{i}"))
-                    .device_node(self.node(i));
+                    .device_node(self.node(i))
+                    .mount(Mount::bind(
+                        loaded_file(&state_dir, i).to_string_lossy(),
+                        format!("{BITSTREAM_DIR}/fpga{i}.bitstream"),
+                    ));
             }
             e
         };
@@ -226,6 +317,7 @@ mod tests {
             cards: 2,
             bitstream: "blank".into(),
             dev_dir: PathBuf::from("/var/lib/kubelet/plugins/fpga.example.com/dev"),
+            plugin_dir: PathBuf::from("/var/lib/kubelet/plugins/fpga.example.com"),
         }
     }
 

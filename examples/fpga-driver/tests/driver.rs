@@ -25,6 +25,7 @@ fn profile(node: &TestNode) -> FpgaProfile {
         cards: 2,
         bitstream: "blank".into(),
         dev_dir,
+        plugin_dir: node.plugin_dir(DRIVER),
     }
 }
 
@@ -75,6 +76,18 @@ async fn a_claim_gets_its_cards_and_bitstream() {
         );
     }
     assert_eq!(container.device_nodes, ["/dev/fpga1"]);
+    // The load was real: the card's file, mounted where the container looks.
+    let (host, _) = container
+        .mounts
+        .iter()
+        .find(|(_, c)| c == "/run/fpga/fpga1.bitstream")
+        .unwrap_or_else(|| panic!("no bitstream mount: {container:?}"));
+    assert_eq!(std::fs::read_to_string(host).unwrap(), "demo-v1.bit\n");
+    let state_dir = dra_kubelet_plugin::claim_state_dir(
+        &node.plugin_dir(DRIVER),
+        &dra_kubelet_plugin::claim::ClaimUid::parse(&both.uid).unwrap(),
+    );
+    assert!(state_dir.join("fpga0.bitstream").exists());
 
     // A card another claim holds, and a bitstream the config refuses: each claim alone.
     let again = claim(&api, "again", &["fpga-1"], None);
@@ -101,6 +114,33 @@ async fn a_claim_gets_its_cards_and_bitstream() {
     assert_eq!(answers[&both.uid], Ok(()));
     let specs = std::fs::read_dir(node.cdi_root()).unwrap().count();
     assert_eq!(specs, 1, "only the node-wide spec is left");
+    assert!(
+        !state_dir.exists(),
+        "unloaded, and the state directory gone"
+    );
+    running.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bitstream_a_card_refuses_is_unloaded_from_the_others() {
+    let api = ApiServer::start().await.unwrap();
+    let node = TestNode::new(NODE).unwrap();
+    let plugin = node.plugin(DRIVER, api.client().unwrap());
+    let running = node.start(DRIVER, plugin, profile(&node)).await.unwrap();
+    let mut kubelet = running.kubelet();
+    kubelet.register().await.unwrap();
+    let refused = claim(&api, "refused", &["fpga-0", "fpga-1"], Some("fail-v2.bit"));
+    let err = kubelet.prepare_one(&refused).await.unwrap_err().to_string();
+    assert!(
+        err.contains("prepare_devices: card fpga1 refused bitstream \"fail-v2.bit\": CRC mismatch; rolled back"),
+        "{err}"
+    );
+    let states = node.plugin_dir(DRIVER).join(dra_kubelet_plugin::STATE_DIR);
+    let left: Vec<_> = std::fs::read_dir(&states).unwrap().flatten().collect();
+    assert!(left.is_empty(), "card 0's load was undone: {left:?}");
+    // Both cards are free again.
+    let next = claim(&api, "next", &["fpga-0", "fpga-1"], None);
+    kubelet.prepare_one(&next).await.unwrap();
     running.stop().await.unwrap();
 }
 
