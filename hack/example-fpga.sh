@@ -71,8 +71,13 @@ echo "== build: $((SECONDS - t0)) s"
 KUBECONFIG="$("$ROOT/hack/local-cluster.sh" kubeconfig)"
 export KUBECONFIG PATH="$KUBE_BIN:$PATH"
 "$ROOT/hack/local-cluster.sh" down >/dev/null 2>&1 || true
+# The driver's config directory on the host (its DaemonSet's hostPath): the demo plugs a
+# card in and marks one bad there, and removes both at the end.
+config_dir=/var/lib/kubelet/plugins/fpga.example.com/config
+rm -f "$config_dir/cards" "$config_dir/unhealthy"
 finish() {
   local rc=$?
+  rm -f "$config_dir/cards" "$config_dir/unhealthy"
   if ((rc != 0)); then
     kubectl get pods -A -o wide >&2 || true
     kubectl get resourceslices,resourceclaims -A >&2 || true
@@ -95,10 +100,11 @@ trap finish EXIT
 "$ROOT/hack/local-cluster.sh" up
 kubectl apply -f "$example/deploy/fpga-driver.yaml"
 node="$(kubectl get nodes -o jsonpath='{.items[0].metadata.name}')"
+# published [DEVICES]: the node's slice lists exactly these devices ("fpga-0 fpga-1").
 published() {
-  local out
+  local want="${1:-fpga-0 fpga-1}" out
   out="$(kubectl get resourceslices --field-selector "spec.nodeName=$node,spec.driver=fpga.example.com" -o jsonpath='{.items[*].spec.devices[*].name}' 2>&1)" || true
-  [[ "$out" == "fpga-0 fpga-1" ]] || { echo "devices of node $node: ${out:-none}"; return 1; }
+  [[ "$out" == "$want" ]] || { echo "devices of node $node: ${out:-none}, want $want"; return 1; }
 }
 wait_for "the driver's ResourceSlice" 90 published
 kubectl get resourceslices -o wide
@@ -127,4 +133,24 @@ driver_log="$(kubectl -n fpga-driver logs daemonset/fpga-driver 2>&1)" || die "k
 loads="$(grep -c 'bitstream loaded' <<<"$driver_log" || true)"
 [[ "$loads" == 2 ]] || die "the driver logged $loads bitstream loads, expected 2; its log:"$'\n'"$driver_log"
 kubectl delete pod fpga-demo --wait=true --timeout=120s
+
+# Devices that change: a card plugged in (its slice follows), then one gone bad (tainted).
+mkdir -p "$config_dir"
+t_plug=$(date +%s%N)
+echo 3 >"$config_dir/cards"
+# Polled every 0.1 s rather than wait_for's 1 s: the time is measured.
+deadline=$((SECONDS + 30))
+until seen="$(published "fpga-0 fpga-1 fpga-2")"; do
+  ((SECONDS < deadline)) || die "card fpga-2 not in the slice after 30 s: $seen"
+  sleep 0.1
+done
+echo "== hot-plug: card plugged in to slice published in $((($(date +%s%N) - t_plug) / 1000000)) ms"
+echo "fpga-1 PCIe link down" >"$config_dir/unhealthy"
+tainted() {
+  local out
+  out="$(kubectl get resourceslices --field-selector "spec.nodeName=$node,spec.driver=fpga.example.com" -o jsonpath='{range .items[*].spec.devices[*]}{.name}={.taints[*].key}:{.taints[*].effect}{" "}{end}' 2>&1)" || true
+  [[ "$out" == *"fpga-1=fpga.example.com/unhealthy:NoSchedule "* ]] || { echo "devices and taints: ${out:-none}"; return 1; }
+}
+wait_for "card fpga-1 tainted" 30 tainted
+kubectl get resourceslices -o jsonpath='{range .items[*].spec.devices[*]}{.name}{"\t"}{.taints}{"\n"}{end}'
 echo "fpga example driver demo passed: Kubernetes $KUBE_VERSION, node $node"

@@ -14,6 +14,7 @@ use futures::stream::BoxStream;
 
 use crate::claim_data::ClaimRef;
 use crate::dra_mode::ResourceApi;
+pub use crate::model::HealthStatus;
 use crate::model::{SliceDevice, TaintRules};
 
 /// What the plugin tells a hook when structured DRA starts serving.
@@ -48,19 +49,6 @@ impl std::fmt::Debug for HookContext {
             .field("resource_api", &self.resource_api)
             .finish_non_exhaustive()
     }
-}
-
-/// A device's health as the kubelet's health stream reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum HealthStatus {
-    /// Working.
-    #[default]
-    Healthy,
-    /// Failing: the kubelet marks the pods using it.
-    Unhealthy,
-    /// Not known.
-    Unknown,
 }
 
 /// Why a hook made a call fail for a claim.

@@ -119,7 +119,8 @@ pub use state::{STATE_DIR, claim_state_dir};
 pub mod device {
     pub use crate::model::{
         Attribute, BindingConditions, Capacity, CounterConsumption, CounterLayout, CounterSet,
-        DeviceTaint, RequestPolicy, SliceDevice, SliceSplit, TaintEffect, TaintRules, ValidRange,
+        DeviceTaint, HealthStatus, RequestPolicy, SliceDevice, SliceSplit, TaintEffect, TaintRules,
+        ValidRange,
     };
     pub use crate::quantity::{Quantity, QuantityError};
 }

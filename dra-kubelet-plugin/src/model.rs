@@ -212,6 +212,35 @@ impl TaintEffect {
     }
 }
 
+/// A device's health as the kubelet's health stream reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum HealthStatus {
+    /// Working.
+    #[default]
+    Healthy,
+    /// Failing: the kubelet marks the pods using it.
+    Unhealthy,
+    /// Not known.
+    Unknown,
+}
+
+impl HealthStatus {
+    /// How bad: what a device reported from two sources is the worse of the two.
+    fn badness(self) -> u8 {
+        match self {
+            Self::Healthy => 0,
+            Self::Unknown => 1,
+            Self::Unhealthy => 2,
+        }
+    }
+
+    /// The worse of two reports, with its message.
+    pub fn worse(a: (Self, Option<String>), b: (Self, Option<String>)) -> (Self, Option<String>) {
+        if b.0.badness() > a.0.badness() { b } else { a }
+    }
+}
+
 /// A `taints` entry of a device (`timeAdded` is the API server's).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 #[non_exhaustive]

@@ -5,7 +5,8 @@
 //! A profile answers four questions, all without I/O:
 //!
 //! 1. **What does the node have?** [`DeviceProfile::slice_devices`] and
-//!    [`DeviceProfile::counter_sets`].
+//!    [`DeviceProfile::counter_sets`], read again whenever [`DeviceProfile::changes`]
+//!    yields, with each device's [`DeviceProfile::health`].
 //! 2. **What does preparing this claim mean?** From the scheduler's allocation and the
 //!    opaque configs ([`DeviceProfile::prepare_allocation`]) or, with the `classic`
 //!    feature, from a classic allocation handle (`DeviceProfile::prepare_handle`), the
@@ -30,12 +31,13 @@ use std::future::Future;
 use std::path::Path;
 use std::time::Instant;
 
+use futures::stream::BoxStream;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::cdi_spec::{ContainerEdits, Device};
 use crate::claim_data::{ClaimRef, ClaimUid, DriverAllocation, ProfileError};
-use crate::model::{CounterSet, SliceDevice, SliceSplit};
+use crate::model::{CounterSet, HealthStatus, SliceDevice, SliceSplit, TaintEffect};
 use crate::opaque::OpaqueConfig;
 
 /// What a DRA driver's devices are. See the module docs.
@@ -119,6 +121,32 @@ pub trait DeviceProfile: Debug + Send + Sync + 'static {
     /// default.
     fn counter_sets(&self) -> Vec<CounterSet> {
         Vec::new()
+    }
+
+    /// Yields whenever what [`DeviceProfile::slice_devices`],
+    /// [`DeviceProfile::counter_sets`] or [`DeviceProfile::health`] say may have changed
+    /// (a card plugged in or out, a device failing): the plugin publishes the node's
+    /// slices again within a second and sends the kubelet's health streams a report.
+    /// Never yields by default: the devices are read once. A claim prepared on a device
+    /// that goes away stays prepared (its pod keeps what it has; unprepare works as
+    /// ever); the scheduler just stops allocating the device.
+    fn changes(&self) -> BoxStream<'static, ()> {
+        Box::pin(futures::stream::pending())
+    }
+
+    /// The health of `device` (a [`SliceDevice::name`]) and why, for the kubelet's health
+    /// stream (the worse of this and the fault hook's); healthy by default.
+    fn health(&self, device: &str) -> (HealthStatus, Option<String>) {
+        let _ = device;
+        (HealthStatus::Healthy, None)
+    }
+
+    /// With `Some(effect)`, every unhealthy device is published with the taint
+    /// `<driver>/unhealthy` of that effect (as NVIDIA's driver turns health events into
+    /// taints), so the scheduler stops allocating it (`NoSchedule`) or also evicts its
+    /// pods (`NoExecute`); `None` (the default) reports health to the kubelet only.
+    fn unhealthy_taint(&self) -> Option<TaintEffect> {
+        None
     }
 
     /// How the devices are spread over the node's ResourceSlices; as few slices as the

@@ -121,6 +121,42 @@ fn kubelet_connections(
     conn::incoming(listener, pool.clone()).map(|c| c.map(RewriteIo::server))
 }
 
+/// The profile's devices as the slices and the health streams see them now.
+struct ProfileInventory<D: DeviceProfile> {
+    store: Arc<ClaimStore<D>>,
+    /// `<driver>/unhealthy`.
+    taint_key: String,
+}
+
+impl<D: DeviceProfile> slice_controller::Inventory for ProfileInventory<D> {
+    fn devices(&self) -> Vec<crate::model::SliceDevice> {
+        let profile = self.store.profile();
+        let mut devices = profile.slice_devices();
+        if let Some(effect) = profile.unhealthy_taint() {
+            for device in &mut devices {
+                if profile.health(&device.name).0 == crate::model::HealthStatus::Unhealthy {
+                    device
+                        .taints
+                        .push(crate::model::DeviceTaint::new(&self.taint_key, effect));
+                }
+            }
+        }
+        devices
+    }
+
+    fn counter_sets(&self) -> Vec<crate::model::CounterSet> {
+        self.store.profile().counter_sets()
+    }
+
+    fn health(&self, device: &str) -> (crate::model::HealthStatus, Option<String>) {
+        self.store.profile().health(device)
+    }
+
+    fn changes(&self) -> futures::stream::BoxStream<'static, ()> {
+        self.store.profile().changes()
+    }
+}
+
 /// Aborts the tasks it holds when dropped: the tasks a failed start had begun.
 #[derive(Debug, Default)]
 struct AbortOnDrop(Vec<tokio::task::AbortHandle>);
@@ -182,6 +218,10 @@ pub async fn run<D: DeviceProfile>(
     store.roll_back_started().await;
     let metrics = Arc::new(metrics::Metrics::new(&plugin.metrics_prefix));
     let ready = Arc::new(AtomicBool::new(false));
+    let inventory: Arc<dyn slice_controller::Inventory> = Arc::new(ProfileInventory {
+        store: store.clone(),
+        taint_key: format!("{}/unhealthy", plugin.driver_name),
+    });
     let device_names: Vec<String> = store
         .profile()
         .slice_devices()
@@ -241,6 +281,7 @@ pub async fn run<D: DeviceProfile>(
                 client.clone(),
                 api,
                 desired,
+                inventory.clone(),
                 plugin.hook.clone(),
             );
             tokio::spawn(controller.run(ready.clone()))
@@ -315,7 +356,7 @@ pub async fn run<D: DeviceProfile>(
                 hook: plugin.hook.clone(),
             };
             let (services, versions) =
-                grpc::structured_services(dra, device_names, plugin.hook.clone(), stop_rx.clone())
+                grpc::structured_services(dra, inventory, plugin.hook.clone(), stop_rx.clone())
                     .await;
             (services, versions, plugin.hook.clone())
         }

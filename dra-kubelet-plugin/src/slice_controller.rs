@@ -28,9 +28,11 @@ use tokio::sync::Notify;
 use tokio_stream::StreamExt;
 use tracing::{debug, error, info, warn};
 
+use futures::stream::BoxStream;
+
 use crate::dra_mode::ResourceApi;
 use crate::hooks::FaultHook;
-use crate::model::{CounterLayout, TaintRules};
+use crate::model::{CounterLayout, CounterSet, HealthStatus, SliceDevice, TaintRules};
 use crate::pool::{self, Desired, PublishedSlice, SliceContent, SlicePlan};
 
 /// A resync even without events, in case a watch stalls without an error.
@@ -39,13 +41,29 @@ const RESYNC: Duration = Duration::from_secs(30);
 /// Coalesces a burst of events (ours included) into one reconcile.
 const DEBOUNCE: Duration = Duration::from_millis(100);
 
+/// Where the node's devices come from, read again at every reconcile: what the driver
+/// says now.
+pub(crate) trait Inventory: Send + Sync + 'static {
+    /// The devices, each unhealthy one with the taint the driver asks for.
+    fn devices(&self) -> Vec<SliceDevice>;
+    /// The counter sets.
+    fn counter_sets(&self) -> Vec<CounterSet>;
+    /// A device's health as the driver reports it.
+    fn health(&self, device: &str) -> (HealthStatus, Option<String>);
+    /// Yields whenever any of them may have changed.
+    fn changes(&self) -> BoxStream<'static, ()>;
+}
+
 /// Keeps this node's ResourceSlices published.
 #[derive(Clone)]
 pub(crate) struct SliceController {
     client: Client,
     api: ResourceApi,
-    /// The profile's devices, before the hook's overlay.
+    /// The pool's fixed parts (driver, node, layout, split); its devices and counter sets
+    /// are the inventory's.
     desired: Desired,
+    /// What the driver has now.
+    inventory: Arc<dyn Inventory>,
     /// What adds taints and binding conditions.
     hook: Arc<dyn FaultHook>,
 }
@@ -287,12 +305,14 @@ impl SliceController {
         client: Client,
         api: ResourceApi,
         desired: Desired,
+        inventory: Arc<dyn Inventory>,
         hook: Arc<dyn FaultHook>,
     ) -> Self {
         Self {
             client,
             api,
             desired,
+            inventory,
             hook,
         }
     }
@@ -302,9 +322,8 @@ impl SliceController {
     fn effective(&self) -> Desired {
         let mut desired = self.desired.clone();
         let rules = TaintRules::of(desired.layout);
-        desired.devices = self
-            .hook
-            .overlay(std::mem::take(&mut desired.devices), rules);
+        desired.counter_sets = self.inventory.counter_sets();
+        desired.devices = self.hook.overlay(self.inventory.devices(), rules);
         for d in &mut desired.devices {
             let before = d.taints.len();
             d.taints.retain(|t| rules.allows(t.effect));
@@ -393,8 +412,9 @@ impl SliceController {
         let notify = Arc::new(Notify::new());
         // Stops the watch when this task is aborted (shutdown).
         let _watch = AbortOnDrop(tokio::spawn(self.clone().watch(notify.clone())));
-        // What the hook changes (a fault added or removed) changes the slices at once.
-        let mut changes = self.hook.changes();
+        // What the hook changes (a fault added or removed) and what the driver changes (a
+        // device plugged in or out, one failing) change the slices at once.
+        let mut changes = futures::stream::select(self.hook.changes(), self.inventory.changes());
         let hook_notify = notify.clone();
         let _hook = AbortOnDrop(tokio::spawn(async move {
             while changes.next().await.is_some() {

@@ -13,18 +13,19 @@ use tonic::{Request, Response, Status};
 use tracing::info;
 
 use crate::hooks::{FaultHook, HealthStatus};
+use crate::slice_controller::Inventory;
 
 /// How often the whole list is sent again without a change.
 pub const REFRESH: Duration = Duration::from_secs(10);
 
 /// The health service of one node's pool.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct DeviceHealthService {
     /// The pool (the node).
     pub pool: String,
-    /// The pool's devices.
-    pub devices: Vec<String>,
-    /// Where unhealthy devices come from.
+    /// The pool's devices and their health as the driver reports it.
+    pub inventory: Arc<dyn Inventory>,
+    /// Faults that make devices unhealthy.
     pub hook: Arc<dyn FaultHook>,
     /// Turns `true` at shutdown: the streams end, so the server's graceful shutdown
     /// (which waits for every open stream) is not held up by a kubelet's watch.
@@ -34,13 +35,24 @@ pub struct DeviceHealthService {
 /// One device's report, version-neutral: (device, health, message).
 type Report = (String, HealthStatus, Option<String>);
 
+impl std::fmt::Debug for DeviceHealthService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceHealthService")
+            .field("pool", &self.pool)
+            .finish_non_exhaustive()
+    }
+}
+
 impl DeviceHealthService {
+    /// Every device the pool has now, the worse of the driver's and the hook's report.
     fn snapshot(&self) -> Vec<Report> {
-        self.devices
-            .iter()
+        self.inventory
+            .devices()
+            .into_iter()
             .map(|d| {
-                let (health, message) = self.hook.health(d);
-                (d.clone(), health, message)
+                let (health, message) =
+                    HealthStatus::worse(self.inventory.health(&d.name), self.hook.health(&d.name));
+                (d.name, health, message)
             })
             .collect()
     }
@@ -51,9 +63,7 @@ impl DeviceHealthService {
         let service = self.clone();
         let mut stopping = self.stopping.clone();
         // A stream that ends would wake the loop at once, forever.
-        let changes = self
-            .hook
-            .changes()
+        let changes = futures::stream::select(self.hook.changes(), self.inventory.changes())
             .chain(futures::stream::pending())
             .boxed();
         futures::stream::unfold(
@@ -91,11 +101,7 @@ macro_rules! health_service {
                 &self,
                 _: Request<$pkg::NodeWatchResourcesRequest>,
             ) -> Result<Response<Self::NodeWatchResourcesStream>, Status> {
-                info!(
-                    api = stringify!($pkg),
-                    devices = self.devices.len(),
-                    "kubelet watches device health"
-                );
+                info!(api = stringify!($pkg), "kubelet watches device health");
                 let pool = self.pool.clone();
                 let stream = futures::StreamExt::map(self.reports(), move |reports| {
                     let at = now();

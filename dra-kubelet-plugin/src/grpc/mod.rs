@@ -69,7 +69,7 @@ pub fn server() -> tonic::transport::Server {
 /// what registration advertises for them.
 pub async fn structured_services<D: DeviceProfile>(
     dra: DraPluginService<D>,
-    devices: Vec<String>,
+    inventory: Arc<dyn crate::slice_controller::Inventory>,
     hook: Arc<dyn FaultHook>,
     stopping: tokio::sync::watch::Receiver<bool>,
 ) -> (tonic::transport::server::Router, &'static [&'static str]) {
@@ -82,7 +82,7 @@ pub async fn structured_services<D: DeviceProfile>(
         .await;
     let device_health = device_health::DeviceHealthService {
         pool: dra.node_name.clone(),
-        devices,
+        inventory,
         hook,
         stopping,
     };

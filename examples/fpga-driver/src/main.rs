@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use clap::Parser;
 use dra_kubelet_plugin::{CrashPoint, Plugin};
+use fpga_driver::config;
 use fpga_driver::profile::{FpgaProfile, create_device_nodes};
 
 /// A DRA kubelet plugin for FPGA cards.
@@ -31,6 +32,10 @@ struct Args {
         default_value = "/var/lib/kubelet/plugins/fpga.example.com"
     )]
     plugin_dir: PathBuf,
+    /// The directory whose files say how many cards the node has and which are bad, read
+    /// while the driver runs (see `config.rs`); `<plugin-dir>/config` by default.
+    #[arg(long, env = "CONFIG_DIR")]
+    config_dir: Option<PathBuf>,
     /// Where CDI specs are written.
     #[arg(long, env = "CDI_ROOT", default_value = "/var/run/cdi")]
     cdi_root: PathBuf,
@@ -51,10 +56,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt().with_env_filter("info").init();
     let args = Args::parse();
     let dev_dir = args.plugin_dir.join("dev");
-    create_device_nodes(&dev_dir, args.cards)?;
+    let config_dir = args
+        .config_dir
+        .clone()
+        .unwrap_or_else(|| args.plugin_dir.join("config"));
+    let cards = config::load(&config_dir, args.cards)?;
+    create_device_nodes(&dev_dir, cards.count)?;
+    let (cards_tx, cards) = tokio::sync::watch::channel(cards);
+    tokio::spawn(config::watch(
+        config_dir,
+        args.cards,
+        dev_dir.clone(),
+        cards_tx,
+    ));
     let profile = FpgaProfile {
         node_name: args.node_name.clone(),
-        cards: args.cards,
+        cards,
         bitstream: args.bitstream,
         dev_dir,
         plugin_dir: args.plugin_dir.clone(),

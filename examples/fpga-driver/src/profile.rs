@@ -20,10 +20,12 @@ use std::time::Duration;
 
 use dra_kubelet_plugin::cdi::{ContainerEdits, Device, DeviceNode, Mount};
 use dra_kubelet_plugin::claim::{ClaimRef, ClaimUid, DriverAllocation};
-use dra_kubelet_plugin::device::SliceDevice;
+use dra_kubelet_plugin::device::{HealthStatus, SliceDevice, TaintEffect};
 use dra_kubelet_plugin::{
     DeviceProfile, DeviceWork, FieldError, OpaqueConfig, ProfileError, claim_state_dir,
 };
+use futures::StreamExt;
+use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 
 /// The opaque config's `apiVersion`.
@@ -34,13 +36,26 @@ const MAX_BITSTREAM_LEN: usize = 63;
 const NODE_MAJOR: u32 = 1;
 const NODE_MINOR: u32 = 3;
 
+/// Most cards a node may have: a checkpoint naming a card past it is refused.
+pub const MAX_CARDS: usize = 64;
+
+/// The cards a node has now, and those gone bad with why: what the config directory says
+/// ([`crate::config`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cards {
+    /// How many: `fpga-0` … `fpga-<count-1>`.
+    pub count: usize,
+    /// Bad cards by index, with why.
+    pub unhealthy: std::collections::BTreeMap<usize, String>,
+}
+
 /// The FPGA cards of one node.
 #[derive(Debug, Clone)]
 pub struct FpgaProfile {
     /// This node.
     pub node_name: String,
-    /// How many cards.
-    pub cards: usize,
+    /// The cards now; a change is announced on it ([`DeviceProfile::changes`]).
+    pub cards: tokio::sync::watch::Receiver<Cards>,
     /// The bitstream loaded at start.
     pub bitstream: String,
     /// Where the host's device nodes `fpga<i>` are (the plugin's own directory).
@@ -96,10 +111,10 @@ pub struct FpgaPrepared {
 }
 
 impl FpgaProfile {
-    /// The index of card `fpga-<i>` of this node.
+    /// The index of card `fpga-<i>` of this node, if it has it now.
     fn card(&self, name: &str) -> Option<usize> {
         let i: usize = name.strip_prefix("fpga-")?.parse().ok()?;
-        (i < self.cards && name == format!("fpga-{i}")).then_some(i)
+        (i < self.cards.borrow().count && name == format!("fpga-{i}")).then_some(i)
     }
 
     fn node(&self, i: usize) -> DeviceNode {
@@ -150,7 +165,7 @@ impl DeviceProfile for FpgaProfile {
     }
 
     fn slice_devices(&self) -> Vec<SliceDevice> {
-        (0..self.cards)
+        (0..self.cards.borrow().count)
             .map(|i| {
                 SliceDevice::new(format!("fpga-{i}"))
                     .attribute("bitstream", self.bitstream.as_str())
@@ -219,15 +234,39 @@ impl DeviceProfile for FpgaProfile {
         unload(work).await
     }
 
+    fn changes(&self) -> BoxStream<'static, ()> {
+        let cards = self.cards.clone();
+        futures::stream::unfold(cards, |mut cards| async move {
+            cards.changed().await.ok().map(|()| ((), cards))
+        })
+        .boxed()
+    }
+
+    fn health(&self, device: &str) -> (HealthStatus, Option<String>) {
+        let why = self
+            .card(device)
+            .and_then(|i| self.cards.borrow().unhealthy.get(&i).cloned());
+        match why {
+            Some(why) => (HealthStatus::Unhealthy, Some(why)),
+            None => (HealthStatus::Healthy, None),
+        }
+    }
+
+    fn unhealthy_taint(&self) -> Option<TaintEffect> {
+        Some(TaintEffect::NoSchedule)
+    }
+
     fn held_devices(&self, prepared: &FpgaPrepared) -> Vec<String> {
         prepared.cards.iter().map(|i| format!("fpga-{i}")).collect()
     }
 
     fn check(&self, prepared: &FpgaPrepared) -> Result<(), ProfileError> {
-        if let Some(i) = prepared.cards.iter().find(|&&i| i >= self.cards) {
+        // Against the most a node may have, not the cards now: a card pulled out while
+        // held stays prepared across a restart.
+        if let Some(i) = prepared.cards.iter().find(|&&i| i >= MAX_CARDS) {
             return Err(ProfileError::new(
                 "unknown_device",
-                format!("card {i} is not on this node"),
+                format!("card {i} is past the {MAX_CARDS} cards a node may have"),
             ));
         }
         check_bitstream(&prepared.bitstream).map_err(|m| ProfileError::new("bad_checkpoint", m))
@@ -314,7 +353,11 @@ mod tests {
     fn profile() -> FpgaProfile {
         FpgaProfile {
             node_name: "node-1".into(),
-            cards: 2,
+            cards: tokio::sync::watch::Sender::new(Cards {
+                count: 2,
+                ..Cards::default()
+            })
+            .subscribe(),
             bitstream: "blank".into(),
             dev_dir: PathBuf::from("/var/lib/kubelet/plugins/fpga.example.com/dev"),
             plugin_dir: PathBuf::from("/var/lib/kubelet/plugins/fpga.example.com"),

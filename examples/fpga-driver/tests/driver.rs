@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use dra_kubelet_plugin_testing::{ApiServer, Claim, ClaimBuilder, KitError, TestNode, cdi};
-use fpga_driver::profile::{CONFIG_API_VERSION, FpgaProfile};
+use fpga_driver::profile::{CONFIG_API_VERSION, Cards, FpgaProfile};
 use serde_json::json;
 
 const DRIVER: &str = "fpga.example.com";
@@ -22,7 +22,11 @@ fn profile(node: &TestNode) -> FpgaProfile {
     }
     FpgaProfile {
         node_name: NODE.into(),
-        cards: 2,
+        cards: tokio::sync::watch::Sender::new(Cards {
+            count: 2,
+            ..Cards::default()
+        })
+        .subscribe(),
         bitstream: "blank".into(),
         dev_dir,
         plugin_dir: node.plugin_dir(DRIVER),

@@ -1,7 +1,9 @@
-//! The crash test: the driver's process killed (SIGABRT, as kill -9 would) between a
-//! bitstream's load and the checkpoint's record of it, then started again. The load is
-//! rolled back once before the plugin serves, and the kubelet's retry prepares the claim
-//! afresh. Runs the real binary over its real sockets, against the kit's API server.
+//! The real binary over its real sockets, against the kit's API server:
+//!
+//! - the crash test: the process killed (SIGABRT, as kill -9 would) between a bitstream's
+//!   load and the checkpoint's record of it, then started again. The load is rolled back
+//!   once before the plugin serves, and the kubelet's retry prepares the claim afresh;
+//! - its config directory: a card plugged in, one gone bad, and the slice follows.
 #![allow(clippy::unwrap_used)]
 
 use std::os::unix::fs::MetadataExt;
@@ -59,6 +61,20 @@ async fn wait_for_log(log: &Path, what: &str, n: usize) -> String {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// The driver makes its cards' device nodes with mknod: root only.
+fn is_root(test: &str) -> bool {
+    let root = std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(1)
+        == 0;
+    if !root {
+        eprintln!(
+            "SKIPPED {test}: the driver needs root (mknod of its device nodes); CI runs it as root"
+        );
+    }
+    root
 }
 
 fn kubeconfig(dir: &Path, url: &str) -> PathBuf {
@@ -154,6 +170,68 @@ async fn a_crash_after_the_load_is_rolled_back_once_and_prepared_on_retry() {
         std::fs::read_to_string(state_dir.join("fpga1.bitstream")).unwrap(),
         "v1.bit\n"
     );
+    driver.kill().unwrap();
+    driver.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_card_plugged_in_is_published_and_a_bad_one_tainted() {
+    if !is_root("a_card_plugged_in_is_published_and_a_bad_one_tainted") {
+        return;
+    }
+    let api = ApiServer::start().await.unwrap();
+    api.create_node(NODE).unwrap();
+    let node = TestNode::new(NODE).unwrap();
+    let config = kubeconfig(node.root(), &api.url());
+    let log = node.root().join("driver.log");
+    let mut driver = start(&node, &config, &log, None);
+    let devices =
+        |slices: &[k8s_openapi::api::resource::v1::ResourceSlice]| -> Vec<(String, usize)> {
+            slices
+                .iter()
+                .flat_map(|s| s.spec.devices.clone().unwrap_or_default())
+                .map(|d| (d.name, d.taints.map_or(0, |t| t.len())))
+                .collect()
+        };
+    api.wait_for_slices(LIMIT, |s| devices(s).len() == 2)
+        .await
+        .unwrap();
+
+    let dir = node.plugin_dir(DRIVER).join("config");
+    std::fs::create_dir_all(&dir).unwrap();
+    let plugged = Instant::now();
+    std::fs::write(dir.join("cards"), "3\n").unwrap();
+    api.wait_for_slices(LIMIT, |s| devices(s).len() == 3)
+        .await
+        .unwrap();
+    eprintln!(
+        "card plugged in to slice published: {:?}",
+        plugged.elapsed()
+    );
+    assert!(
+        node.plugin_dir(DRIVER).join("dev/fpga2").exists(),
+        "its device node was made"
+    );
+
+    std::fs::write(dir.join("unhealthy"), "fpga-1 PCIe link down\n").unwrap();
+    let slices = api
+        .wait_for_slices(LIMIT, |s| devices(s).iter().any(|(_, t)| *t > 0))
+        .await
+        .unwrap();
+    assert_eq!(
+        devices(&slices),
+        [
+            ("fpga-0".to_owned(), 0),
+            ("fpga-1".to_owned(), 1),
+            ("fpga-2".to_owned(), 0)
+        ]
+    );
+    std::fs::write(dir.join("cards"), "not a number\n").unwrap();
+    wait_for_log(&log, "the config directory cannot be used", 1).await;
+    std::fs::write(dir.join("cards"), "1\n").unwrap();
+    api.wait_for_slices(LIMIT, |s| devices(s).len() == 1)
+        .await
+        .unwrap();
     driver.kill().unwrap();
     driver.wait().unwrap();
 }
