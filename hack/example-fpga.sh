@@ -9,9 +9,11 @@
 #         the workspace built are used where their features agree
 #   demo  on a fresh one-node cluster of hack/local-cluster.sh (root): the driver's image
 #         (built here without an engine, as hack/build-image-local.sh builds ours), its
-#         DaemonSet, a pod with the node's two cards; prints the pod's log (`ls -l /dev/fpga*` and
-#         its FPGA_ variables) and checks /dev/fpga0 is a character device and
-#         FPGA_DEVICE_0=fpga0; tears the cluster down. Needs the busybox and pause images
+#         DaemonSet, a pod with the node's two cards; prints the pod's log (`ls -l /dev/fpga*`,
+#         the bitstream loaded on each card and its FPGA_ variables) and checks /dev/fpga0
+#         is a character device, FPGA_DEVICE_0=fpga0 and both loads; then plugs a third
+#         card in (its config directory) and times its slice, marks one bad and waits for
+#         its taint; tears the cluster down. Needs the busybox and pause images
 #         of hack/build-image-local.sh in IMAGES_DIR (built when missing).
 # Usage: hack/example-fpga.sh lock|test|demo [--keep]
 set -euo pipefail

@@ -157,6 +157,25 @@ impl<D: DeviceProfile> slice_controller::Inventory for ProfileInventory<D> {
     }
 }
 
+/// Keeps `ready` as "published and registered" until the process ends.
+async fn follow_readiness(
+    published: Arc<AtomicBool>,
+    registered: Arc<AtomicBool>,
+    ready: Arc<AtomicBool>,
+) {
+    use std::sync::atomic::Ordering::SeqCst;
+    loop {
+        let now = published.load(SeqCst) && registered.load(SeqCst);
+        if ready.swap(now, SeqCst) != now {
+            info!(
+                ready = now,
+                "readiness (devices published and registered with the kubelet)"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Aborts the tasks it holds when dropped: the tasks a failed start had begun.
 #[derive(Debug, Default)]
 struct AbortOnDrop(Vec<tokio::task::AbortHandle>);
@@ -217,6 +236,12 @@ pub async fn run<D: DeviceProfile>(
     // Before anything is served: a crash during a claim's device work is undone.
     store.roll_back_started().await;
     let metrics = Arc::new(metrics::Metrics::new(&plugin.metrics_prefix));
+    // Ready once the node's devices are published and the kubelet registered the plugin:
+    // before that, a pod's prepare can meet a kubelet still holding the connection of the
+    // instance that ran before (a crash, an update), and the kubelet retries such a pod
+    // only at its next resync, 60 to 90 s later (see docs/kubelet-plugin.md#readiness).
+    let published = Arc::new(AtomicBool::new(false));
+    let registered = Arc::new(AtomicBool::new(false));
     let ready = Arc::new(AtomicBool::new(false));
     let inventory: Arc<dyn slice_controller::Inventory> = Arc::new(ProfileInventory {
         store: store.clone(),
@@ -260,7 +285,7 @@ pub async fn run<D: DeviceProfile>(
     let publish_task = match mode {
         #[cfg(feature = "classic")]
         Mode::Classic => match &classic {
-            Some(inventory) => tokio::spawn(inventory.run(store.prepared(), ready.clone())),
+            Some(inventory) => tokio::spawn(inventory.run(store.prepared(), published.clone())),
             None => return Err(Error::NoClassic("")),
         },
         #[cfg(not(feature = "classic"))]
@@ -284,7 +309,7 @@ pub async fn run<D: DeviceProfile>(
                 inventory.clone(),
                 plugin.hook.clone(),
             );
-            tokio::spawn(controller.run(ready.clone()))
+            tokio::spawn(controller.run(published.clone()))
         }
     };
     started.0.push(publish_task.abort_handle());
@@ -293,6 +318,12 @@ pub async fn run<D: DeviceProfile>(
         plugin.max_connections,
         plugin.idle_timeout.as_secs(),
     ));
+    let readiness_task = tokio::spawn(follow_readiness(
+        published.clone(),
+        registered.clone(),
+        ready.clone(),
+    ));
+    started.0.push(readiness_task.abort_handle());
     let http_task = match plugin.http_address {
         Some(addr) => {
             let listener = tokio::net::TcpListener::bind(addr)
@@ -379,7 +410,7 @@ pub async fn run<D: DeviceProfile>(
     let registration = grpc::Registration {
         driver_name: plugin.driver_name.clone(),
         endpoint: dra_path.clone(),
-        registered: Arc::new(AtomicBool::new(false)),
+        registered: registered.clone(),
         supported_versions,
         hook: registration_hook,
     };
@@ -414,6 +445,7 @@ pub async fn run<D: DeviceProfile>(
     for task in hook_tasks {
         task.abort();
     }
+    readiness_task.abort();
     if let Some(task) = http_task {
         task.abort();
     }

@@ -46,6 +46,10 @@ struct Args {
         default_value = "/var/lib/kubelet/plugins_registry"
     )]
     registry_dir: PathBuf,
+    /// Serve `/healthz`, `/readyz` (devices published and registered with the kubelet)
+    /// and `/metrics` there, e.g. `0.0.0.0:8080`; off by default.
+    #[arg(long, env = "HTTP_ADDRESS")]
+    http_address: Option<std::net::SocketAddr>,
     /// Test only: abort the process at this point of prepare or unprepare (crash tests).
     #[arg(long, env = "TEST_CRASH_POINT", hide = true)]
     test_crash_point: Option<CrashPoint>,
@@ -83,6 +87,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .plugin_dir(&args.plugin_dir)
         .cdi_root(&args.cdi_root)
         .registry_dir(&args.registry_dir)
+        .http_address(args.http_address)
         .crash_point(args.test_crash_point)
         .run(profile, dra_kubelet_plugin::shutdown_signal())
         .await?;

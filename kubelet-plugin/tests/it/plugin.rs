@@ -627,7 +627,28 @@ async fn serves_health_readiness_and_metrics() {
             .starts_with("HTTP/1.1 200")
     );
     wait_for_nas(&api, |n| n.is_ready()).await;
-    assert!(http_get(&addr, "/readyz").await.starts_with("HTTP/1.1 200"));
+    // Published, but no kubelet registered it yet: not ready.
+    let before = http_get(&addr, "/readyz").await;
+    assert!(before.starts_with("HTTP/1.1 503"), "{before}");
+    let mut reg = registration(&dirs).await.unwrap();
+    reg.notify_registration_status(reg::RegistrationStatus {
+        plugin_registered: true,
+        error: String::new(),
+    })
+    .await
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let now = http_get(&addr, "/readyz").await;
+        if now.starts_with("HTTP/1.1 200") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not ready after registration: {now}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     let r = prepare(
         &dirs,
         vec![claim(UID_A, &handle(NODE, &[0], 1)), claim("bad", "{")],
