@@ -109,6 +109,14 @@ published() {
   [[ "$out" == "$want" ]] || { echo "devices of node $node: ${out:-none}, want $want"; return 1; }
 }
 wait_for "the driver's ResourceSlice" 90 published
+# Ready: its cards published and the kubelet registered it (a pod started before the
+# registration fails its prepare, and the kubelet retries it only at its resync, 60-90 s).
+driver_ready() {
+  local out
+  out="$(kubectl -n fpga-driver get pods -o jsonpath='{.items[*].status.containerStatuses[*].ready}' 2>&1)" || true
+  [[ "$out" == true ]] || { echo "driver containers ready: ${out:-none}"; return 1; }
+}
+wait_for "the driver Ready" 60 driver_ready
 kubectl get resourceslices -o wide
 kubectl apply -f "$example/deploy/demo-pod.yaml"
 done_ok() {
@@ -155,4 +163,71 @@ tainted() {
 }
 wait_for "card fpga-1 tainted" 30 tainted
 kubectl get resourceslices -o jsonpath='{range .items[*].spec.devices[*]}{.name}{"\t"}{.taints}{"\n"}{end}'
+rm -f "$config_dir/cards" "$config_dir/unhealthy"
+wait_for "the slice back to two healthy cards" 30 published "fpga-0 fpga-1"
+
+# A rolling update of the driver (maxSurge 1: the new instance registers beside the old)
+# while pods with a one-card claim start and finish one after another: no prepare may
+# fail, and the node's slice must never be missing.
+kubectl apply -f - >/dev/null <<'EOF'
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: one-fpga, namespace: default}
+spec:
+  spec:
+    devices:
+      requests:
+        - name: fpga
+          exactly: {deviceClassName: fpga.example.com}
+EOF
+roll_pod() {
+  cat <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: roll-$1, namespace: default}
+spec:
+  restartPolicy: Never
+  resourceClaims: [{name: fpga, resourceClaimTemplateName: one-fpga}]
+  containers:
+    - name: ctr
+      image: busybox:1.36
+      command: ["sh", "-c", "cat /run/fpga/*.bitstream"]
+      resources: {claims: [{name: fpga}]}
+EOF
+}
+roll_done() {
+  local phase
+  phase="$(kubectl get pod "roll-$1" -o jsonpath='{.status.phase}' 2>&1)" || true
+  [[ "$phase" == Succeeded ]] || { echo "pod roll-$1 phase: ${phase:-none}"; return 1; }
+}
+slices_file="$(mktemp)"
+# One sample every 0.1 s: a time and how many slices the node has.
+( while :; do
+    # A failed call is "?" (not counted either way), and never ends the loop.
+    n="$(kubectl get resourceslices --field-selector "spec.nodeName=$node,spec.driver=fpga.example.com" -o name 2>/dev/null | wc -l)" || n="?"
+    echo "$(date +%s%N) $n"; sleep 0.1
+  done >"$slices_file" ) &
+sampler=$!
+t_roll=$SECONDS
+kubectl -n fpga-driver rollout restart daemonset/fpga-driver >/dev/null
+pods=0
+while :; do
+  pods=$((pods + 1))
+  roll_pod "$pods" | kubectl apply -f - >/dev/null
+  wait_for "pod roll-$pods to succeed" 60 roll_done "$pods"
+  kubectl delete pod "roll-$pods" --wait=true --timeout=60s >/dev/null
+  rolled="$(kubectl -n fpga-driver rollout status daemonset/fpga-driver --timeout=1s 2>&1)" || true
+  [[ "$rolled" == *"successfully rolled out"* && $pods -ge 4 ]] && break
+  ((SECONDS - t_roll < 180)) || die "the rollout did not finish in 180 s: $rolled"
+done
+kill "$sampler" 2>/dev/null || true
+wait "$sampler" 2>/dev/null || true
+failed="$(kubectl get events -o jsonpath='{range .items[?(@.reason=="FailedPrepareDynamicResources")]}{.involvedObject.name}{": "}{.message}{"\n"}{end}')"
+# The longest run of samples without a slice, in ms (-1: still none at the end).
+gap="$(awk '$2 == "?" { next } $2 == 0 { if (!start) start = $1 } $2 > 0 { if (start) { d = $1 - start; if (d > max) max = d; start = 0 } } END { if (start) max = -1; print int(max / 1000000) }' "$slices_file")"
+samples="$(wc -l <"$slices_file")"
+rm -f "$slices_file"
+echo "== rolling update: $pods pods ran during it, failed prepares (whole demo): ${failed:-none}; longest time without the node's slice: ${gap} ms ($samples samples)"
+[[ -z "$failed" ]] || die "prepares failed during the demo:"$'\n'"$failed"
+[[ "$gap" == 0 ]] || die "the node's slice was missing for ${gap} ms during the rolling update (-1: at the end)"
 echo "fpga example driver demo passed: Kubernetes $KUBE_VERSION, node $node"

@@ -81,10 +81,13 @@ impl TestNode {
         profile: P,
     ) -> Result<RunningPlugin, KitError> {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        // Where this plugin registers (its own name with rolling updates); `driver` is
+        // the plugin's own, kept in the signature for the callers written before.
+        let _ = driver;
+        let socket = plugin.registration_socket();
         let mut task = tokio::spawn(plugin.run(profile, async move {
             let _ = stopped.await;
         }));
-        let socket = self.registration_socket(driver);
         let deadline = tokio::time::Instant::now() + STARTUP;
         while !socket.exists() {
             if task.is_finished() {

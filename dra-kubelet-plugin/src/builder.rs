@@ -66,6 +66,7 @@ pub struct Plugin {
     allow_empty_pool: bool,
     device_work_timeout: Duration,
     serialize: bool,
+    pod_uid: Option<String>,
     checkpoint_api_version: Option<String>,
     checkpoint_kind: String,
     metrics_prefix: Option<String>,
@@ -112,6 +113,7 @@ impl Plugin {
             allow_empty_pool: false,
             device_work_timeout: DEFAULT_DEVICE_WORK_TIMEOUT,
             serialize: true,
+            pod_uid: None,
             checkpoint_api_version: None,
             checkpoint_kind: "KubeletPluginCheckpoint".to_owned(),
             metrics_prefix: None,
@@ -199,6 +201,32 @@ impl Plugin {
         self
     }
 
+    /// Rolling updates (kubelet 1.33+, structured DRA): `Some(<this pod's UID>)` (from the
+    /// downward API, `metadata.uid`) registers this instance under sockets of its own, so
+    /// a DaemonSet update with `maxSurge: 1, maxUnavailable: 0` runs the new instance
+    /// beside the old one and the kubelet always has one. Both share the plugin directory:
+    /// every call takes its lock (`serialize.lock`, across instances, whatever
+    /// [`Plugin::serialize`] says) and reads the checkpoint the other may have written.
+    /// Servers older than 1.33, and classic DRA, keep the one-instance sockets (logged).
+    /// An instance killed without its shutdown leaves its sockets behind: the kubelet
+    /// drops them when it finds nobody listening.
+    pub fn rolling_update(mut self, pod_uid: Option<String>) -> Self {
+        self.pod_uid = pod_uid.filter(|u| !u.is_empty());
+        self
+    }
+
+    /// Where this plugin's registration socket is (where a kubelet, or a test's, finds
+    /// it), given the settings so far; with [`Plugin::rolling_update`] the per-instance
+    /// name.
+    pub fn registration_socket(&self) -> PathBuf {
+        let file = crate::instance::registration_socket_file(
+            &self.registry_dir,
+            &self.driver_name,
+            self.pod_uid.as_deref(),
+        );
+        self.registry_dir.join(file)
+    }
+
     /// The checkpoint's `apiVersion` and `kind`, written and required when read.
     pub fn checkpoint_type(
         mut self,
@@ -276,6 +304,7 @@ impl Plugin {
             allow_empty_pool: self.allow_empty_pool,
             device_work_timeout: self.device_work_timeout,
             serialize: self.serialize,
+            pod_uid: self.pod_uid,
             hook: self.hook,
             #[cfg(feature = "classic")]
             classic: self.classic,

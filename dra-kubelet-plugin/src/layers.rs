@@ -4,7 +4,7 @@
 
 /// Bottom first; `lib.rs` (the public facade) is above them all.
 const LAYERS: &[&[&str]] = &[
-    &["fsutil", "transport"],
+    &["fsutil", "instance", "transport"],
     &["quantity", "model", "claim_data", "dra_mode"],
     &["cdi_spec", "opaque"],
     &["profile", "hooks", "classic_inventory", "testing"],

@@ -32,7 +32,7 @@
 //!
 //! | layer | modules | what |
 //! | --- | --- | --- |
-//! | 0 | `fsutil`, `transport` | crash-safe files; guarded accept loops, `/healthz` |
+//! | 0 | `fsutil`, `instance`, `transport` | crash-safe files; per-instance sockets and the directory lock; guarded accept loops, `/healthz` |
 //! | 1 | `quantity`, `model`, `claim_data`, `dra_mode` | the data model: devices, claims, quantities, DRA generations |
 //! | 2 | `cdi_spec`, `opaque` | CDI specs and edits; opaque configs |
 //! | 3 | `profile`, `hooks`, `classic_inventory` | what a driver implements |
@@ -62,6 +62,7 @@
 
 // Layer 0.
 mod fsutil;
+mod instance;
 mod transport;
 // Layer 1.
 mod claim_data;

@@ -23,9 +23,10 @@ use crate::pool::PackError;
 use crate::profile::DeviceProfile;
 use crate::state::{ClaimStore, StartError, StoreConfig};
 use crate::transport::conn::{self, Limits, Pool};
-use crate::{claim_reader, fsutil, grpc, metrics, pool, slice_controller};
+use crate::{claim_reader, fsutil, grpc, instance, metrics, pool, slice_controller};
 
-/// Name of the DRA socket in the plugin dir.
+/// Name of the DRA socket in the plugin dir (of a single instance; with
+/// `Plugin::rolling_update`, `plugin-<pod uid>.sock`).
 pub const DRA_SOCKET: &str = "plugin.sock";
 /// Name of the checkpoint in the plugin dir.
 pub const CHECKPOINT_FILE: &str = crate::checkpoint::FILE_NAME;
@@ -66,6 +67,8 @@ pub struct Settings {
     pub device_work_timeout: Duration,
     /// One prepare or unprepare call at a time.
     pub serialize: bool,
+    /// This instance's pod UID, for rolling updates.
+    pub pod_uid: Option<String>,
     /// The fault hook.
     pub hook: Arc<dyn FaultHook>,
     /// Classic DRA: the node's inventory.
@@ -157,6 +160,29 @@ impl<D: DeviceProfile> slice_controller::Inventory for ProfileInventory<D> {
     }
 }
 
+/// The pod UID this instance registers under, if rolling updates are on and the release
+/// takes them (kubelet 1.33+, structured DRA).
+async fn instance_uid(plugin: &Settings, mode: Mode, client: &kube::Client) -> Option<String> {
+    let uid = plugin.pod_uid.clone()?;
+    if mode == Mode::Classic {
+        warn!("rolling updates need structured DRA; one instance at a time");
+        return None;
+    }
+    match slice_controller::server_minor(client).await {
+        Some(minor) if minor < 33 => {
+            warn!(
+                minor,
+                "rolling updates need Kubernetes 1.33+ (the kubelet registers one plugin instance per driver before); one instance at a time"
+            );
+            None
+        }
+        _ => {
+            info!(pod_uid = %uid, "rolling updates on: this instance has sockets of its own");
+            Some(uid)
+        }
+    }
+}
+
 /// Keeps `ready` as "published and registered" until the process ends.
 async fn follow_readiness(
     published: Arc<AtomicBool>,
@@ -216,6 +242,7 @@ pub async fn run<D: DeviceProfile>(
         ));
     }
     let plugin_dir = plugin.plugin_dir.clone();
+    let pod_uid = instance_uid(&plugin, mode, &client).await;
     let store_config = StoreConfig {
         node_name: plugin.node_name.clone(),
         kind,
@@ -225,6 +252,7 @@ pub async fn run<D: DeviceProfile>(
         checkpoint_kind: plugin.checkpoint_kind.clone(),
         device_work_timeout: plugin.device_work_timeout,
         serialize: plugin.serialize,
+        shared: pod_uid.is_some(),
         #[cfg(feature = "test-crash-points")]
         crash_point: plugin.crash_point,
     };
@@ -350,10 +378,12 @@ pub async fn run<D: DeviceProfile>(
         .0
         .extend(http_task.iter().map(tokio::task::JoinHandle::abort_handle));
 
-    let dra_path = plugin_dir.join(DRA_SOCKET);
-    let reg_path = plugin
-        .registry_dir
-        .join(format!("{}.sock", plugin.driver_name));
+    let dra_path = plugin_dir.join(instance::dra_socket_file(&plugin_dir, pod_uid.as_deref()));
+    let reg_path = plugin.registry_dir.join(instance::registration_socket_file(
+        &plugin.registry_dir,
+        &plugin.driver_name,
+        pod_uid.as_deref(),
+    ));
     let bind = |path: &PathBuf| {
         grpc::bind(path).map_err(|source| Error::Bind {
             path: path.clone(),

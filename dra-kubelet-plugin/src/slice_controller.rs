@@ -484,12 +484,8 @@ pub fn node_slices_selector(driver: &str, node: &str) -> String {
     format!("spec.nodeName={node},spec.driver={driver}")
 }
 
-/// Where the API server wants counter sets: from its version (1.35+ in slices of their
-/// own); 1.34 layout when the version cannot be read or is not a plain release number.
-pub async fn counter_layout(client: &Client, api: ResourceApi) -> CounterLayout {
-    if api == ResourceApi::V1beta1 {
-        return CounterLayout::WithDevices;
-    }
+/// The API server's minor version, if it is a plain 1.x release.
+pub(crate) async fn server_minor(client: &Client) -> Option<u32> {
     match client.apiserver_version().await {
         Ok(info) => {
             let minor: String = info
@@ -498,15 +494,30 @@ pub async fn counter_layout(client: &Client, api: ResourceApi) -> CounterLayout 
                 .take_while(char::is_ascii_digit)
                 .collect();
             match (info.major.as_str(), minor.parse::<u32>()) {
-                ("1", Ok(minor)) => CounterLayout::for_minor(minor),
+                ("1", Ok(minor)) => Some(minor),
                 _ => {
-                    warn!(major = %info.major, minor = %info.minor, "unexpected API server version; publishing counter sets as Kubernetes 1.34 wants them");
-                    CounterLayout::WithDevices
+                    warn!(major = %info.major, minor = %info.minor, "unexpected API server version");
+                    None
                 }
             }
         }
         Err(e) => {
-            warn!(error = %e, "cannot read the API server version; publishing counter sets as Kubernetes 1.34 wants them");
+            warn!(error = %e, "cannot read the API server version");
+            None
+        }
+    }
+}
+
+/// Where the API server wants counter sets: from its version (1.35+ in slices of their
+/// own); 1.34 layout when the version cannot be read or is not a plain release number.
+pub async fn counter_layout(client: &Client, api: ResourceApi) -> CounterLayout {
+    if api == ResourceApi::V1beta1 {
+        return CounterLayout::WithDevices;
+    }
+    match server_minor(client).await {
+        Some(minor) => CounterLayout::for_minor(minor),
+        None => {
+            warn!("publishing counter sets as Kubernetes 1.34 wants them");
             CounterLayout::WithDevices
         }
     }

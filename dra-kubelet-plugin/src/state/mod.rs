@@ -19,7 +19,11 @@
 //! survives the process.
 
 mod phases;
+mod start_error;
 mod work;
+
+pub use start_error::StartError;
+use start_error::io_err;
 
 pub use work::{STATE_DIR, claim_state_dir};
 
@@ -33,7 +37,7 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use crate::cdi_spec::{self, CdiKind, ContainerEdits, SpecError};
-use crate::checkpoint::{self, Checkpoint, CheckpointError, Entry, Phase};
+use crate::checkpoint::{self, Checkpoint, Entry, Phase};
 use crate::claim_data::{COMMON_DEVICE, ClaimRef, ClaimUid};
 use crate::claim_error::ClaimError;
 use crate::fsutil::{
@@ -77,70 +81,6 @@ impl std::str::FromStr for CrashPoint {
     }
 }
 
-/// Why the plugin cannot start with its files. Each names the file, or the
-/// `DeviceProfile` method that gave what cannot be written.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum StartError {
-    /// The profile's common edits cannot be written, or use a host file that is missing:
-    /// every container using any claim would fail.
-    #[error("DeviceProfile::common_edits: {0}")]
-    CommonEdits(#[source] SpecError),
-    /// The device profile made an unusable spec for a checkpointed claim.
-    #[error("checkpointed claim {claim}: {source}")]
-    Profile {
-        /// The claim uid.
-        claim: String,
-        /// What the profile did wrong.
-        source: SpecError,
-    },
-    /// The checkpoint is there but unusable; never wiped silently.
-    #[error(
-        "checkpoint {path}: {source}; fix or remove the file (removing it forgets every prepared claim)"
-    )]
-    Checkpoint {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong.
-        source: CheckpointError,
-    },
-    /// Claim specs of ours without a checkpoint: most likely the plugin directory is not
-    /// the one they were prepared with. Starting would sweep them as orphans, taking the
-    /// devices from running pods.
-    #[error(
-        "checkpoint {checkpoint} is missing, but {cdi_root} holds the CDI specs of {} prepared claim(s) ({}): is the plugin directory the one they were prepared with? Starting now would unprepare them under running pods. Mount the right directory; or, if no pod on this node uses these claims any more, delete those spec files and start again",
-        claims.len(),
-        claims.join(", ")
-    )]
-    MissingCheckpoint {
-        /// Where the checkpoint should be.
-        checkpoint: PathBuf,
-        /// The CDI dir.
-        cdi_root: PathBuf,
-        /// The claim uids whose specs are there.
-        claims: Vec<String>,
-    },
-    /// A file operation failed.
-    #[error("{action} {path}: {source}")]
-    Io {
-        /// What was being done.
-        action: &'static str,
-        /// The file or directory.
-        path: PathBuf,
-        /// The OS error.
-        source: io::Error,
-    },
-}
-
-fn io_err(action: &'static str, path: &Path) -> impl FnOnce(io::Error) -> StartError {
-    let path = path.to_owned();
-    move |source| StartError::Io {
-        action,
-        path,
-        source,
-    }
-}
-
 /// Where the store keeps its files.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
@@ -160,6 +100,9 @@ pub struct StoreConfig {
     pub device_work_timeout: Duration,
     /// One prepare or unprepare call at a time.
     pub serialize: bool,
+    /// Another instance shares the plugin dir (a rolling update): every call and the
+    /// start take the directory's lock and read the checkpoint it may have written.
+    pub shared: bool,
     /// Test-only: abort at this point.
     #[cfg(feature = "test-crash-points")]
     pub crash_point: Option<CrashPoint>,
@@ -187,6 +130,15 @@ impl<D: DeviceProfile> ClaimStore<D> {
         create_dir(&config.cdi_root).map_err(io_err("creating CDI dir", &config.cdi_root))?;
         create_dir(&config.plugin_dir)
             .map_err(io_err("creating plugin dir", &config.plugin_dir))?;
+        // Another instance may be in the middle of a call: its claims are not ours to
+        // reconcile until it is done.
+        let _lock = match config.shared {
+            true => Some(
+                crate::instance::lock_dir(&config.plugin_dir)
+                    .map_err(io_err("locking", &config.plugin_dir))?,
+            ),
+            false => None,
+        };
         let checkpoint_path = config.plugin_dir.join(checkpoint::FILE_NAME);
         remove_temp_files(&config.plugin_dir, checkpoint::FILE_NAME)?;
         let node = &config.node_name;
@@ -349,12 +301,42 @@ impl<D: DeviceProfile> ClaimStore<D> {
         let _ = point;
     }
 
-    fn write_checkpoint(&self, claims: &BTreeMap<ClaimUid, Entry<D::Prepared>>) -> io::Result<()> {
-        let doc = checkpoint::DocType {
+    fn doc_type(&self) -> checkpoint::DocType<'_> {
+        checkpoint::DocType {
             api_version: &self.config.checkpoint_api_version,
             kind: &self.config.checkpoint_kind,
-        };
-        let cp = Checkpoint::new(doc, &self.config.node_name, claims.clone());
+        }
+    }
+
+    /// With another instance sharing the plugin dir, the checkpoint as it wrote it last:
+    /// read again when the file is not what this instance holds. Under the dir's lock.
+    fn reload_if_changed(&self) -> Result<(), String> {
+        let bytes = fs::read(&self.checkpoint_path)
+            .map_err(|e| format!("reading checkpoint {}: {e}", self.checkpoint_path.display()))?;
+        let mut claims = self.lock();
+        let ours = Checkpoint::new(self.doc_type(), &self.config.node_name, claims.clone());
+        if ours.to_bytes() == bytes {
+            return Ok(());
+        }
+        let theirs = Checkpoint::parse(&bytes, self.doc_type(), &self.config.node_name, |p| {
+            self.profile.check(p)
+        })
+        .map_err(|e| {
+            format!(
+                "checkpoint {} as another instance wrote it: {e}",
+                self.checkpoint_path.display()
+            )
+        })?;
+        info!(
+            claims = theirs.claims.len(),
+            "the checkpoint was written by another instance; using its claims"
+        );
+        *claims = theirs.claims;
+        Ok(())
+    }
+
+    fn write_checkpoint(&self, claims: &BTreeMap<ClaimUid, Entry<D::Prepared>>) -> io::Result<()> {
+        let cp = Checkpoint::new(self.doc_type(), &self.config.node_name, claims.clone());
         write_atomic(
             &self.checkpoint_path,
             &cp.to_bytes(),

@@ -54,6 +54,12 @@ pub(super) struct Job<P> {
     pub(super) phase: Phase,
 }
 
+/// A call's turn: the in-process lock and, shared, the plugin dir's.
+struct Turn<'a>(
+    #[allow(dead_code)] Option<tokio::sync::MutexGuard<'a, ()>>,
+    #[allow(dead_code)] Option<crate::instance::DirLock>,
+);
+
 /// Which of the profile's device work to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Step {
@@ -83,7 +89,10 @@ impl<D: DeviceProfile> ClaimStore<D> {
         let claims: Vec<String> = requests.iter().map(|(c, _)| c.to_string()).collect();
         let names = claims.clone();
         let task = tokio::spawn(async move {
-            let _turn = store.turn().await;
+            let _turn = match store.turn().await {
+                Ok(turn) => turn,
+                Err(why) => return refused(&names, &why),
+            };
             if D::DEVICE_WORK {
                 store.prepare_with_work(requests).await
             } else {
@@ -107,7 +116,10 @@ impl<D: DeviceProfile> ClaimStore<D> {
         let claims: Vec<String> = requests.iter().map(ToString::to_string).collect();
         let names = claims.clone();
         let task = tokio::spawn(async move {
-            let _turn = store.turn().await;
+            let _turn = match store.turn().await {
+                Ok(turn) => turn,
+                Err(why) => return refused(&names, &why),
+            };
             if D::DEVICE_WORK {
                 store.unprepare_with_work(requests).await
             } else {
@@ -125,6 +137,13 @@ impl<D: DeviceProfile> ClaimStore<D> {
     /// preparation), before the plugin serves. Those whose rollback fails stay started
     /// and are named in the log; the kubelet's next call for one rolls it back again.
     pub async fn roll_back_started(self: &Arc<Self>) {
+        let _turn = match self.turn().await {
+            Ok(turn) => turn,
+            Err(why) => {
+                warn!(error = %why, "cannot look for claims a crash left half prepared");
+                return;
+            }
+        };
         let started: Vec<ClaimUid> = self
             .lock()
             .iter()
@@ -149,13 +168,26 @@ impl<D: DeviceProfile> ClaimStore<D> {
         }
     }
 
-    /// One call at a time when the plugin serializes them ([`StoreConfig::serialize`]).
-    async fn turn(&self) -> Option<tokio::sync::MutexGuard<'_, ()>> {
-        if self.config.serialize {
-            Some(self.serial.lock().await)
-        } else {
-            None
+    /// One call at a time when the plugin serializes them ([`StoreConfig::serialize`]),
+    /// and across instances when another shares the plugin dir ([`StoreConfig::shared`]),
+    /// whose claims are then read first.
+    async fn turn(self: &Arc<Self>) -> Result<Turn<'_>, String> {
+        let serial = match self.config.serialize || self.config.shared {
+            true => Some(self.serial.lock().await),
+            false => None,
+        };
+        if !self.config.shared {
+            return Ok(Turn(serial, None));
         }
+        let store = self.clone();
+        let dir = tokio::task::spawn_blocking(move || {
+            let lock = crate::instance::lock_dir(&store.config.plugin_dir)
+                .map_err(|e| format!("locking {}: {e}", store.config.plugin_dir.display()))?;
+            store.reload_if_changed().map(|()| lock)
+        })
+        .await
+        .map_err(|e| format!("locking task failed: {e}"))??;
+        Ok(Turn(serial, Some(dir)))
     }
 
     async fn prepare_with_work(
@@ -421,6 +453,19 @@ pub(super) fn internal(what: &str) -> ClaimError {
         claim: String::new(),
         reason: format!("internal error: a claim of the {what} call was not handled"),
     }
+}
+
+/// Every claim of a call fails alike when its turn could not be had.
+fn refused(claims: &[String], why: &str) -> Vec<Result<(), ClaimError>> {
+    claims
+        .iter()
+        .map(|claim| {
+            Err(ClaimError::Read {
+                claim: claim.clone(),
+                reason: why.to_owned(),
+            })
+        })
+        .collect()
 }
 
 /// Every claim of a call fails alike when its task died.

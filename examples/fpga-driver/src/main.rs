@@ -50,6 +50,10 @@ struct Args {
     /// and `/metrics` there, e.g. `0.0.0.0:8080`; off by default.
     #[arg(long, env = "HTTP_ADDRESS")]
     http_address: Option<std::net::SocketAddr>,
+    /// This pod's UID (downward API `metadata.uid`): with it, rolling updates — the new
+    /// instance registers beside the old one (kubelet 1.33+).
+    #[arg(long, env = "POD_UID")]
+    pod_uid: Option<String>,
     /// Test only: abort the process at this point of prepare or unprepare (crash tests).
     #[arg(long, env = "TEST_CRASH_POINT", hide = true)]
     test_crash_point: Option<CrashPoint>,
@@ -88,6 +92,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .cdi_root(&args.cdi_root)
         .registry_dir(&args.registry_dir)
         .http_address(args.http_address)
+        .rolling_update(args.pod_uid)
         .crash_point(args.test_crash_point)
         .run(profile, dra_kubelet_plugin::shutdown_signal())
         .await?;
