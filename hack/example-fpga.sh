@@ -144,6 +144,47 @@ loads="$(grep -c 'bitstream loaded' <<<"$driver_log" || true)"
 [[ "$loads" == 2 ]] || die "the driver logged $loads bitstream loads, expected 2; its log:"$'\n'"$driver_log"
 kubectl delete pod fpga-demo --wait=true --timeout=120s
 
+# A pod with one card (the template one-fpga, used below too), kept running: what the
+# driver reported of its card in the claim's status.devices (the API server drops it once
+# the claim is deallocated, after the pod).
+kubectl apply -f - >/dev/null <<'EOF'
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: one-fpga, namespace: default}
+spec:
+  spec:
+    devices:
+      requests:
+        - name: fpga
+          exactly: {deviceClassName: fpga.example.com}
+EOF
+# roll_pod NAME [COMMAND]: a pod roll-NAME with a one-card claim.
+roll_pod() {
+  cat <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: roll-$1, namespace: default}
+spec:
+  restartPolicy: Never
+  resourceClaims: [{name: fpga, resourceClaimTemplateName: one-fpga}]
+  containers:
+    - name: ctr
+      image: busybox:1.36
+      command: ["sh", "-c", "${2:-cat /run/fpga/*.bitstream}"]
+      resources: {claims: [{name: fpga}]}
+EOF
+}
+roll_pod status "sleep 3600" | kubectl apply -f - >/dev/null
+status_ok() {
+  local out
+  out="$(kubectl get resourceclaims -o jsonpath='{range .items[*].status.devices[*]}{.conditions[0].reason}:{.data.bitstream}{" "}{end}' 2>&1)" || true
+  [[ "$out" == "BitstreamLoaded:blank " ]] || { echo "the claims' device status: ${out:-none}"; return 1; }
+}
+wait_for "the claim's device status" 60 status_ok
+echo "-- the claim's status.devices"
+kubectl get resourceclaims -o jsonpath='{range .items[*].status.devices[*]}{.device}{"\t"}{.conditions[0].type}={.conditions[0].status} {.conditions[0].reason}: {.conditions[0].message}{"\t"}{.data}{"\n"}{end}'
+kubectl delete pod roll-status --grace-period=1 --wait=true --timeout=60s >/dev/null
+
 # Devices that change: a card plugged in (its slice follows), then one gone bad (tainted).
 mkdir -p "$config_dir"
 t_plug=$(date +%s%N)
@@ -169,32 +210,6 @@ wait_for "the slice back to two healthy cards" 30 published "fpga-0 fpga-1"
 # A rolling update of the driver (maxSurge 1: the new instance registers beside the old)
 # while pods with a one-card claim start and finish one after another: no prepare may
 # fail, and the node's slice must never be missing.
-kubectl apply -f - >/dev/null <<'EOF'
-apiVersion: resource.k8s.io/v1
-kind: ResourceClaimTemplate
-metadata: {name: one-fpga, namespace: default}
-spec:
-  spec:
-    devices:
-      requests:
-        - name: fpga
-          exactly: {deviceClassName: fpga.example.com}
-EOF
-roll_pod() {
-  cat <<EOF
-apiVersion: v1
-kind: Pod
-metadata: {name: roll-$1, namespace: default}
-spec:
-  restartPolicy: Never
-  resourceClaims: [{name: fpga, resourceClaimTemplateName: one-fpga}]
-  containers:
-    - name: ctr
-      image: busybox:1.36
-      command: ["sh", "-c", "cat /run/fpga/*.bitstream"]
-      resources: {claims: [{name: fpga}]}
-EOF
-}
 roll_done() {
   local phase
   phase="$(kubectl get pod "roll-$1" -o jsonpath='{.status.phase}' 2>&1)" || true

@@ -26,6 +26,20 @@ pub const API_ACCESS: &[(&str, &str, &[&str])] = &[
     ("", "nodes", &["get"]),
 ];
 
+/// What a driver whose profile reports device status (`DeviceProfile::device_status`)
+/// grants besides [`API_ACCESS`]: the claims' status, and on 1.36+ (the
+/// `DRAResourceClaimGranularStatusAuthorization` gate, beta) the synthetic
+/// `resourceclaims/driver` with the verb prefixed by whether the writer runs on the
+/// claim's node, limited to the driver's name as `resourceNames`.
+pub const STATUS_API_ACCESS: &[(&str, &str, &[&str])] = &[
+    ("resource.k8s.io", "resourceclaims/status", &["update"]),
+    (
+        "resource.k8s.io",
+        "resourceclaims/driver",
+        &["associated-node:update", "arbitrary-node:update"],
+    ),
+];
+
 /// How long one call's device work may take by default: the kubelet gives the whole call
 /// 45 s (`defaultClientCallTimeout` of its DRA plugin client), and the answer must reach it
 /// after the work, a possible rollback and the checkpoint's write.

@@ -135,6 +135,16 @@ impl ClaimReader {
         Self { client, api }
     }
 
+    /// The client it reads with.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The version it reads through.
+    pub fn api(&self) -> ResourceApi {
+        self.api
+    }
+
     /// GETs the claim `namespace/name`, after checking both are names the API allows (so
     /// nothing the kubelet sends can change the request's path).
     pub async fn get(&self, namespace: &str, name: &str) -> Result<FetchedClaim, ReadError> {

@@ -5,12 +5,18 @@
 /// Bottom first; `lib.rs` (the public facade) is above them all.
 const LAYERS: &[&[&str]] = &[
     &["fsutil", "instance", "transport"],
-    &["quantity", "model", "claim_data", "dra_mode"],
+    &[
+        "quantity",
+        "model",
+        "claim_data",
+        "device_status",
+        "dra_mode",
+    ],
     &["cdi_spec", "opaque"],
     &["profile", "hooks", "classic_inventory", "testing"],
     &["claim_error", "allocation", "claim_reader"],
     &["checkpoint", "plan", "state"],
-    &["pool", "slice_controller"],
+    &["pool", "slice_controller", "claim_status"],
     &["metrics", "grpc"],
     &["serve"],
     &["builder"],

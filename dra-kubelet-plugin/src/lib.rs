@@ -33,12 +33,12 @@
 //! | layer | modules | what |
 //! | --- | --- | --- |
 //! | 0 | `fsutil`, `instance`, `transport` | crash-safe files; per-instance sockets and the directory lock; guarded accept loops, `/healthz` |
-//! | 1 | `quantity`, `model`, `claim_data`, `dra_mode` | the data model: devices, claims, quantities, DRA generations |
+//! | 1 | `quantity`, `model`, `claim_data`, `device_status`, `dra_mode` | the data model: devices, claims, what a driver says of a claim's devices, quantities, DRA generations |
 //! | 2 | `cdi_spec`, `opaque` | CDI specs and edits; opaque configs |
 //! | 3 | `profile`, `hooks`, `classic_inventory` | what a driver implements |
 //! | 4 | `claim_error`, `allocation`, `claim_reader` | a claim read and judged |
 //! | 5 | `checkpoint`, `plan`, `state` | the prepared claims and their files |
-//! | 6 | `pool`, `slice_controller` | the node's ResourceSlices |
+//! | 6 | `pool`, `slice_controller`, `claim_status` | the node's ResourceSlices; claims' device status |
 //! | 7 | `metrics`, `grpc` | the kubelet's gRPC services |
 //! | 8 | `serve` | running it all |
 //! | 9 | `builder` | [`Plugin`] |
@@ -66,6 +66,7 @@ mod instance;
 mod transport;
 // Layer 1.
 mod claim_data;
+mod device_status;
 mod dra_mode;
 mod model;
 mod quantity;
@@ -88,6 +89,7 @@ mod checkpoint;
 mod plan;
 mod state;
 // Layer 6.
+mod claim_status;
 mod pool;
 mod slice_controller;
 // Layer 7.
@@ -101,7 +103,9 @@ mod builder;
 #[cfg(test)]
 mod layers;
 
-pub use builder::{API_ACCESS, DEFAULT_DEVICE_WORK_TIMEOUT, Plugin, shutdown_signal};
+pub use builder::{
+    API_ACCESS, DEFAULT_DEVICE_WORK_TIMEOUT, Plugin, STATUS_API_ACCESS, shutdown_signal,
+};
 pub use checkpoint::CheckpointError;
 pub use claim_data::ProfileError;
 pub use dra_mode::ModeFlag;
@@ -135,6 +139,10 @@ pub mod claim {
         DriverAllocation, MAX_CLAIM_UID_LEN, ProfileError, UidError,
     };
     pub use crate::claim_error::ClaimError;
+    pub use crate::device_status::{
+        ConditionStatus, DeviceCondition, DeviceStatus, MAX_CONDITIONS, MAX_DATA_BYTES,
+        MAX_HARDWARE_ADDRESS, MAX_INTERFACE_NAME, MAX_IPS, NetworkData, StatusError,
+    };
 }
 
 /// Typed opaque configs: the `opaque.parameters` of a claim's (or its class's) config

@@ -216,6 +216,20 @@ pub trait DeviceProfile: Debug + Send + Sync + 'static {
         self.unprepare_devices(work)
     }
 
+    /// What the driver says of the devices of a claim it prepared (conditions, data,
+    /// network data: a NIC's interface and addresses), written to the claim's
+    /// `status.devices` as this driver's and pool's entries after each successful
+    /// prepare, off the kubelet's call; none by default (nothing is written). May read what
+    /// the device work left in [`DeviceWork::state_dir`]. What the API would refuse is
+    /// logged naming the field, and the claim stays prepared.
+    fn device_status(
+        &self,
+        work: &DeviceWork<'_, Self::Prepared>,
+    ) -> impl Future<Output = Vec<crate::device_status::DeviceStatus>> + Send {
+        let _ = work;
+        async { Vec::new() }
+    }
+
     /// The node devices a prepared claim holds exclusively; no two claims ever hold one.
     /// Shares of a device that allows multiple allocations, and admin access, hold
     /// nothing.

@@ -130,6 +130,7 @@ impl<D: DeviceProfile> DraPluginService<D> {
                     .collect(),
             )
             .await?;
+        self.report_status(&outcomes);
         Ok(outcomes
             .into_iter()
             .zip(devices)
@@ -137,6 +138,50 @@ impl<D: DeviceProfile> DraPluginService<D> {
                 o.and_then(|(claim, prepared)| self.device_outcomes(&claim, &prepared, devices))
             })
             .collect())
+    }
+
+    /// Writes what the profile says of the devices of the claims just prepared, on a task
+    /// of its own: the kubelet's answer does not wait for it, and a failure is logged (the
+    /// claim is prepared whatever its status).
+    fn report_status(&self, outcomes: &[Outcome<(ClaimRef, D::Prepared)>]) {
+        let prepared: Vec<(ClaimRef, D::Prepared)> = outcomes
+            .iter()
+            .filter_map(|o| o.as_ref().ok().cloned())
+            .collect();
+        if prepared.is_empty() {
+            return;
+        }
+        let service = self.clone();
+        tokio::spawn(async move {
+            let store = &service.node.store;
+            for (claim, p) in prepared {
+                let dir = store.state_dir(&claim.uid);
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+                let work = crate::profile::DeviceWork::new(&claim, &p, &dir, deadline);
+                let statuses = store.profile().device_status(&work).await;
+                if statuses.is_empty() {
+                    continue;
+                }
+                match crate::claim_status::write(
+                    service.claims.client(),
+                    service.claims.api(),
+                    &service.driver_name,
+                    &service.node_name,
+                    &claim,
+                    &statuses,
+                )
+                .await
+                {
+                    Ok(true) => {
+                        info!(claim = %claim, devices = statuses.len(), "claim's device status written")
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        warn!(claim = %claim, error = %e, "the claim's device status was not written")
+                    }
+                }
+            }
+        });
     }
 
     /// Unprepares claims after the hook had its say about each (a claim it refuses is

@@ -19,7 +19,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use dra_kubelet_plugin::cdi::{ContainerEdits, Device, DeviceNode, Mount};
-use dra_kubelet_plugin::claim::{ClaimRef, ClaimUid, DriverAllocation};
+use dra_kubelet_plugin::claim::{
+    ClaimRef, ClaimUid, ConditionStatus, DeviceCondition, DeviceStatus, DriverAllocation,
+};
 use dra_kubelet_plugin::device::{HealthStatus, SliceDevice, TaintEffect};
 use dra_kubelet_plugin::{
     DeviceProfile, DeviceWork, FieldError, OpaqueConfig, ProfileError, claim_state_dir,
@@ -232,6 +234,34 @@ impl DeviceProfile for FpgaProfile {
     ) -> Result<(), ProfileError> {
         tracing::info!(claim = %work.claim, "rolling back a bitstream load");
         unload(work).await
+    }
+
+    async fn device_status(&self, work: &DeviceWork<'_, FpgaPrepared>) -> Vec<DeviceStatus> {
+        let mut statuses = Vec::new();
+        for &i in &work.prepared.cards {
+            // What the load left on the card, as the device work wrote it.
+            let loaded = tokio::fs::read_to_string(loaded_file(work.state_dir, i))
+                .await
+                .map(|s| s.trim().to_owned());
+            let status = match loaded {
+                Ok(bitstream) => DeviceStatus::new(format!("fpga-{i}"))
+                    .condition(DeviceCondition::new(
+                        "Ready",
+                        ConditionStatus::True,
+                        "BitstreamLoaded",
+                        format!("card fpga{i} runs {bitstream}"),
+                    ))
+                    .data(serde_json::json!({"bitstream": bitstream})),
+                Err(e) => DeviceStatus::new(format!("fpga-{i}")).condition(DeviceCondition::new(
+                    "Ready",
+                    ConditionStatus::Unknown,
+                    "NotLoaded",
+                    e.to_string(),
+                )),
+            };
+            statuses.push(status);
+        }
+        statuses
     }
 
     fn changes(&self) -> BoxStream<'static, ()> {

@@ -87,6 +87,30 @@ async fn a_claim_gets_its_cards_and_bitstream() {
         .find(|(_, c)| c == "/run/fpga/fpga1.bitstream")
         .unwrap_or_else(|| panic!("no bitstream mount: {container:?}"));
     assert_eq!(std::fs::read_to_string(host).unwrap(), "demo-v1.bit\n");
+    // What the driver reports of each card, in the claim's status.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let devices = loop {
+        let claims = api.objects("resource.k8s.io", "v1", "resourceclaims");
+        let status = claims
+            .iter()
+            .find(|c| c["metadata"]["uid"] == both.uid.as_str())
+            .map(|c| c["status"]["devices"].clone())
+            .unwrap_or_default();
+        if status.as_array().is_some_and(|d| d.len() == 2) {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no device status: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(devices[1]["device"], "fpga-1");
+    assert_eq!(devices[1]["pool"], NODE);
+    assert_eq!(devices[1]["data"], json!({"bitstream": "demo-v1.bit"}));
+    assert_eq!(devices[1]["conditions"][0]["type"], "Ready");
+    assert_eq!(devices[1]["conditions"][0]["status"], "True");
+    assert_eq!(devices[1]["conditions"][0]["reason"], "BitstreamLoaded");
     let state_dir = dra_kubelet_plugin::claim_state_dir(
         &node.plugin_dir(DRIVER),
         &dra_kubelet_plugin::claim::ClaimUid::parse(&both.uid).unwrap(),
