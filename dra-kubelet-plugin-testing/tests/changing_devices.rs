@@ -270,3 +270,31 @@ async fn a_bad_card_is_tainted_and_reported_unhealthy_until_it_recovers() {
         .unwrap();
     running.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_of_ten_thousand_devices_is_published_in_slices_of_the_api_limit() {
+    let api = ApiServer::start().await.unwrap();
+    let node = TestNode::new(NODE).unwrap();
+    let names: Vec<String> = (0..10_000).map(|i| format!("card-{i}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let profile = HotPlug::new(&refs, None);
+    let plugin = node.plugin(DRIVER, api.client().unwrap());
+    let running = node.start(DRIVER, plugin, profile.clone()).await.unwrap();
+    let slices = api
+        .wait_for_slices(LIMIT, |s| published(s).len() == 10_000)
+        .await
+        .unwrap();
+    // 128 devices a slice (the API's limit), all of one pool generation.
+    assert_eq!(slices.len(), 79);
+    assert!(
+        slices
+            .iter()
+            .all(|s| s.spec.pool.resource_slice_count == 79)
+    );
+    // A card plugged into the big pool is published like any other.
+    profile.update(|c| c.present.push("card-10000".into()));
+    api.wait_for_slices(LIMIT, |s| published(s).len() == 10_001)
+        .await
+        .unwrap();
+    running.stop().await.unwrap();
+}

@@ -2,7 +2,9 @@
 //! of a DRA driver that runs on every node, with everything but the device generic.
 //!
 //! A driver implements [`DeviceProfile`] — what the node has, what preparing a claim
-//! means, what containers see — with no I/O, and runs it with [`Plugin`]:
+//! means, what containers see, pure; and, where its devices need it, the async device
+//! work of preparing one ([`DeviceWork`]), their health, their changes and what it says of
+//! them in the claim's status — and runs it with [`Plugin`]:
 //!
 //! ```no_run
 //! # async fn example<P: dra_kubelet_plugin::DeviceProfile>(profile: P) -> Result<(), Box<dyn std::error::Error>> {
@@ -18,10 +20,12 @@
 //! health streams; with the `classic` feature the classic `v1alpha2`/`v1alpha3` node
 //! services), under whatever `:authority` the kubelet sends. It reads each claim's
 //! allocation, decodes and checks the driver's opaque configs ([`OpaqueConfig`]), keeps
-//! a crash-safe checkpoint, writes one CDI spec per claim ([`cdi`]), publishes the
-//! node's ResourceSlices and keeps them there, serves `/healthz`, `/readyz` and
-//! `/metrics`, and shuts down gracefully. A [`FaultHook`] may delay or refuse calls,
-//! taint devices and report their health.
+//! a crash-safe checkpoint (two-phase around device work, rolled back after a failure or
+//! a crash), writes one CDI spec per claim ([`cdi`]), publishes the node's ResourceSlices
+//! and keeps them as the devices change, reports device health (and taints), writes the
+//! claims' device status, runs two instances side by side for a rolling update, serves
+//! `/healthz`, `/readyz` and `/metrics`, and shuts down gracefully. A [`FaultHook`] may
+//! delay or refuse calls, taint devices and report them unhealthy, on top.
 //!
 //! # The public surface
 //!

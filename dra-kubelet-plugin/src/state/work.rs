@@ -79,31 +79,19 @@ impl<D: DeviceProfile> ClaimStore<D> {
     }
 
     /// Prepares a batch as the profile read it, with its device work if it has any; one
-    /// result per claim, in order. Runs on a task of its own, so the outcome is recorded
-    /// whether or not the kubelet still waits for it.
+    /// result per claim, in order.
     pub async fn prepare_claims(
         self: &Arc<Self>,
         requests: Vec<(ClaimRef, D::Prepared)>,
     ) -> Vec<Result<(), ClaimError>> {
-        let store = self.clone();
-        let claims: Vec<String> = requests.iter().map(|(c, _)| c.to_string()).collect();
-        let names = claims.clone();
-        let task = tokio::spawn(async move {
-            let _turn = match store.turn().await {
-                Ok(turn) => turn,
-                Err(why) => return refused(&names, &why),
-            };
+        let claims = requests.iter().map(|(c, _)| c.to_string()).collect();
+        self.on_own_task("prepare", claims, move |store| async move {
             if D::DEVICE_WORK {
-                store.prepare_with_work(requests).await
-            } else {
-                let blocking = store.clone();
-                tokio::task::spawn_blocking(move || blocking.prepare(&requests))
-                    .await
-                    .unwrap_or_else(|e| task_failed(&names, "prepare", &e))
+                return Ok(store.prepare_with_work(requests).await);
             }
-        });
-        task.await
-            .unwrap_or_else(|e| task_failed(&claims, "prepare", &e))
+            tokio::task::spawn_blocking(move || store.prepare(&requests)).await
+        })
+        .await
     }
 
     /// Unprepares a batch, with the device work if the profile has any; one result per
@@ -112,25 +100,42 @@ impl<D: DeviceProfile> ClaimStore<D> {
         self: &Arc<Self>,
         requests: Vec<ClaimRef>,
     ) -> Vec<Result<(), ClaimError>> {
+        let claims = requests.iter().map(ToString::to_string).collect();
+        self.on_own_task("unprepare", claims, move |store| async move {
+            if D::DEVICE_WORK {
+                return Ok(store.unprepare_with_work(requests).await);
+            }
+            tokio::task::spawn_blocking(move || store.unprepare(&requests)).await
+        })
+        .await
+    }
+
+    /// Runs a `call` on `claims` in its turn on a task of its own, so its outcome is
+    /// recorded whether or not the kubelet still waits for it; every claim fails alike if
+    /// the turn cannot be had or the task dies.
+    async fn on_own_task<F, Fut>(
+        self: &Arc<Self>,
+        call: &'static str,
+        claims: Vec<String>,
+        work: F,
+    ) -> Vec<Result<(), ClaimError>>
+    where
+        F: FnOnce(Arc<Self>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Vec<Result<(), ClaimError>>, tokio::task::JoinError>> + Send,
+    {
         let store = self.clone();
-        let claims: Vec<String> = requests.iter().map(ToString::to_string).collect();
         let names = claims.clone();
         let task = tokio::spawn(async move {
             let _turn = match store.turn().await {
                 Ok(turn) => turn,
-                Err(why) => return refused(&names, &why),
+                Err(why) => return Ok(refused(&names, &why)),
             };
-            if D::DEVICE_WORK {
-                store.unprepare_with_work(requests).await
-            } else {
-                let blocking = store.clone();
-                tokio::task::spawn_blocking(move || blocking.unprepare(&requests))
-                    .await
-                    .unwrap_or_else(|e| task_failed(&names, "unprepare", &e))
-            }
+            work(store.clone()).await
         });
-        task.await
-            .unwrap_or_else(|e| task_failed(&claims, "unprepare", &e))
+        match task.await {
+            Ok(Ok(results)) => results,
+            Ok(Err(e)) | Err(e) => task_failed(&claims, call, &e),
+        }
     }
 
     /// Rolls back every claim the checkpoint holds as started (a crash during its

@@ -32,8 +32,9 @@ pub trait Backend {
     async fn logs(&self, namespace: &str, pod: &str, container: &str) -> Vec<String>;
     /// `kill -9` of the node's plugin; returns once a new plugin process runs (the
     /// kubelet restarts the DaemonSet's container; on the emulator the test starts it,
-    /// as nothing else would).
-    async fn kill_plugin(&mut self);
+    /// as nothing else would) and, with `ready`, is Ready: its devices published and the
+    /// kubelet registered it (without, for a plugin that cannot register).
+    async fn kill_plugin(&mut self, ready: bool);
     /// Restarts the node's kubelet (containers keep running).
     async fn restart_kubelet(&mut self);
     /// Our CDI spec files in the node's CDI directory.
@@ -98,7 +99,7 @@ impl Backend for RealCluster {
             .unwrap_or_default()
     }
 
-    async fn kill_plugin(&mut self) {
+    async fn kill_plugin(&mut self, ready: bool) {
         let (pod, container_id, restarts) = plugin_container(self);
         let id = container_id
             .strip_prefix("containerd://")
@@ -126,8 +127,9 @@ impl Backend for RealCluster {
         assert!(status.success(), "kill -KILL {pid}");
         eprintln!("    (killed the plugin of pod {pod}, pid {pid}, with SIGKILL)");
         super::scenarios::wait_until("the kubelet restarted the plugin's container", || async {
-            let (now, _, count) = plugin_container(self);
-            (now == pod && count > restarts && plugin_pod_ready(self, &now)).then_some(())
+            let (now, id, count) = plugin_container(self);
+            let back = now == pod && count > restarts && !id.is_empty();
+            (back && (!ready || plugin_pod_ready(self, &now))).then_some(())
         })
         .await;
     }
@@ -278,7 +280,8 @@ impl Backend for Emulated {
         self.sim.logs().lines(namespace, pod, container)
     }
 
-    async fn kill_plugin(&mut self) {
+    async fn kill_plugin(&mut self, _ready: bool) {
+        // The emulator's restart returns once the plugin registered (docs/emulator.md).
         self.sim.kill_plugin(&self.node).await;
         // A moment without a plugin, as on a node between the kill and the restart.
         tokio::time::sleep(Duration::from_millis(500)).await;

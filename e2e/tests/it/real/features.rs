@@ -779,7 +779,8 @@ pub async fn getinfo_fault<B: Backend>(b: &mut B, p: &mut Protocol) {
     // The fault must be seen by the running plugin's watch before it is restarted... and
     // the restarted one reads it at start.
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-    b.kill_plugin().await;
+    // Not Ready while it cannot register: only its new process is waited for.
+    b.kill_plugin(false).await;
     apply(b, &super::scenarios::example("4-count-4.yaml")).await;
     let note = wait_until("pod0 failing to prepare", || async {
         events_of(b, "test4", "pod0")

@@ -949,7 +949,7 @@ pub async fn kill_9_of_the_plugin<B: Backend>(b: &mut B, p: &mut Protocol) {
     let c = claim_of(b, "test4", "pod0", "fake").await;
     let restarts_before = restarts(&wait_phase(b, "test4", "pod0", "Running").await);
     let slice_before = node_slices(b).await;
-    b.kill_plugin().await;
+    b.kill_plugin(true).await;
     let pod0 = wait_phase(b, "test4", "pod0", "Running").await;
     p.record("pod0 after the kill: phase", phase(&pod0));
     p.record(
