@@ -231,9 +231,20 @@ impl Registry {
     /// `--profile` limited to the registered names.
     pub fn augment(&self, command: Command) -> Command {
         let with_profiles = |mut command: Command| {
+            // A flags struct's `augment_args` sets the command's about to the struct's doc
+            // comment ("The nvidia profile's flags"): the command keeps its own.
+            let about = command.get_about().cloned();
+            let long_about = command.get_long_about().cloned();
             for r in &self.profiles {
                 command = (r.flags)(command);
             }
+            let keep = |v: Option<clap::builder::StyledStr>| {
+                v.map_or(
+                    clap::builder::Resettable::Reset,
+                    clap::builder::Resettable::Value,
+                )
+            };
+            command = command.about(keep(about)).long_about(keep(long_about));
             if command.get_arguments().any(|a| a.get_id() == PROFILE_FLAG) {
                 let names = self.names();
                 command = command.mut_arg(PROFILE_FLAG, |a| {

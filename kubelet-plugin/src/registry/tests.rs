@@ -72,10 +72,26 @@ fn augment_adds_every_profiles_flags_to_the_command_and_to_fleet() {
     let registry = crate::registry().unwrap();
     let command = registry.augment(
         Command::new("plugin")
+            .about("The plugin's own words")
             .arg(clap::Arg::new(PROFILE_FLAG).long(PROFILE_FLAG))
             .subcommand(
-                Command::new(FLEET_SUBCOMMAND).arg(clap::Arg::new(PROFILE_FLAG).long(PROFILE_FLAG)),
+                Command::new(FLEET_SUBCOMMAND)
+                    .about("Fleet's own words")
+                    .arg(clap::Arg::new(PROFILE_FLAG).long(PROFILE_FLAG)),
             ),
+    );
+    // Not the last profile's flags struct's doc comment ("The nvidia profile's flags").
+    assert_eq!(
+        command.get_about().map(ToString::to_string).as_deref(),
+        Some("The plugin's own words")
+    );
+    assert_eq!(
+        command
+            .find_subcommand(FLEET_SUBCOMMAND)
+            .and_then(|f| f.get_about())
+            .map(ToString::to_string)
+            .as_deref(),
+        Some("Fleet's own words")
     );
     let longs = |c: &Command| -> Vec<String> {
         c.get_arguments()
