@@ -81,7 +81,9 @@ enum Mode {
 /// fake-dra on an emulated cluster: no Kubernetes, no images. Containers run on a local
 /// busybox root filesystem with podman when it is installed, else as local processes.
 #[derive(Debug, Parser)]
-#[command(version)]
+// The binary's name, not the crate's (fake-dra-emulator): --version, usage and the
+// completion scripts name the command a user types.
+#[command(name = "fake-dra-sim", version)]
 struct Args {
     #[command(subcommand)]
     command: Cmd,
@@ -489,6 +491,15 @@ mod tests {
     #[test]
     fn every_flag_follows_the_env_rule() {
         assert_eq!(flags::rule_breakers(&Args::command()), Vec::<String>::new());
+    }
+
+    /// Issue 35, item 4: `--version` and the completion scripts said fake-dra-emulator.
+    #[test]
+    fn the_command_is_named_as_the_binary() {
+        let command = Args::command();
+        assert_eq!(command.get_name(), "fake-dra-sim");
+        let version = command.render_version();
+        assert!(version.starts_with("fake-dra-sim "), "{version}");
     }
 
     /// D11: Ctrl-C while `run -f` applied was ignored until every object was in.
