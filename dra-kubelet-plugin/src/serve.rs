@@ -287,6 +287,19 @@ pub async fn run<D: DeviceProfile>(
         Mode::Structured(api) => slice_controller::counter_layout(&client, api).await,
         Mode::Classic => CounterLayout::WithDevices,
     };
+    // The HTTP port is bound before anything starts: a port that is taken is the start's
+    // error with nothing begun (a watch started first could log its own warning after it).
+    let http_listener = match plugin.http_address {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| Error::Bind {
+                    path: PathBuf::from(addr.to_string()),
+                    source,
+                })?,
+        ),
+        None => None,
+    };
     // Everything spawned from here is aborted if the start fails further on (a socket or
     // the HTTP port that cannot be bound): the error is then the plugin's last word, not
     // followed by a watch's warning or a slice published for a plugin that never served.
@@ -352,14 +365,8 @@ pub async fn run<D: DeviceProfile>(
         ready.clone(),
     ));
     started.0.push(readiness_task.abort_handle());
-    let http_task = match plugin.http_address {
-        Some(addr) => {
-            let listener = tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|source| Error::Bind {
-                    path: PathBuf::from(addr.to_string()),
-                    source,
-                })?;
+    let http_task = match http_listener {
+        Some(listener) => {
             let metrics = metrics.clone();
             let endpoints = crate::transport::health::Endpoints {
                 ready: ready.clone(),
