@@ -6,6 +6,7 @@ pub mod access;
 pub mod backend;
 pub mod cluster;
 pub mod features;
+pub mod filters;
 pub mod protocol;
 pub mod resources;
 pub mod rules;

@@ -1054,11 +1054,13 @@ pub async fn nothing_left<B: Backend>(b: &mut B, p: &mut Protocol) {
     p.record("CDI specs", specs.join(" "));
 }
 
-/// Puts the cluster back after a failed scenario: the fleet and every DeviceFault go,
-/// every namespace a scenario made and every DeviceClass but the driver's, the plugin
-/// publishes the fake devices again, and nothing stays prepared.
+/// Puts the cluster back after a failed scenario: the node untainted and uncordoned, the
+/// fleet and every DeviceFault go, every namespace a scenario made and every DeviceClass
+/// but the driver's, the plugin publishes the fake devices again, and nothing stays
+/// prepared.
 pub async fn reset<B: Backend>(b: &mut B) {
     use k8s_openapi::api::apps::v1::Deployment;
+    super::filters::restore_node(b).await;
     let fleet = Api::<Deployment>::namespaced(b.client(), super::cluster::DRIVER_NAMESPACE);
     if let Err(e) = fleet
         .delete("fake-dra-fleet", &DeleteParams::default())
