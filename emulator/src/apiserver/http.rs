@@ -75,25 +75,42 @@ fn error_response(err: &ApiError) -> Response<Body> {
     json_response(err.code, &err.to_status())
 }
 
-fn percent_decode(s: &str) -> String {
+/// A query value as Go's `url.ParseQuery` reads it (`+` is a space). A `%` not followed by
+/// two hex digits stays as it is; the digits are read as bytes, so a `%` before a
+/// multi-byte character cannot split it.
+pub(crate) fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
+    let hex = |b: u8| (b as char).to_digit(16);
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
         match bytes[i] {
             b'+' => out.push(b' '),
-            b'%' if i + 2 < bytes.len() => match u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                Ok(b) => {
-                    out.push(b);
+            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                (Some(high), Some(low)) => {
+                    out.push((high * 16 + low) as u8);
                     i += 2;
                 }
-                Err(_) => out.push(b'%'),
+                _ => out.push(b'%'),
             },
             b => out.push(b),
         }
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Every byte but the unreserved ones (RFC 3986) as `%XX`: a value in a URI we build.
+pub(crate) fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 fn parse_query(query: Option<&str>) -> HashMap<String, String> {
@@ -705,4 +722,17 @@ fn delete_options(query: &HashMap<String, String>, body: &Bytes) -> ApiResult<De
         precondition_uid: text(from_body.pointer("/preconditions/uid")),
         precondition_resource_version: text(from_body.pointer("/preconditions/resourceVersion")),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{percent_decode, percent_encode};
+
+    #[test]
+    fn percent_coding_round_trips_and_never_splits_a_character() {
+        let text = "2026-12-06 12:00:00+14:00 é/?&=%";
+        assert_eq!(percent_decode(&percent_encode(text)), text);
+        assert_eq!(percent_decode("%aé%zz%4"), "%aé%zz%4");
+        assert_eq!(percent_decode("a+b%3A"), "a b:");
+    }
 }

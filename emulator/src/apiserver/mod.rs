@@ -32,11 +32,12 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 
 pub use error::{ApiError, ApiResult, FieldCause};
+pub(crate) use http::{percent_decode, percent_encode};
 pub use registry::{ResourceKey, ResourceType, is_structured, resource_api_versions};
 pub use selectors::Selectors;
 pub use store::{
     DeleteOptions, EventKind, Fault, FaultVerb, MAX_REQUEST_BODY_BYTES, PatchType, Store, Target,
-    WatchEvent, WriteOptions, json_size, now_rfc3339, request_too_large,
+    WatchEvent, WriteOptions, json_size, now_rfc3339, parse_rfc3339, request_too_large,
 };
 
 use http::Shared;

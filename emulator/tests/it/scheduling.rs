@@ -121,6 +121,58 @@ async fn pod_logs_since_the_edges_of_time() {
     assert_eq!((code, body.as_str()), (200, "hello\n"));
 }
 
+/// The fuzzer's `pod_log_queries` found `sinceTime=2026-12-06 12:00:00` a 500: the value
+/// went on to the kubelet as it came, a space in the URI. Now the options are decoded as
+/// kube-apiserver decodes them (`metav1.Time` is RFC 3339 or refused with a 400; a flag is
+/// false only when `0` or `false`) and the kubelet's query is built from them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_log_options_are_decoded_as_kube_apiserver_decodes_them() {
+    let h = cluster((1, 34)).await;
+    let pods: Api<Pod> = Api::namespaced(h.client.clone(), "default");
+    pods.create(
+        &PostParams::default(),
+        &pod("talker", "echo hello; sleep 300", json!({})),
+    )
+    .await
+    .unwrap();
+    let base = format!(
+        "{}/api/v1/namespaces/default/pods/talker/log",
+        h.cluster.server().url()
+    );
+    eventually("the pod's first line", async || {
+        let (code, body) = raw_get(&h.client, &base).await;
+        (code == 200 && body == "hello\n").then_some(())
+    })
+    .await;
+    for (query, code, part) in [
+        (
+            "sinceTime=2026-12-06%2012%3A00%3A00",
+            400,
+            "parsing time \\\"2026-12-06 12:00:00\\\" as",
+        ),
+        ("sinceTime=2026-02-30T00%3A00%3A00Z", 400, "parsing time"),
+        ("sinceTime=2026-01-01t00%3A00%3A00Z", 400, "parsing time"),
+        ("sinceTime=", 200, "hello\n"),
+        ("sinceTime=null", 200, "hello\n"),
+        (
+            "sinceTime=2026-01-01T00%3A00%3A00.5%2B14%3A00",
+            200,
+            "hello\n",
+        ),
+        ("timestamps=False", 200, "hello\n"),
+        ("timestamps=0", 200, "hello\n"),
+        ("timestamps=yes", 200, "Z hello\n"),
+        ("timestamps=", 200, "Z hello\n"),
+    ] {
+        let (got, body) = raw_get(&h.client, &format!("{base}?{query}")).await;
+        assert_eq!(got, code, "{query}: {body}");
+        assert!(body.contains(part), "{query}: {body}");
+        if part == "hello\n" {
+            assert_eq!(body, part, "{query}");
+        }
+    }
+}
+
 /// The node a pod was bound to, once it is.
 async fn bound_node(pods: &Api<Pod>, name: &str) -> String {
     eventually(&format!("pod {name} bound"), async || {

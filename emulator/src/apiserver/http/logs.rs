@@ -56,20 +56,7 @@ pub(super) async fn pod_log(
             "node {node:?} reports no kubelet address (status.addresses InternalIP and status.daemonEndpoints.kubeletEndpoint.Port): it has no kubelet to read logs from"
         )));
     };
-    let mut params = Vec::new();
-    for key in [
-        "follow",
-        "previous",
-        "timestamps",
-        "sinceSeconds",
-        "sinceTime",
-        "tailLines",
-        "limitBytes",
-    ] {
-        if let Some(value) = query.get(key) {
-            params.push(format!("{key}={}", value.replace(':', "%3A")));
-        }
-    }
+    let params = kubelet_query(query);
     let namespace = target.namespace.as_deref().unwrap_or_default();
     let path = format!(
         "/containerLogs/{namespace}/{name}/{container}?{}",
@@ -134,9 +121,41 @@ pub(super) async fn pod_log(
     Ok(out)
 }
 
+/// A flag of the query as apimachinery's `Convert_Slice_string_To_bool` reads it: absent,
+/// `0` and `false` (any case) are false; anything else, the empty value included, is true.
+fn query_flag(query: &HashMap<String, String>, key: &str) -> bool {
+    query
+        .get(key)
+        .is_some_and(|v| v != "0" && !v.eq_ignore_ascii_case("false"))
+}
+
+/// The kubelet's query, built from the decoded options as `LogLocation` builds it (flags
+/// as `true`, values percent-encoded), never from the user's text as it came.
+fn kubelet_query(query: &HashMap<String, String>) -> Vec<String> {
+    let mut params = Vec::new();
+    for key in ["follow", "previous", "timestamps"] {
+        if query_flag(query, key) {
+            params.push(format!("{key}=true"));
+        }
+    }
+    for key in ["sinceSeconds", "sinceTime", "tailLines", "limitBytes"] {
+        if let Some(value) = query.get(key) {
+            params.push(format!("{key}={}", crate::apiserver::percent_encode(value)));
+        }
+    }
+    params
+}
+
 /// `ValidatePodLogOptions`: the limits it checks, and `stream`, which needs the
-/// PodLogsQuerySplitStreams gate (off).
+/// PodLogsQuerySplitStreams gate (off); before it, `sinceTime` decoded as `metav1.Time`
+/// reads a query (RFC 3339; empty or `null` is the zero time), a 400 when it is not one.
 fn validate_options(name: &str, query: &HashMap<String, String>) -> ApiResult<()> {
+    if let Some(time) = query.get("sinceTime")
+        && !time.is_empty()
+        && time != "null"
+    {
+        crate::apiserver::parse_rfc3339(time).map_err(ApiError::bad_request)?;
+    }
     let number = |key: &str| -> ApiResult<Option<i64>> {
         query
             .get(key)

@@ -217,6 +217,65 @@ pub fn now_rfc3339() -> String {
         .to_string()
 }
 
+/// An RFC 3339 time as Go's `time.Parse(time.RFC3339, …)` takes it (`metav1.Time` in a
+/// query, `UnmarshalQueryParameter`): `YYYY-MM-DDTHH:MM:SS`, an optional fraction, `Z`
+/// or `±HH:MM`, a real date. Go's time holds any year from 0 to 9999 and beyond; jiff's
+/// `Timestamp` stops a day short of both ends, so a valid time past its range is its last
+/// (or first) instant (D28: `9999-12-31T23:59:59Z` was a 400).
+pub fn parse_rfc3339(text: &str) -> Result<jiff::Timestamp, String> {
+    let refuse = |why: &str| {
+        format!(
+            "parsing time {:?} as \"2006-01-02T15:04:05Z07:00\": {why}",
+            fake_dra_ops::text::elide_middle(text, 64)
+        )
+    };
+    let b = text.as_bytes();
+    let digits =
+        |r: std::ops::Range<usize>| b.get(r).is_some_and(|d| d.iter().all(u8::is_ascii_digit));
+    let shaped = digits(0..4)
+        && b.get(4) == Some(&b'-')
+        && digits(5..7)
+        && b.get(7) == Some(&b'-')
+        && digits(8..10)
+        && b.get(10) == Some(&b'T')
+        && digits(11..13)
+        && b.get(13) == Some(&b':')
+        && digits(14..16)
+        && b.get(16) == Some(&b':')
+        && digits(17..19);
+    if !shaped {
+        return Err(refuse("not YYYY-MM-DDTHH:MM:SS"));
+    }
+    let mut rest = &text[19..];
+    if let Some(fraction) = rest.strip_prefix('.') {
+        let n = fraction.bytes().take_while(u8::is_ascii_digit).count();
+        if n == 0 {
+            return Err(refuse("a fraction of a second without digits"));
+        }
+        rest = &fraction[n..];
+    }
+    let zone = rest.as_bytes();
+    let zone_ok = rest == "Z"
+        || (zone.len() == 6
+            && matches!(zone[0], b'+' | b'-')
+            && zone[1..3].iter().all(u8::is_ascii_digit)
+            && zone[3] == b':'
+            && zone[4..6].iter().all(u8::is_ascii_digit));
+    if !zone_ok {
+        return Err(refuse("the zone is not Z or ±HH:MM"));
+    }
+    let civil: jiff::civil::DateTime = text[..19]
+        .parse()
+        .map_err(|e: jiff::Error| refuse(&e.to_string()))?;
+    Ok(text
+        .parse::<jiff::Timestamp>()
+        .unwrap_or(if civil.year() > 0 {
+            jiff::Timestamp::MAX
+        } else {
+            jiff::Timestamp::MIN
+        }))
+}
+
 fn meta(obj: &Value) -> Option<&Map<String, Value>> {
     obj.get("metadata").and_then(Value::as_object)
 }
@@ -766,4 +825,44 @@ fn filter_event(
         (_, _, false) => return None,
     };
     Some((kind, event.object.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_rfc3339;
+
+    #[test]
+    fn rfc3339_as_go_parses_it_with_the_edges_of_time() {
+        for ok in [
+            "2026-12-06T12:00:00Z",
+            "2026-12-06T12:00:00.123456789+14:00",
+            "2026-12-06T12:00:00-00:30",
+        ] {
+            assert!(parse_rfc3339(ok).is_ok(), "{ok}");
+        }
+        assert_eq!(
+            parse_rfc3339("9999-12-31T23:59:59Z"),
+            Ok(jiff::Timestamp::MAX)
+        );
+        assert_eq!(
+            parse_rfc3339("0000-01-01T00:00:00Z"),
+            Ok("0000-01-01T00:00:00Z".parse().unwrap())
+        );
+        for bad in [
+            "2026-12-06 12:00:00",
+            "2026-12-06t12:00:00Z",
+            "2026-02-30T00:00:00Z",
+            "2026-12-06T24:00:00Z",
+            "2026-12-06T12:00:00",
+            "2026-12-06T12:00:00.Z",
+            "2026-12-06T12:00:00+1400",
+            "é026-12-06T12:00:00Z",
+            "",
+        ] {
+            let error = parse_rfc3339(bad).unwrap_err();
+            assert!(error.starts_with("parsing time \""), "{bad}: {error}");
+        }
+        let long = format!("2026-12-06T12:00:00Z{}", "x".repeat(10_000));
+        assert!(parse_rfc3339(&long).unwrap_err().len() < 300);
+    }
 }

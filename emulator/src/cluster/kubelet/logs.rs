@@ -184,11 +184,17 @@ struct LogOptions {
 
 impl LogOptions {
     fn parse(query: &str) -> Result<Self, String> {
-        let query: HashMap<&str, &str> = query
+        let query: HashMap<&str, String> = query
             .split('&')
             .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k, crate::apiserver::percent_decode(v)))
             .collect();
-        let flag = |k: &str| matches!(query.get(k), Some(&"true" | &"1"));
+        // apimachinery's `Convert_Slice_string_To_bool`, as the kubelet decodes the query.
+        let flag = |k: &str| {
+            query
+                .get(k)
+                .is_some_and(|v| v != "0" && !v.eq_ignore_ascii_case("false"))
+        };
         let number = |k: &str| -> Result<Option<i64>, String> {
             query
                 .get(k)
@@ -206,7 +212,7 @@ impl LogOptions {
                     .checked_sub(jiff::SignedDuration::from_secs(seconds))
                     .unwrap_or(jiff::Timestamp::MIN),
             ),
-            (None, Some(time)) => Some(since_time(&time.replace("%3A", ":"))?),
+            (None, Some(time)) => Some(since_time(time)?),
             (None, None) => None,
         };
         Ok(Self {
@@ -220,21 +226,13 @@ impl LogOptions {
     }
 }
 
-/// `sinceTime`, an RFC 3339 time as metav1.Time reads it. Go's time holds any year from
-/// 0 to 9999 and beyond; jiff's `Timestamp` stops a day short of both ends, so
-/// `9999-12-31T23:59:59Z` (which kube-apiserver and the kubelet take, and which selects
-/// nothing) was a 400: a valid date past jiff's range is its last (or first) instant.
+/// `sinceTime` as the kubelet decodes it (`metav1.Time` in a query): empty or `null` is the
+/// zero time, so everything.
 fn since_time(text: &str) -> Result<jiff::Timestamp, String> {
-    text.parse::<jiff::Timestamp>().or_else(|e| {
-        let civil = text
-            .get(..19)
-            .and_then(|t| t.parse::<jiff::civil::DateTime>().ok());
-        match civil {
-            Some(t) if t.year() > 0 => Ok(jiff::Timestamp::MAX),
-            Some(_) => Ok(jiff::Timestamp::MIN),
-            None => Err(format!("sinceTime {text:?}: {e}")),
-        }
-    })
+    if text.is_empty() || text == "null" {
+        return Ok(jiff::Timestamp::MIN);
+    }
+    crate::apiserver::parse_rfc3339(text).map_err(|e| format!("sinceTime: {e}"))
 }
 
 /// One record of a CRI log file.
@@ -416,7 +414,7 @@ mod tests {
         assert!(
             LogOptions::parse("sinceTime=yesterday")
                 .unwrap_err()
-                .starts_with("sinceTime \"yesterday\": ")
+                .starts_with("sinceTime: parsing time \"yesterday\"")
         );
     }
 
