@@ -6,10 +6,10 @@
 # `cargo test` runs every target briefly from a fixed seed; this is the long run.
 # Usage: hack/fuzz.sh TARGET|all [--time 30m|90s|1h] [--seed N]
 #   targets: api_bodies api_patches api_queries cel_selectors plugin_inventory_files
-#            plugin_opaque_configs
+#            plugin_opaque_configs pod_log_queries binary_flags
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-targets_all=(api_bodies api_patches api_queries cel_selectors plugin_inventory_files plugin_opaque_configs)
+targets_all=(api_bodies api_patches api_queries cel_selectors plugin_inventory_files plugin_opaque_configs pod_log_queries binary_flags)
 target="" time=10m seed=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -49,6 +49,8 @@ test_of() {
     api_*) echo "fuzz::api::$1" ;;
     cel_*) echo "fuzz::cel::$1" ;;
     plugin_*) echo "fuzz::plugin::$1" ;;
+    pod_log_*) echo "fuzz::logs::$1" ;;
+    binary_*) echo "fuzz::flags::$1" ;;
   esac
 }
 for t in "${targets[@]}"; do

@@ -181,11 +181,29 @@ fn exit_with(error: clap::Error, command: &Command, argv: &[std::ffi::OsString])
     {
         eprint!(
             "{}",
-            name_the_variable(&error.render().to_string(), arg, &env)
+            bounded(&name_the_variable(&error.render().to_string(), arg, &env))
         );
         std::process::exit(error.exit_code());
     }
+    let rendered = error.render().to_string();
+    if error.use_stderr() && rendered.lines().any(|l| l.chars().count() > MAX_LINE_CHARS) {
+        eprint!("{}", bounded(&rendered));
+        std::process::exit(error.exit_code());
+    }
     error.exit()
+}
+
+/// The longest line of a refusal: clap quotes a refused value whole, and a 70,000-character
+/// one buried the flag's name (found by the `binary_flags` fuzz target).
+const MAX_LINE_CHARS: usize = 1024;
+
+/// `rendered` with each line of over [`MAX_LINE_CHARS`] characters cut in the middle.
+fn bounded(rendered: &str) -> String {
+    let lines: Vec<String> = rendered
+        .split('\n')
+        .map(|l| crate::text::elide_middle(l, MAX_LINE_CHARS))
+        .collect();
+    lines.join("\n")
 }
 
 /// The environment twin of `--long` in `command` or any of its subcommands.
@@ -349,6 +367,18 @@ mod tests {
                 .try_get_matches_from_mut(["bin", "completion", "tcsh"])
                 .is_err()
         );
+    }
+
+    #[test]
+    fn a_refusal_quoting_a_long_value_keeps_the_flag_and_is_bounded() {
+        let long = "x".repeat(70_000);
+        let error = Args::command()
+            .try_get_matches_from(["test", "--node-name", "n", "--leader-elect", &long])
+            .unwrap_err();
+        let shown = bounded(&error.render().to_string());
+        assert!(shown.len() < 3 * MAX_LINE_CHARS, "{} bytes", shown.len());
+        assert!(shown.contains("characters left out"), "{shown}");
+        assert!(shown.starts_with("error: "), "{shown}");
     }
 
     #[test]

@@ -18,7 +18,9 @@
 
 mod api;
 mod cel;
+mod flags;
 mod json;
+mod logs;
 mod plugin;
 
 use proptest::strategy::{Strategy, ValueTree};
