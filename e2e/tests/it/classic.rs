@@ -626,7 +626,8 @@ fn sim_run_refuses_what_the_api_server_would_before_starting() {
 }
 
 /// `fake-dra-sim run --wait` for scripts: exits 0 once every pod is ready, 1 with the
-/// waiting pod named when --timeout passes; and says where its kubeconfig is.
+/// waiting pod named when --timeout passes. It takes the cluster down as it ends, so it
+/// prints no `export KUBECONFIG` (kubectl would find nothing there) but the way to keep it.
 #[test]
 fn sim_run_wait_ends_with_the_pods() {
     let out = std::process::Command::new(sim_binary())
@@ -640,7 +641,11 @@ fn sim_run_wait_ends_with_the_pods() {
         stderr.contains("every pod is ready or has succeeded (1 pods"),
         "{stderr}"
     );
-    assert!(stderr.contains("\nexport KUBECONFIG=/"), "{stderr}");
+    assert!(!stderr.contains("export KUBECONFIG="), "{stderr}");
+    assert!(
+        stderr.contains("it goes away when --wait ends: leave out --wait to use kubectl"),
+        "{stderr}"
+    );
     let out = std::process::Command::new(sim_binary())
         .args(["run", "--wait", "--timeout", "5s", "-f"])
         .arg(examples_dir().join("8-more-than-a-node-has.yaml"))
@@ -718,6 +723,13 @@ fn sim_run_prints_logs_and_ctrl_c_tears_down() {
     let exit = child.wait().unwrap();
     let messages: Vec<String> = rx.try_iter().collect();
     assert!(exit.success(), "exit {exit:?}: {messages:?}");
+    // It stays up until Ctrl-C, so it says how kubectl reaches it.
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.starts_with("export KUBECONFIG=/")),
+        "{messages:?}"
+    );
     let work_dir = messages
         .iter()
         .find_map(|m| m.split("driver logs in ").nth(1))

@@ -380,14 +380,31 @@ async fn run(args: Args) -> Result<(), String> {
         () = &mut interrupt => return Err("interrupted while starting".into()),
     };
     eprintln!(
-        "fake-dra-sim: cluster up: nodes {}; driver logs in {}; for kubectl:\nexport KUBECONFIG={}",
+        "fake-dra-sim: cluster up: nodes {}; driver logs in {}; {}",
         args.nodes.join(", "),
         sim.work_dir().join("logs").display(),
-        sim.work_dir().join("kubeconfig").display()
+        kubectl_hint(&args.command, &sim.work_dir().join("kubeconfig"))
     );
     let outcome = drive(&sim, &args, &manifests, interrupt).await;
     sim.shutdown().await;
     outcome
+}
+
+/// How to reach the cluster with kubectl, when it stays up for that: the demo and
+/// `run --wait` take it down as they end (with its kubeconfig), so they say which flag
+/// keeps it instead of printing an export that would leave kubectl at `connection
+/// refused` (issue 35).
+fn kubectl_hint(command: &Cmd, kubeconfig: &std::path::Path) -> String {
+    match command {
+        Cmd::Demo {
+            keep_running: false,
+        } => "it goes away when the demo ends: add --keep-running to use kubectl against it"
+            .to_string(),
+        Cmd::Run { wait: true, .. } => {
+            "it goes away when --wait ends: leave out --wait to use kubectl against it".to_string()
+        }
+        _ => format!("for kubectl:\nexport KUBECONFIG={}", kubeconfig.display()),
+    }
 }
 
 /// `work`'s result, or `None` when `interrupt` completes first.

@@ -266,6 +266,18 @@ fn kill_9_leaves_nothing(runtime: &str) -> Vec<String> {
         "{stderr:#?}"
     );
     assert_eq!(entries(tmp.path()), Vec::<String>::new());
+    // The demo takes its cluster down as it ends, so it names --keep-running instead of
+    // printing an `export KUBECONFIG` that would leave kubectl at `connection refused`.
+    assert!(
+        !stderr.iter().any(|l| l.contains("export KUBECONFIG=")),
+        "{stderr:#?}"
+    );
+    assert!(
+        stderr
+            .iter()
+            .any(|l| l.contains("add --keep-running to use kubectl against it")),
+        "{stderr:#?}"
+    );
     eprintln!(
         "{runtime}: {} processes of the run, all gone after kill -9 of the sim",
         described.len()
