@@ -26,6 +26,7 @@ use crate::cluster::{
 use crate::manifests::{self, Manifest, ManifestError};
 
 mod host_pods;
+pub mod mode;
 mod processes;
 mod validate;
 pub mod wait;

@@ -659,6 +659,53 @@ fn sim_run_wait_ends_with_the_pods() {
     );
 }
 
+/// Issue 35 item 2: without `--mode`, `run -f` takes the generation of the manifests
+/// (a structured example on the default sim was refused as a kind "the emulator does not
+/// implement") and says so; `--kubernetes-version 1.34` alone implies structured; a flag
+/// the manifests contradict is refused before start, naming the flag to change.
+#[test]
+fn sim_run_picks_the_mode_from_the_manifests() {
+    let structured = examples_dir().join("structured/1-two-pods-own-claims.yaml");
+    let out = std::process::Command::new(sim_binary())
+        .args(["run", "--wait", "--timeout", "90s", "-f"])
+        .arg(&structured)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("fake-dra-sim: structured DRA, from the manifests (ResourceClaimTemplate"),
+        "{stderr}"
+    );
+    let out = std::process::Command::new(sim_binary())
+        .args(["--mode", "classic", "run", "--wait", "-f"])
+        .arg(&structured)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "is structured DRA, but --mode makes a classic cluster: use --mode structured"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("cluster up"),
+        "refused before start: {stderr}"
+    );
+    let out = std::process::Command::new(sim_binary())
+        .args(["--kubernetes-version", "1.34", "demo"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("structured DRA, from --kubernetes-version 1.34"),
+        "{stderr}"
+    );
+}
+
 /// An unknown kind is refused before any object of the set is created.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn input_unknown_kind_creates_nothing() {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use fake_dra_emulator::cluster::lifeline;
 use fake_dra_emulator::manifests::{self, Manifest};
+use fake_dra_emulator::sim::mode::{self, Generation};
 use fake_dra_emulator::sim::{RuntimeChoice, Sim, SimConfig};
 use fake_dra_ops::flags::{self, Renamed};
 use fake_dra_ops::logging::{self, LogFormat};
@@ -96,15 +97,11 @@ struct Args {
         global = true
     )]
     nodes: Vec<String>,
-    /// DRA generation: installs deploy/<mode> and emulates a matching Kubernetes.
-    #[arg(
-        long,
-        env = "FAKE_DRA_MODE",
-        value_enum,
-        default_value = "classic",
-        global = true
-    )]
-    mode: Mode,
+    /// DRA generation: installs deploy/<mode> and emulates a matching Kubernetes. Without
+    /// it: the one --kubernetes-version runs, else the one of `run -f`'s manifests
+    /// (resource.k8s.io/v1alpha2 classic, v1 and v1beta* structured), else classic.
+    #[arg(long, env = "FAKE_DRA_MODE", value_enum, global = true)]
+    mode: Option<Mode>,
     /// Kubernetes version to emulate, e.g. 1.33 (default: 1.30 classic, 1.34 structured).
     #[arg(long, env = "FAKE_DRA_KUBERNETES_VERSION", value_parser = parse_version, global = true)]
     kubernetes_version: Option<(u32, u32)>,
@@ -314,12 +311,16 @@ async fn run(args: Args) -> Result<(), String> {
     check_flags(&args)?;
     let deploy = deploy_dir(args.deploy_dir.as_ref());
     // Every manifest is read and checked before anything starts.
+    let flag = args.mode.map(|m| match m {
+        Mode::Classic => Generation::Classic,
+        Mode::Structured => Generation::Structured,
+    });
     let manifests: Vec<Manifest> = match &args.command {
         Cmd::Demo { .. } => {
-            let demo = if args.mode == Mode::Classic {
-                DEMO_CLASSIC
-            } else {
-                DEMO_STRUCTURED
+            let generation = mode::pick(flag, args.kubernetes_version, &[])?.generation;
+            let demo = match generation {
+                Generation::Classic => DEMO_CLASSIC,
+                Generation::Structured => DEMO_STRUCTURED,
             };
             manifests::load(&deploy.join(demo)).map_err(|e| e.to_string())?
         }
@@ -334,19 +335,15 @@ async fn run(args: Args) -> Result<(), String> {
             all
         }
     };
-    let overlay = match args.mode {
-        Mode::Classic => "classic",
-        Mode::Structured => "structured",
-    };
-    if let Some(version) = args.kubernetes_version {
-        let classic = version.1 <= 30;
-        if classic != (args.mode == Mode::Classic) {
-            return Err(format!(
-                "Kubernetes 1.{} does not run {overlay} DRA: classic is 1.27–1.30, structured 1.32–1.37",
-                version.1
-            ));
-        }
+    let picked = mode::pick(flag, args.kubernetes_version, &manifests)?;
+    if args.mode.is_none() {
+        eprintln!(
+            "fake-dra-sim: {} DRA, from {} (--mode sets it)",
+            picked.generation.overlay(),
+            picked.reason
+        );
     }
+    let overlay = picked.generation.overlay();
     let config = SimConfig {
         overlay: overlay.into(),
         server_version: args.kubernetes_version,
