@@ -707,6 +707,23 @@ async fn kubectl_against_the_sim_as_against_a_cluster() {
         crashing.contains("Last State:     Terminated"),
         "{crashing}"
     );
+
+    // describe node (issue 35 item 5): the node's Lease and what it offers, as a
+    // kubelet reports them, so the pod rows show percentages instead of
+    // (-9223372036854775808%) and the Lease line names its holder.
+    let (node, _) = kubectl.ok(&["describe", "node", "kind-worker"]);
+    assert!(!node.contains("Failed to get lease"), "{node}");
+    assert!(
+        node.lines()
+            .any(|l| l.trim_start().starts_with("HolderIdentity:") && l.ends_with(" kind-worker")),
+        "{node}"
+    );
+    assert!(!node.contains("-9223372036854775808"), "{node}");
+    let capacity = node.split("Capacity:").nth(1).unwrap_or_default();
+    assert!(
+        capacity.contains("pods:") && capacity.contains("cpu:"),
+        "{node}"
+    );
     sim.shutdown().await;
 }
 

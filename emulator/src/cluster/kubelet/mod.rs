@@ -15,6 +15,7 @@
 //! cache comes back from its checkpoint.
 
 mod dra;
+mod lease;
 mod logs;
 mod pods;
 mod registration;
@@ -264,6 +265,7 @@ impl Kubelet {
     fn spawn_loops(&mut self, changes: broadcast::Receiver<Arc<WatchEvent>>) {
         let ctx = self.ctx.clone();
         self.tasks.spawn(report_node_status(ctx.clone()));
+        self.tasks.spawn(lease::keep_node_lease(ctx.clone()));
         if ctx.structured.is_some() {
             // No driver has registered yet, so none of the node's slices can be trusted
             // (`NewDRAPluginManager`: wipe at startup, all drivers).
@@ -328,10 +330,33 @@ impl Kubelet {
     }
 }
 
+/// What the machine offers, as a kubelet reports it (`setNodeStatusMachineInfo`):
+/// (capacity, allocatable). Capacity is the machine's CPUs and memory and 110 pods (the
+/// kubelet's `maxPods` default); allocatable takes off only the default hard eviction
+/// threshold, `memory.available<100Mi`, as no reservations are configured. So pods'
+/// requests are held to the machine, as on a kind node.
+fn machine_resources() -> (serde_json::Value, serde_json::Value) {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let memory_kib = std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    let capacity = serde_json::json!({"cpu": cpus.to_string(), "memory": format!("{memory_kib}Ki"), "pods": "110"});
+    let allocatable = serde_json::json!({
+        "cpu": cpus.to_string(),
+        "memory": format!("{}Ki", memory_kib.saturating_sub(100 * 1024)),
+        "pods": "110",
+    });
+    (capacity, allocatable)
+}
+
 /// The node's status as a kubelet reports it at start (`setNodeStatus`): Ready, its
-/// address and kubelet port (where kube-apiserver finds `/containerLogs`), what it runs on.
-/// Retried until written.
+/// address and kubelet port (where kube-apiserver finds `/containerLogs`), what it runs on
+/// and what it offers. Retried until written.
 async fn report_node_status(ctx: Arc<NodeContext>) {
+    let (capacity, allocatable) = machine_resources();
     let now = crate::apiserver::now_rfc3339();
     let (major, minor) = ctx.release.0;
     let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
@@ -356,6 +381,8 @@ async fn report_node_status(ctx: Arc<NodeContext>) {
             {"type": "Hostname", "address": ctx.node},
         ],
         "daemonEndpoints": {"kubeletEndpoint": {"Port": ctx.log_port}},
+        "capacity": capacity,
+        "allocatable": allocatable,
         "nodeInfo": {
             "kubeletVersion": format!("v{major}.{minor}.0-fake-dra-emulator"),
             "kubeProxyVersion": "",
