@@ -149,6 +149,11 @@ pub fn filter(
     if let Some(allocatable) = node.status.as_ref().and_then(|s| s.allocatable.as_ref()) {
         let used = usage.cloned().unwrap_or_default();
         let mut reasons = Vec::new();
+        // From 1.34 (kubernetes/kubernetes#131345), a request over what the node has in
+        // all (`InsufficientResource.Unresolvable`) makes the node
+        // `UnschedulableAndUnresolvable`: even an empty node would not take the pod, so
+        // preemption is not tried there. Before, every shortage was `Unschedulable`.
+        let mut over_allocatable = false;
         if let Some(pods) = allocatable.get("pods").and_then(|q| parse_quantity(&q.0))
             && used.pods + 1 > pods / NANO
         {
@@ -165,12 +170,13 @@ pub fn filter(
             let taken = used.requested.get(&resource).copied().unwrap_or(0);
             if taken + wanted > has {
                 reasons.push(format!("Insufficient {resource}"));
+                over_allocatable |= wanted > has;
             }
         }
         if !reasons.is_empty() {
             return Err(Rejection {
                 reasons,
-                resolvable: true,
+                resolvable: !(over_allocatable && version >= (1, 34)),
             });
         }
     }
@@ -520,11 +526,24 @@ mod tests {
             json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}),
         ));
         let rejection = filter(&hungry, &small, Some(&used), v).unwrap_err();
-        assert!(rejection.resolvable);
+        // 2Gi of memory is more than the node has in all: unresolvable from 1.34.
+        assert!(!rejection.resolvable);
+        assert!(
+            filter(&hungry, &small, Some(&used), (1, 33))
+                .unwrap_err()
+                .resolvable
+        );
         assert_eq!(
             rejection.reasons,
             ["Too many pods", "Insufficient cpu", "Insufficient memory"]
         );
+        let short = pod(
+            json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "1500m"}}}]}),
+        );
+        let roomy =
+            node(json!({"status": {"allocatable": {"cpu": "2", "memory": "1Gi", "pods": "9"}}}));
+        let rejection = filter(&short, &roomy, Some(&used), v).unwrap_err();
+        assert!(rejection.resolvable, "1.5 of 2 cpu: preemption could help");
         assert_eq!(filter(&hungry, &node(json!({})), Some(&used), v), Ok(()));
     }
 

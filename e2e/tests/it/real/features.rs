@@ -781,6 +781,36 @@ pub async fn getinfo_fault<B: Backend>(b: &mut B, p: &mut Protocol) {
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     // Not Ready while it cannot register: only its new process is waited for.
     b.kill_plugin(false).await;
+    // Until the kubelet's plugin watcher has seen the new registration socket, it keeps the
+    // old process's registration and dials the DRA socket the new process already serves:
+    // a pod created in that window is prepared (seen once, 2026-12-06). So the pod comes
+    // after the kubelet asked the new process for its info and was refused.
+    let plugin = Api::<Pod>::namespaced(b.client(), super::cluster::DRIVER_NAMESPACE)
+        .list(&ListParams::default().labels(super::cluster::PLUGIN_LABEL))
+        .await
+        .unwrap_or_else(|e| panic!("the plugin pod: {e}"))
+        .items
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("no plugin pod"));
+    let (pod_name, container) = (
+        plugin.metadata.name.clone().unwrap_or_default(),
+        plugin
+            .spec
+            .and_then(|s| s.containers.first().map(|c| c.name.clone()))
+            .unwrap_or_default(),
+    );
+    wait_until(
+        "the kubelet refused by the restarted plugin's GetInfo",
+        || async {
+            b.logs(super::cluster::DRIVER_NAMESPACE, &pod_name, &container)
+                .await
+                .iter()
+                .any(|l| l.contains("GetInfo fails as the fault hook asks"))
+                .then_some(())
+        },
+    )
+    .await;
     apply(b, &super::scenarios::example("4-count-4.yaml")).await;
     let note = wait_until("pod0 failing to prepare", || async {
         events_of(b, "test4", "pod0")

@@ -1,6 +1,7 @@
 //! kube-scheduler's node filters that a DRA user meets beside the claims: a
 //! `nodeSelector`, required node affinity, the node's taints and a pod's tolerations, a
-//! cordoned node and a pod for another scheduler. The real run is the reference for the
+//! cordoned node, a pod asking for more CPU than the node has, and a pod for another
+//! scheduler. The real run is the reference for the
 //! emulated scheduler's filters (emulator/src/cluster/node_fit.rs), word for word in the
 //! FailedScheduling messages, as the DRA scenarios are.
 //!
@@ -179,6 +180,26 @@ pub async fn node_filters<B: Backend>(b: &mut B, p: &mut Protocol) {
     restore_node(b).await;
     let po = wait_phase(b, NAMESPACE, "cordoned", "Running").await;
     p.record("cordoned after uncordon phase", phase(&po));
+
+    // NodeResourcesFit: the node offers its machine's CPUs (the emulated kubelet reports
+    // them as a kubelet does); a pod asking for a thousand stays Pending.
+    apply(
+        b,
+        &plain_pod("too-big", &[]).replace(
+            "      command:",
+            "      resources: {requests: {cpu: \"1000\"}}\n      command:",
+        ),
+    )
+    .await;
+    pending_with(
+        b,
+        p,
+        (NAMESPACE, "too-big"),
+        "FailedScheduling",
+        "0/1 nodes are available",
+        "too-big",
+    )
+    .await;
 
     // schedulerName: a pod for another scheduler is left alone (no binding, no Event, no
     // condition), while a pod created after it is scheduled.
