@@ -87,11 +87,8 @@ async fn raw_get(client: &kube::Client, uri: &str) -> (u16, String) {
     (status, String::from_utf8_lossy(&bytes).into_owned())
 }
 
-/// D16, D28: `sinceSeconds=1000000000000` answered 500 (the kubelet's task panicked)
-/// and `sinceTime=9999-12-31T23:59:59Z` 400; upstream gives all the log and none of it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pod_logs_since_the_edges_of_time() {
-    let h = cluster((1, 34)).await;
+/// A pod that printed `hello` and sleeps; the URL of its log.
+async fn talker(h: &Harness) -> String {
     let pods: Api<Pod> = Api::namespaced(h.client.clone(), "default");
     pods.create(
         &PostParams::default(),
@@ -108,6 +105,15 @@ async fn pod_logs_since_the_edges_of_time() {
         (code == 200 && body == "hello\n").then_some(())
     })
     .await;
+    base
+}
+
+/// D16, D28: `sinceSeconds=1000000000000` answered 500 (the kubelet's task panicked)
+/// and `sinceTime=9999-12-31T23:59:59Z` 400; upstream gives all the log and none of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_logs_since_the_edges_of_time() {
+    let h = cluster((1, 34)).await;
+    let base = talker(&h).await;
     for (query, want) in [
         ("sinceSeconds=1000000000000", "hello\n"),
         ("sinceSeconds=9223372036854775807", "hello\n"),
@@ -128,22 +134,7 @@ async fn pod_logs_since_the_edges_of_time() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pod_log_options_are_decoded_as_kube_apiserver_decodes_them() {
     let h = cluster((1, 34)).await;
-    let pods: Api<Pod> = Api::namespaced(h.client.clone(), "default");
-    pods.create(
-        &PostParams::default(),
-        &pod("talker", "echo hello; sleep 300", json!({})),
-    )
-    .await
-    .unwrap();
-    let base = format!(
-        "{}/api/v1/namespaces/default/pods/talker/log",
-        h.cluster.server().url()
-    );
-    eventually("the pod's first line", async || {
-        let (code, body) = raw_get(&h.client, &base).await;
-        (code == 200 && body == "hello\n").then_some(())
-    })
-    .await;
+    let base = talker(&h).await;
     for (query, code, part) in [
         (
             "sinceTime=2026-12-06%2012%3A00%3A00",

@@ -642,8 +642,24 @@ fn query() -> impl Strategy<Value = (Kind, bool, Vec<(String, String)>)> {
     (prop::sample::select(&KINDS[..]), any::<bool>(), params)
 }
 
+/// `GET uri`, the answer's head (its body still to read), or what went wrong.
+pub(super) async fn get(
+    client: &kube::Client,
+    uri: &str,
+) -> Result<http::Response<kube::client::Body>, String> {
+    let request = http::Request::builder()
+        .method("GET")
+        .uri(uri)
+        .body(kube::client::Body::empty())
+        .map_err(|e| format!("building GET {uri}: {e}"))?;
+    client
+        .send(request)
+        .await
+        .map_err(|e| format!("GET {uri}: no answer: {e}"))
+}
+
 /// Every byte but the unreserved ones percent-encoded.
-fn percent(s: &str) -> String {
+pub(super) fn percent(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
@@ -667,15 +683,7 @@ fn api_queries() {
             uri.push_str(&format!("{k}={}&", percent(v)));
         }
         in_time(&rt, async {
-            let request = http::Request::builder()
-                .method("GET")
-                .uri(&uri)
-                .body(kube::client::Body::empty())
-                .map_err(|e| format!("building GET {uri}: {e}"))?;
-            let response = client
-                .send(request)
-                .await
-                .map_err(|e| format!("GET {uri}: no answer: {e}"))?;
+            let response = get(&client, &uri).await?;
             let status = response.status().as_u16();
             if *watch && status < 300 {
                 // A watch streams until its timeout: its headers are the answer.

@@ -6,6 +6,7 @@
 //! `Status` saying why), and an answer that streams a log must keep to `limitBytes` and
 //! `tailLines`. A streamed log (`follow`) is read for a moment and dropped.
 
+use super::api::{get, percent};
 use super::json::tricky_string;
 use super::{CASE_DEADLINE, run};
 use crate::common;
@@ -94,17 +95,6 @@ fn log_request() -> impl Strategy<Value = (String, Vec<(&'static str, String)>)>
     (pod, params)
 }
 
-fn percent(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 fn pod_manifest() -> String {
     let container = |name: &str| {
         format!(
@@ -164,15 +154,7 @@ fn pod_log_queries() {
             .iter()
             .any(|(k, v)| *k == "follow" && v != "0" && !v.eq_ignore_ascii_case("false"));
         let case = async {
-            let request = http::Request::builder()
-                .method("GET")
-                .uri(&uri)
-                .body(kube::client::Body::empty())
-                .map_err(|e| format!("building GET {uri}: {e}"))?;
-            let response = client
-                .send(request)
-                .await
-                .map_err(|e| format!("GET {uri}: no answer: {e}"))?;
+            let response = get(&client, &uri).await?;
             let status = response.status().as_u16();
             if let Ok(mut s) = statuses.lock() {
                 *s.entry(status).or_default() += 1;

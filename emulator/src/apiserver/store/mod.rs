@@ -828,6 +828,7 @@ fn filter_event(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::parse_rfc3339;
 
