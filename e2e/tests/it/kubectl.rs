@@ -415,7 +415,45 @@ spec:
   terminationGracePeriodSeconds: 1
   containers:
   - {name: t, image: busybox:1.36, command: ["sh", "-c", "i=0; while [ $i -lt 3 ]; do echo tick $i; i=$((i+1)); sleep 1; done; echo finished"]}
+---
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {namespace: extra, name: split0}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: fake
+        exactly: {deviceClassName: fake.3-shake.com, count: 1}
+      config:
+      - opaque:
+          driver: fake.resource.3-shake.com
+          parameters: {apiVersion: fake.resource.3-shake.com/v1alpha1, kind: FakeClaimParameters, spec: {split: 0}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {namespace: extra, name: unprepared}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: busybox:1.36
+    command: ["sh", "-c", "sleep 300"]
+    resources: {claims: [{name: fake}]}
+  resourceClaims:
+  - {name: fake, resourceClaimTemplateName: split0}
 "#;
+
+/// The STATUS column of `kubectl get pods -A` for one pod.
+fn pod_status(pods: &str, namespace: &str, name: &str) -> String {
+    pods.lines()
+        .find(|l| {
+            l.starts_with(&format!("{namespace} ")) && l.split_whitespace().nth(1) == Some(name)
+        })
+        .and_then(|l| l.split_whitespace().nth(3))
+        .unwrap_or_default()
+        .to_string()
+}
 
 /// `kubectl get`, `logs` and `describe` against the sim print what they print against the
 /// real Kubernetes 1.37.2 of hack/local-cluster.sh (recorded there, the same commands, the
@@ -561,16 +599,39 @@ async fn kubectl_against_the_sim_as_against_a_cluster() {
         assert_eq!(header(&out), columns, "kubectl {}:\n{out}", args.join(" "));
     }
     let (pods, _) = kubectl.ok(&["get", "pods", "-A"]);
-    let status_of = |ns: &str, name: &str| {
-        pods.lines()
-            .find(|l| l.starts_with(&format!("{ns} ")) && l.split_whitespace().nth(1) == Some(name))
-            .and_then(|l| l.split_whitespace().nth(3))
-            .unwrap_or_default()
-            .to_string()
-    };
+    let status_of = |ns: &str, name: &str| pod_status(&pods, ns, name);
     assert_eq!(status_of("test5", "pod0"), "Running", "{pods}");
     assert_eq!(status_of("test8", "pod0"), "Pending", "{pods}");
     assert_eq!(status_of("extra", "done"), "Completed", "{pods}");
+    // A pod whose claim the driver refuses to prepare: an Event, and ContainerCreating
+    // as on a cluster (issue 35 item 9: it showed FailedPrepareDynamicResources).
+    eventually(
+        "the unprepared pod's FailedPrepareDynamicResources",
+        || async {
+            let (events, _) = kubectl.ok(&["get", "events", "-n", "extra"]);
+            events
+                .contains("FailedPrepareDynamicResources")
+                .then_some(())
+        },
+    )
+    .await;
+    let (pods, _) = kubectl.ok(&["get", "pods", "-A"]);
+    let status_of = |ns: &str, name: &str| pod_status(&pods, ns, name);
+    assert_eq!(
+        status_of("extra", "unprepared"),
+        "ContainerCreating",
+        "{pods}"
+    );
+    let (started, _) = kubectl.ok(&[
+        "get",
+        "pod",
+        "-n",
+        "extra",
+        "unprepared",
+        "-o",
+        "jsonpath={.status.startTime}",
+    ]);
+    assert!(started.ends_with('Z'), "startTime {started:?}");
     assert!(
         matches!(
             status_of("extra", "crash").as_str(),

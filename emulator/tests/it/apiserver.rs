@@ -808,6 +808,117 @@ async fn resource_claims_follow_the_v1alpha2_rules() {
     );
 }
 
+/// What a default kube-apiserver fills in on create, which `kubectl get -o yaml` and the
+/// ALLOCATIONMODE column show (issue 35 item 9): the pod spec's defaults, the Priority and
+/// DefaultTolerationSeconds admission plugins', and a classic claim's allocation mode.
+#[tokio::test]
+async fn created_objects_get_the_apiserver_defaults() {
+    let (_server, client) = server().await;
+    let resource = |group: &str, version: &str, kind: &str, plural: &str| kube::api::ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: if group.is_empty() {
+            version.into()
+        } else {
+            format!("{group}/{version}")
+        },
+        kind: kind.into(),
+        plural: plural.into(),
+    };
+    let pods: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "default",
+        &resource("", "v1", "Pod", "pods"),
+    );
+    let pod = |name: &str, extra: serde_json::Value| {
+        let mut pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [
+                {"name": "pinned", "image": "busybox:1.36"},
+                {"name": "floating", "image": "registry:5000/busybox"}]}});
+        for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+            pod["spec"][k] = v;
+        }
+        serde_json::from_value::<kube::api::DynamicObject>(pod).unwrap()
+    };
+    let created = pods
+        .create(&PostParams::default(), &pod("plain", json!({})))
+        .await
+        .unwrap();
+    let spec = &created.data["spec"];
+    assert_eq!(spec["dnsPolicy"], "ClusterFirst");
+    assert_eq!(spec["enableServiceLinks"], true);
+    assert_eq!(spec["priority"], 0);
+    assert_eq!(spec["preemptionPolicy"], "PreemptLowerPriority");
+    assert_eq!(spec["containers"][0]["imagePullPolicy"], "IfNotPresent");
+    assert_eq!(spec["containers"][1]["imagePullPolicy"], "Always");
+    assert_eq!(
+        spec["containers"][0]["terminationMessagePath"],
+        "/dev/termination-log"
+    );
+    assert_eq!(
+        spec["tolerations"],
+        json!([
+            {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+        ])
+    );
+    // A pod that tolerates everything already gets no more; what the user set is kept.
+    let created = pods
+        .create(
+            &PostParams::default(),
+            &pod(
+                "tolerant",
+                json!({"tolerations": [{"operator": "Exists"}], "dnsPolicy": "Default"}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        created.data["spec"]["tolerations"],
+        json!([{"operator": "Exists"}])
+    );
+    assert_eq!(created.data["spec"]["dnsPolicy"], "Default");
+
+    let claims: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client,
+        "default",
+        &resource(
+            "resource.k8s.io",
+            "v1alpha2",
+            "ResourceClaim",
+            "resourceclaims",
+        ),
+    );
+    let claim = |name: &str, spec: serde_json::Value| {
+        serde_json::from_value::<kube::api::DynamicObject>(json!({
+            "apiVersion": "resource.k8s.io/v1alpha2", "kind": "ResourceClaim",
+            "metadata": {"name": name}, "spec": spec}))
+        .unwrap()
+    };
+    let created = claims
+        .create(
+            &PostParams::default(),
+            &claim("c", json!({"resourceClassName": "fake.3-shake.com"})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        created.data["spec"]["allocationMode"],
+        "WaitForFirstConsumer"
+    );
+    let created = claims
+        .create(
+            &PostParams::default(),
+            &claim(
+                "i",
+                json!({"resourceClassName": "fake.3-shake.com", "allocationMode": "Immediate"}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(created.data["spec"]["allocationMode"], "Immediate");
+}
+
 /// A raw request (bodies with duplicate keys cannot be built from typed objects): the
 /// status, the `Warning` headers' texts and the body.
 async fn raw(

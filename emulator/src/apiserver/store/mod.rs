@@ -764,26 +764,98 @@ fn crd_names(rt: &ResourceType) -> Value {
     json!({"plural": rt.plural, "singular": rt.singular, "kind": rt.kind, "listKind": format!("{}List", rt.kind), "shortNames": rt.short_names})
 }
 
-/// Defaults the apiserver fills in on create for the built-in kinds we serve.
+/// Defaults the apiserver fills in on create for the built-in kinds we serve: core/v1's
+/// `SetDefaults_PodSpec` and `SetDefaults_Container`, the Priority and
+/// DefaultTolerationSeconds admission plugins a default kube-apiserver runs, and
+/// resource.k8s.io/v1alpha2's `SetDefaults_ResourceClaimSpec`.
 fn apply_create_defaults(rt: &ResourceType, obj: &mut Value) {
     match (rt.group.as_str(), rt.plural.as_str()) {
         ("", "pods") => {
-            let spec = &mut obj["spec"];
-            if spec.is_object() {
-                for (field, default) in [
-                    ("restartPolicy", json!("Always")),
-                    ("schedulerName", json!("default-scheduler")),
-                    ("terminationGracePeriodSeconds", json!(30)),
-                ] {
-                    if spec.get(field).is_none() {
-                        spec[field] = default;
-                    }
-                }
-            }
+            default_pod_spec(&mut obj["spec"]);
             obj["status"] = json!({"phase": "Pending"});
         }
         ("", "namespaces") => obj["status"] = json!({"phase": "Active"}),
+        ("resource.k8s.io", "resourceclaims" | "resourceclaimtemplates")
+            if obj["apiVersion"] == "resource.k8s.io/v1alpha2" =>
+        {
+            let spec = if rt.plural == "resourceclaims" {
+                &mut obj["spec"]
+            } else {
+                &mut obj["spec"]["spec"]
+            };
+            if spec.is_object() && spec.get("allocationMode").is_none() {
+                spec["allocationMode"] = json!("WaitForFirstConsumer");
+            }
+        }
         _ => {}
+    }
+}
+
+/// Sets `field` of `object` when it is absent.
+fn default_field(object: &mut Value, field: &str, value: Value) {
+    if object.is_object() && object.get(field).is_none() {
+        object[field] = value;
+    }
+}
+
+fn default_pod_spec(spec: &mut Value) {
+    if !spec.is_object() {
+        return;
+    }
+    for (field, value) in [
+        ("restartPolicy", json!("Always")),
+        ("schedulerName", json!("default-scheduler")),
+        ("terminationGracePeriodSeconds", json!(30)),
+        ("dnsPolicy", json!("ClusterFirst")),
+        ("enableServiceLinks", json!(true)),
+        ("securityContext", json!({})),
+    ] {
+        default_field(spec, field, value);
+    }
+    // Priority admission: no class named, no global default class: priority 0.
+    if spec.get("priorityClassName").is_none() {
+        default_field(spec, "priority", json!(0));
+        default_field(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
+    }
+    for list in ["initContainers", "containers"] {
+        if let Some(containers) = spec.get_mut(list).and_then(Value::as_array_mut) {
+            for container in containers {
+                let image = container["image"].as_str().unwrap_or_default();
+                // `SetDefaults_Container`: Always for `:latest` or no tag, else IfNotPresent.
+                let tag = image.rsplit('/').next().unwrap_or_default();
+                let latest =
+                    !image.contains('@') && tag.split_once(':').is_none_or(|(_, t)| t == "latest");
+                let pull = if latest { "Always" } else { "IfNotPresent" };
+                default_field(container, "imagePullPolicy", json!(pull));
+                default_field(
+                    container,
+                    "terminationMessagePath",
+                    json!("/dev/termination-log"),
+                );
+                default_field(container, "terminationMessagePolicy", json!("File"));
+            }
+        }
+    }
+    // DefaultTolerationSeconds: 300 s on a node that is not ready or unreachable, unless
+    // the pod already tolerates that NoExecute taint.
+    let mut tolerations = spec["tolerations"].as_array().cloned().unwrap_or_default();
+    let mut added = false;
+    for key in [
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    ] {
+        let tolerated = tolerations.iter().any(|t| {
+            let text = |f: &str| t.get(f).and_then(Value::as_str).unwrap_or_default();
+            (text("key").is_empty() || text("key") == key)
+                && (text("effect").is_empty() || text("effect") == "NoExecute")
+        });
+        if !tolerated {
+            tolerations.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
+            added = true;
+        }
+    }
+    if added {
+        spec["tolerations"] = Value::Array(tolerations);
     }
 }
 

@@ -101,6 +101,9 @@ struct PodWorker {
     reported: Option<Value>,
     /// The last failure reported as an Event, to report each once.
     last_failure: Option<String>,
+    /// When this kubelet first took the pod (`status.startTime`, set once as upstream's
+    /// `generateAPIPodStatus` does).
+    start_time: String,
 }
 
 impl PodWorker {
@@ -112,6 +115,7 @@ impl PodWorker {
             claims: Vec::new(),
             reported: None,
             last_failure: None,
+            start_time: crate::apiserver::now_rfc3339(),
         }
     }
 
@@ -522,10 +526,43 @@ impl PodWorker {
         } else {
             "Pending"
         };
+        // Before its containers exist, each waits as the kubelet reports it: creating, or
+        // the reason it cannot be (CreateContainerConfigError …). A failed prepare is an
+        // Event only, so the pod shows ContainerCreating, as on a cluster (issue 35: it
+        // showed STATUS FailedPrepareDynamicResources).
+        let statuses = if statuses.is_empty() {
+            let waiting = match failure {
+                Some(f) if f.reason != Failure::PREPARE => {
+                    json!({"reason": f.reason, "message": f.message})
+                }
+                _ => json!({"reason": "ContainerCreating"}),
+            };
+            pod.spec
+                .as_ref()
+                .map(|s| {
+                    s.containers
+                        .iter()
+                        .map(|c| c.name.clone())
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default()
+                .into_iter()
+                .map(|name| {
+                    json!({
+                        "name": name, "ready": false, "started": false, "restartCount": 0,
+                        "image": image_of(pod, &name), "imageID": "",
+                        "state": {"waiting": waiting}, "lastState": {},
+                    })
+                })
+                .collect()
+        } else {
+            statuses
+        };
         let condition = |type_: &str, ok: bool| json!({"type": type_, "status": if ok { "True" } else { "False" }});
-        let mut status = json!({
+        json!({
             "phase": phase,
             "hostIP": "127.0.0.1",
+            "startTime": self.start_time,
             "conditions": [
                 condition("PodScheduled", true),
                 condition("Initialized", true),
@@ -533,15 +570,7 @@ impl PodWorker {
                 condition("Ready", all_running),
             ],
             "containerStatuses": statuses,
-        });
-        if let Some(failure) = failure {
-            status["reason"] = Value::String(failure.reason.into());
-            status["message"] = Value::String(failure.message.clone());
-        } else {
-            status["reason"] = Value::Null;
-            status["message"] = Value::Null;
-        }
-        status
+        })
     }
 }
 
@@ -558,8 +587,10 @@ impl Failure {
     }
 
     /// The reason the kubelet's DRA manager reports.
+    const PREPARE: &'static str = "FailedPrepareDynamicResources";
+
     fn prepare(message: String) -> Self {
-        Self::new("FailedPrepareDynamicResources", message)
+        Self::new(Self::PREPARE, message)
     }
 }
 
