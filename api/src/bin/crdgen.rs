@@ -1,7 +1,7 @@
 //! Writes the CRD YAML into `deploy/crds/`, or with `--check` verifies it is up to date.
 //!
 //! ```text
-//! crdgen [--check] [--out-dir DIR]
+//! crdgen [--check] [--out-dir DIR] | --version
 //! ```
 
 use std::path::PathBuf;
@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use fake_dra_api::crdgen;
 
-const USAGE: &str = "usage: crdgen [--check] [--out-dir DIR]\n\
+const USAGE: &str = "usage: crdgen [--check] [--out-dir DIR] | --version\n\
     \n\
     Writes the CRDs generated from the Rust types into DIR (default: deploy/crds/ of the\n\
     workspace). With --check, writes nothing and exits 1 if DIR is not up to date.";
@@ -27,6 +27,12 @@ fn main() -> ExitCode {
             },
             "-h" | "--help" => {
                 println!("{USAGE}");
+                return ExitCode::SUCCESS;
+            }
+            // As every binary of the project answers it (issue 35); the api crate sits
+            // below fake-dra-ops, so the release alone, without the commit.
+            "-V" | "--version" => {
+                println!("crdgen {}", env!("CARGO_PKG_VERSION"));
                 return ExitCode::SUCCESS;
             }
             other => return usage_error(&format!("unknown argument {other:?}")),

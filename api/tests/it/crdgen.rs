@@ -11,6 +11,19 @@ use kube::CustomResourceExt;
 use serde_json::{Value, json};
 
 #[test]
+fn crdgen_answers_version_as_every_binary_does() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_crdgen"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("crdgen {}", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
 fn committed_crds_are_up_to_date() {
     let dir = crdgen::default_dir();
     let mismatches = crdgen::check_dir(&dir).unwrap();
