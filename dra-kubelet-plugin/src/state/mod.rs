@@ -335,6 +335,11 @@ impl<D: DeviceProfile> ClaimStore<D> {
         Ok(())
     }
 
+    /// A claim's error for a checkpoint write that failed.
+    fn checkpoint_error(&self, claim: &ClaimRef, e: &io::Error) -> ClaimError {
+        io_error(claim, "writing checkpoint", &self.checkpoint_path, e)
+    }
+
     fn write_checkpoint(&self, claims: &BTreeMap<ClaimUid, Entry<D::Prepared>>) -> io::Result<()> {
         let cp = Checkpoint::new(self.doc_type(), &self.config.node_name, claims.clone());
         write_atomic(
@@ -439,12 +444,7 @@ impl<D: DeviceProfile> ClaimStore<D> {
                     if let Err(removal) = remove_if_exists(&self.spec_path(claim.uid.as_str())) {
                         warn!(claim = %claim, error = %removal, "removing the CDI spec of a claim whose checkpoint write failed failed; the next start removes it");
                     }
-                    results[i] = Err(io_error(
-                        &claim,
-                        "writing checkpoint",
-                        &self.checkpoint_path,
-                        &e,
-                    ));
+                    results[i] = Err(self.checkpoint_error(&claim, &e));
                 }
             }
         }
@@ -502,12 +502,7 @@ impl<D: DeviceProfile> ClaimStore<D> {
                     if let Err(why) = restored {
                         warn!(claim = %claim, error = %why, "putting the CDI spec back after a failed checkpoint write failed; the next start restores it");
                     }
-                    results[i] = Err(io_error(
-                        &claim,
-                        "writing checkpoint",
-                        &self.checkpoint_path,
-                        &e,
-                    ));
+                    results[i] = Err(self.checkpoint_error(&claim, &e));
                 }
             }
         }

@@ -100,12 +100,7 @@ impl<D: DeviceProfile> ClaimStore<D> {
                 for &i in &started {
                     let claim = &requests[i].0;
                     remove_state_dir(&self.state_dir(&claim.uid), claim);
-                    results[i] = Err(io_error(
-                        claim,
-                        "writing checkpoint",
-                        &self.checkpoint_path,
-                        &e,
-                    ));
+                    results[i] = Err(self.checkpoint_error(claim, &e));
                 }
             }
         }
@@ -165,12 +160,7 @@ impl<D: DeviceProfile> ClaimStore<D> {
                     if let Err(removal) = remove_if_exists(&self.spec_path(claim.uid.as_str())) {
                         warn!(claim = %claim, error = %removal, "removing the CDI spec of a claim whose checkpoint write failed failed; the next start removes it");
                     }
-                    results[i] = Err(io_error(
-                        claim,
-                        "writing checkpoint",
-                        &self.checkpoint_path,
-                        &e,
-                    ));
+                    results[i] = Err(self.checkpoint_error(claim, &e));
                 }
             }
         }
@@ -203,12 +193,7 @@ impl<D: DeviceProfile> ClaimStore<D> {
                         remove_state_dir(&self.state_dir(&job.claim.uid), &job.claim);
                         Ok(())
                     }
-                    (Err(e), Ok(())) => Err(io_error(
-                        &job.claim,
-                        "writing checkpoint",
-                        &self.checkpoint_path,
-                        e,
-                    )),
+                    (Err(e), Ok(())) => Err(self.checkpoint_error(&job.claim, e)),
                     (_, Err(e)) => Err(e),
                 };
                 (job, outcome)
@@ -290,7 +275,7 @@ impl<D: DeviceProfile> ClaimStore<D> {
                         remove_state_dir(&self.state_dir(&job.claim.uid), &job.claim);
                         return Ok(());
                     }
-                    (Err(e), Ok(())) => Err(io_error(&job.claim, "writing checkpoint", &self.checkpoint_path, e)),
+                    (Err(e), Ok(())) => Err(self.checkpoint_error(&job.claim, e)),
                     (_, Err(e)) => Err(e),
                 };
                 // Still recorded, so still prepared: its spec goes back.
