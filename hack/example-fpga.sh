@@ -83,7 +83,14 @@ finish() {
   if ((rc != 0)); then
     kubectl get pods -A -o wide >&2 || true
     kubectl get resourceslices,resourceclaims -A >&2 || true
-    kubectl describe pod fpga-demo >&2 || true
+    # Every pod not running yet, with its conditions and Events, and kube-scheduler's
+    # words on it (its log at --v=2 names each failed attempt).
+    local pod
+    for pod in $(kubectl get pods -A --field-selector status.phase=Pending -o jsonpath='{range .items[*]}{.metadata.namespace}/{.metadata.name}{" "}{end}' 2>/dev/null); do
+      kubectl -n "${pod%%/*}" describe pod "${pod#*/}" >&2 || true
+      echo "-- kube-scheduler on $pod:" >&2
+      grep -F "pod=\"$pod\"" "${CLUSTER_DIR:-/var/lib/fake-dra-cluster}/logs/kube-scheduler.log" | tail -20 >&2 || true
+    done
     kubectl -n fpga-driver logs daemonset/fpga-driver --tail=40 >&2 || true
   fi
   if $keep; then
@@ -143,6 +150,17 @@ driver_log="$(kubectl -n fpga-driver logs daemonset/fpga-driver 2>&1)" || die "k
 loads="$(grep -c 'bitstream loaded' <<<"$driver_log" || true)"
 [[ "$loads" == 2 ]] || die "the driver logged $loads bitstream loads, expected 2; its log:"$'\n'"$driver_log"
 kubectl delete pod fpga-demo --wait=true --timeout=120s
+# Its claim goes after the pod (the resourceclaim controller deallocates it, the garbage
+# collector deletes it). A pod created before then finds both cards taken, and
+# kube-scheduler retries it on the claim's deallocation event; when that event is missed
+# (kubernetes/kubernetes#140831 names the race) it waits for the 5-minute flush of
+# unschedulable pods. Waiting here keeps the demo off that path.
+no_claims() {
+  local out
+  out="$(kubectl get resourceclaims -o name 2>&1)" || true
+  [[ -z "$out" ]] || { echo "claims left: $out"; return 1; }
+}
+wait_for "pod fpga-demo's claim to be deleted" 60 no_claims
 
 # A pod with one card (the template one-fpga, used below too), kept running: what the
 # driver reported of its card in the claim's status.devices (the API server drops it once

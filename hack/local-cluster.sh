@@ -31,6 +31,8 @@
 # Env: CLUSTER_DIR, NODE_NAME, KUBE_MODULE, KUBE_FEATURE_GATES (more gates, NAME=true,...),
 #      KUBE_OUT (binaries: default target/kube/<version>),
 #      IMAGES_DIR (archives loaded at up: default target/kube/images/*.tar)
+#      FAKE_DRA_SCHEDULER_V (kube-scheduler's --v: default 2, each bind and failed attempt;
+#      6 shows its queueing hints)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$ROOT/hack/kube/lib.sh"
@@ -377,7 +379,7 @@ start_scheduler() {
     --kubeconfig "$CLUSTER_DIR/scheduler.kubeconfig" \
     --authentication-kubeconfig "$CLUSTER_DIR/scheduler.kubeconfig" \
     --authorization-kubeconfig "$CLUSTER_DIR/scheduler.kubeconfig" \
-    --bind-address 127.0.0.1 --leader-elect=false --profiling=false --v=1 ${DRA_GATES[@]+"${DRA_GATES[@]}"} ${qps[@]+"${qps[@]}"}
+    --bind-address 127.0.0.1 --leader-elect=false --profiling=false --v="${FAKE_DRA_SCHEDULER_V:-2}" ${DRA_GATES[@]+"${DRA_GATES[@]}"} ${qps[@]+"${qps[@]}"}
 }
 
 # containerd finds its shim next to itself only through PATH.
