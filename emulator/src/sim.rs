@@ -27,6 +27,7 @@ use crate::manifests::{self, Manifest, ManifestError};
 
 mod host_pods;
 pub mod mode;
+pub mod output;
 mod processes;
 mod validate;
 pub mod wait;

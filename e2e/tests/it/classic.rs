@@ -638,7 +638,14 @@ fn sim_run_wait_ends_with_the_pods() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
-        stderr.contains("every pod is ready or has succeeded (1 pods"),
+        stderr.contains("every pod is ready or has succeeded (1 pod, 0 deployments)"),
+        "{stderr}"
+    );
+    // A line per pod: its node and what its claims hold.
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("  test4/pod0 on kind-worker") && l.ends_with("(allocated)")),
         "{stderr}"
     );
     assert!(!stderr.contains("export KUBECONFIG="), "{stderr}");
@@ -674,9 +681,27 @@ fn sim_run_picks_the_mode_from_the_manifests() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
-        stderr.contains("fake-dra-sim: structured DRA, from the manifests (ResourceClaimTemplate"),
+        stderr.contains("fake-dra-sim: structured DRA, from the manifests: ResourceClaimTemplate"),
         "{stderr}"
     );
+    // Issue 35 item 3: the pods are Ready (they sleep) before they print, and --wait
+    // printed nothing of them; it now prints their output before it ends, each line
+    // prefixed with the namespace, and a line per pod with its claim's devices.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for pod in ["pod0", "pod1"] {
+        let prefix = format!("test1 {pod} ctr0 export FAKE_NODE_NAME=");
+        assert!(
+            stdout.lines().any(|l| l.starts_with(&prefix)),
+            "{pod}: {stdout}\n{stderr}"
+        );
+        assert!(
+            stderr
+                .lines()
+                .any(|l| l.starts_with(&format!("  test1/{pod} on kind-worker"))
+                    && l.ends_with("(1 device)")),
+            "{pod}: {stderr}"
+        );
+    }
     let out = std::process::Command::new(sim_binary())
         .args(["--mode", "classic", "run", "--wait", "-f"])
         .arg(&structured)
@@ -750,7 +775,7 @@ fn sim_run_prints_logs_and_ctrl_c_tears_down() {
         .lines()
         .map_while(Result::ok)
     {
-        let done = line.starts_with("pod0 ctr0 export FAKE_NODE_NAME=");
+        let done = line.starts_with("test5 pod0 ctr0 export FAKE_NODE_NAME=");
         printed.push(line);
         if done {
             break;
@@ -759,7 +784,7 @@ fn sim_run_prints_logs_and_ctrl_c_tears_down() {
     assert!(
         printed
             .iter()
-            .any(|l| l.starts_with("pod0 ctr0 export FAKE_DEVICE_7='FAKE-")),
+            .any(|l| l.starts_with("test5 pod0 ctr0 export FAKE_DEVICE_7='FAKE-")),
         "{printed:?}"
     );
     let status = std::process::Command::new("kill")

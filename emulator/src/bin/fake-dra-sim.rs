@@ -1,6 +1,6 @@
 //! `fake-dra-sim`: fake-dra with no cluster. Starts the emulated control plane, installs
 //! the driver from `deploy/`, runs the real controller and one real kubelet plugin per
-//! node, applies manifests and prints the containers' logs prefixed `<pod> <container>`.
+//! node, applies manifests and prints the containers' logs prefixed `<namespace> <pod> <container>`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use fake_dra_emulator::cluster::lifeline;
 use fake_dra_emulator::manifests::{self, Manifest};
 use fake_dra_emulator::sim::mode::{self, Generation};
-use fake_dra_emulator::sim::{RuntimeChoice, Sim, SimConfig};
+use fake_dra_emulator::sim::{RuntimeChoice, Sim, SimConfig, output};
 use fake_dra_ops::flags::{self, Renamed};
 use fake_dra_ops::logging::{self, LogFormat};
 
@@ -338,7 +338,7 @@ async fn run(args: Args) -> Result<(), String> {
     let picked = mode::pick(flag, args.kubernetes_version, &manifests)?;
     if args.mode.is_none() {
         eprintln!(
-            "fake-dra-sim: {} DRA, from {} (--mode sets it)",
+            "fake-dra-sim: {} DRA, from {}; --mode sets it",
             picked.generation.overlay(),
             picked.reason
         );
@@ -445,18 +445,30 @@ async fn drive(
         _ => None,
     };
     let client = sim.client().map_err(|e| e.to_string())?;
+    let colour = output::colour_wanted(
+        std::io::IsTerminal::is_terminal(&std::io::stdout()),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
     let mut check = tokio::time::interval(WAIT_POLL);
     let deadline = tokio::time::sleep(DEMO_TIMEOUT);
     tokio::pin!(deadline);
     let mut demo_done = false;
+    // Once --wait's pods settle: the summary, printed when their output has gone quiet.
+    let mut settled: Option<(String, tokio::time::Instant)> = None;
+    let quiet = tokio::time::sleep(output::QUIET);
+    tokio::pin!(quiet);
     loop {
         tokio::select! {
             line = lines.recv() => match line {
                 Ok(line) => {
                     use std::io::Write;
+                    let text = output::format_line(&line.namespace, &line.pod, &line.container, &line.line, colour);
                     // A closed stdout (`| head`) ends the run quietly, as for any CLI.
-                    if writeln!(std::io::stdout().lock(), "{} {} {}", line.pod, line.container, line.line).is_err() {
+                    if writeln!(std::io::stdout().lock(), "{text}").is_err() {
                         return Ok(());
+                    }
+                    if let Some((_, since)) = &settled {
+                        quiet.as_mut().reset((tokio::time::Instant::now() + output::QUIET).min(*since + output::DRAIN_AT_MOST));
                     }
                     // `export` prints sorted: FAKE_NODE_NAME comes after every FAKE_DEVICE_*.
                     if demo.is_some() && line.namespace == DEMO_NAMESPACE && line.pod == DEMO_POD && line.container == DEMO_CONTAINER && line.line.starts_with("export FAKE_NODE_NAME=") {
@@ -470,11 +482,18 @@ async fn drive(
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => eprintln!("fake-dra-sim: {n} log lines dropped"),
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => return Ok(()),
             },
-            _ = check.tick(), if wait.is_some() => {
+            () = &mut quiet, if settled.is_some() => {
+                if let Some((summary, _)) = settled.take() {
+                    eprintln!("fake-dra-sim: {summary}");
+                }
+                return Ok(());
+            }
+            _ = check.tick(), if wait.is_some() && settled.is_none() => {
                 match fake_dra_emulator::sim::wait::settled(&client, sim.driver_namespace()).await {
                     Ok(fake_dra_emulator::sim::wait::Settled::Ready(summary)) => {
-                        eprintln!("fake-dra-sim: {summary}");
-                        return Ok(());
+                        let now = tokio::time::Instant::now();
+                        quiet.as_mut().reset(now + output::QUIET);
+                        settled = Some((summary, now));
                     }
                     Ok(fake_dra_emulator::sim::wait::Settled::Failed(why)) => return Err(why),
                     Ok(fake_dra_emulator::sim::wait::Settled::NotYet(why)) => {

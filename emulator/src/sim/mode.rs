@@ -96,7 +96,7 @@ pub fn pick(
             format!("--kubernetes-version {}.{}", v.0, v.1),
             "--kubernetes-version",
         ),
-        (None, None, Some((g, first))) => (*g, format!("the manifests ({first})"), ""),
+        (None, None, Some((g, first))) => (*g, format!("the manifests: {first}"), ""),
         (None, None, None) => (Generation::Classic, "the default".to_string(), ""),
     };
     if let Some(((major, minor), g)) = from_version

@@ -113,10 +113,17 @@ pub async fn settled(
         }
     }
     if pending.is_empty() && waiting.is_empty() {
-        return Ok(Settled::Ready(format!(
-            "every pod is ready or has succeeded ({ready} pods, {} deployments)",
-            deployments.len()
-        )));
+        let mut summary = format!(
+            "every pod is ready or has succeeded ({}, {})",
+            plural(ready, "pod"),
+            plural(deployments.len(), "deployment")
+        );
+        let claims = claim_holdings(client).await;
+        for pod in &pods {
+            summary.push_str("\n  ");
+            summary.push_str(&pod_line(pod, &claims));
+        }
+        return Ok(Settled::Ready(summary));
     }
     for pod in pending {
         let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
@@ -151,4 +158,134 @@ pub async fn settled(
         waiting.push(format!("pod {} is {phase}{latest}", name(&pod.metadata)));
     }
     Ok(Settled::NotYet(waiting.join("; ")))
+}
+
+/// "1 pod", "2 pods".
+fn plural(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+/// The resource.k8s.io versions a claim may be served in, newest first: the sim serves
+/// one generation, and the first that lists is it.
+const CLAIM_VERSIONS: &[&str] = &["v1", "v1beta2", "v1beta1", "v1alpha3", "v1alpha2"];
+
+/// "namespace/name" of every claim -> what it holds: "8 devices" (structured: the
+/// allocation's results), "allocated" (classic: the driver's opaque handle), or
+/// "not allocated". Empty when no version lists (the summary then says nothing of claims).
+async fn claim_holdings(client: &kube::Client) -> std::collections::BTreeMap<String, String> {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    for version in CLAIM_VERSIONS {
+        let resource = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("resource.k8s.io", version, "ResourceClaim"),
+            "resourceclaims",
+        );
+        let Ok(list) = Api::<DynamicObject>::all_with(client.clone(), &resource)
+            .list(&ListParams::default())
+            .await
+        else {
+            continue;
+        };
+        return list
+            .items
+            .iter()
+            .map(|claim| {
+                let key = format!(
+                    "{}/{}",
+                    claim.metadata.namespace.as_deref().unwrap_or_default(),
+                    claim.metadata.name.as_deref().unwrap_or_default()
+                );
+                (key, holding(&claim.data))
+            })
+            .collect();
+    }
+    Default::default()
+}
+
+/// What one claim (its JSON) holds, for the summary.
+fn holding(claim: &serde_json::Value) -> String {
+    let allocation = &claim["status"]["allocation"];
+    if allocation.is_null() {
+        return "not allocated".into();
+    }
+    match allocation["devices"]["results"].as_array() {
+        Some(results) => plural(results.len(), "device"),
+        None => "allocated".into(),
+    }
+}
+
+/// "test5/pod0 on kind-worker2: claim pod0-gpu-x7k2 (8 devices)".
+fn pod_line(pod: &Pod, claims: &std::collections::BTreeMap<String, String>) -> String {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let node = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .unwrap_or("no node");
+    // A pod's claims: those it names, and those made for it from templates (in its status).
+    let named = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.resource_claims.iter().flatten())
+        .filter_map(|c| c.resource_claim_name.clone());
+    let generated = pod
+        .status
+        .iter()
+        .flat_map(|s| s.resource_claim_statuses.iter().flatten())
+        .filter_map(|c| c.resource_claim_name.clone());
+    let held: Vec<String> = named
+        .chain(generated)
+        .map(|claim| {
+            let what = claims
+                .get(&format!("{namespace}/{claim}"))
+                .map_or("not found", String::as_str);
+            format!("claim {claim} ({what})")
+        })
+        .collect();
+    let held = if held.is_empty() {
+        "no claims".to_string()
+    } else {
+        held.join(", ")
+    };
+    format!(
+        "{namespace}/{} on {node}: {held}",
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claim_says_what_it_holds() {
+        let structured =
+            serde_json::json!({"status": {"allocation": {"devices": {"results": [{}, {}]}}}});
+        assert_eq!(holding(&structured), "2 devices");
+        let classic = serde_json::json!({"status": {"allocation": {"resourceHandles": [{}]}}});
+        assert_eq!(holding(&classic), "allocated");
+        assert_eq!(holding(&serde_json::json!({"status": {}})), "not allocated");
+        assert_eq!(plural(1, "device"), "1 device");
+    }
+
+    #[test]
+    fn a_pod_line_names_its_node_and_claims() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "pod0", "namespace": "test5"},
+            "spec": {"nodeName": "kind-worker2", "containers": [],
+                     "resourceClaims": [{"name": "a", "resourceClaimName": "shared"},
+                                        {"name": "b", "resourceClaimTemplateName": "t"}]},
+            "status": {"resourceClaimStatuses": [{"name": "b", "resourceClaimName": "pod0-b-x"}]}
+        }))
+        .unwrap();
+        let claims = [("test5/shared".to_string(), "1 device".to_string())].into();
+        assert_eq!(
+            pod_line(&pod, &claims),
+            "test5/pod0 on kind-worker2: claim shared (1 device), claim pod0-b-x (not found)"
+        );
+    }
 }

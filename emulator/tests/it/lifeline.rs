@@ -181,7 +181,7 @@ impl SimRun {
 /// The demo's pod printed its env and sleeps: everything of the run is up.
 fn demo_running(tmp: &Path, runtime: &str) -> SimRun {
     let run = SimRun::start(tmp, runtime, &["demo", "--keep-running"]);
-    run.wait_for_line(|l| l.starts_with("pod0 ctr0 export FAKE_NODE_NAME="));
+    run.wait_for_line(|l| l.starts_with("test5 pod0 ctr0 export FAKE_NODE_NAME="));
     run
 }
 
