@@ -1007,3 +1007,143 @@ async fn device_features_the_emulator_does_not_implement_are_refused_by_name() {
         .await;
     }
 }
+
+/// firstAvailable (kube-scheduler's allocator, `allocateOne`): the subrequests in order,
+/// the first the node can satisfy; results name `request/subrequest`. From 1.37 a config
+/// covering every request names none (kubernetes/kubernetes#139731).
+#[tokio::test]
+async fn first_available_takes_the_first_subrequest_that_fits() {
+    let (_server, client, _tasks) = control_plane((1, 37)).await;
+    let m2 = format!("device.attributes[\"{DRIVER}\"].model == \"M2\"");
+    api(&client, "v1", "ResourceClaim", Some("default"))
+        .create(
+            &PostParams::default(),
+            &claim(
+                "pl",
+                json!({"name": "gpu", "firstAvailable": [
+                    {"name": "nine", "deviceClassName": CLASS, "count": 9},
+                    {"name": "two-m2", "deviceClassName": CLASS, "count": 2, "selectors": [{"cel": {"expression": m2}}]},
+                    {"name": "one", "deviceClassName": CLASS}
+                ]}),
+            ),
+        )
+        .await
+        .unwrap();
+    create_pod(
+        &client,
+        &pod("p", json!({"name": "gpu", "resourceClaimName": "pl"})),
+    )
+    .await;
+    eventually("the pod is bound", || async {
+        node_of(&client, "p").await.is_some()
+    })
+    .await;
+    assert_eq!(node_of(&client, "p").await.as_deref(), Some("n1"));
+    let claim = claims_v1(&client).await.into_iter().next().unwrap();
+    assert_eq!(
+        results(&claim),
+        [
+            (
+                "gpu/two-m2".to_string(),
+                "n1".to_string(),
+                "fake-2".to_string()
+            ),
+            ("gpu/two-m2".into(), "n1".into(), "fake-3".into())
+        ]
+    );
+    let config = &claim["status"]["allocation"]["devices"]["config"];
+    assert_eq!(
+        config,
+        &json!([
+            {"source": "FromClass", "opaque": {"driver": DRIVER, "parameters": {"apiVersion": "fake.resource.3-shake.com/v1alpha1", "kind": "FakeClaimParameters", "spec": {"split": 1}}}},
+            {"source": "FromClaim", "opaque": {"driver": DRIVER, "parameters": {"apiVersion": "fake.resource.3-shake.com/v1alpha1", "kind": "FakeClaimParameters", "spec": {"split": 2}}}}
+        ]),
+        "{config:#}"
+    );
+}
+
+/// adminAccess (`allocateDevice`, and `allocateddevices.go` leaving admin results out):
+/// a monitor gets devices whatever holds them, and holds none itself.
+#[tokio::test]
+async fn admin_access_sees_devices_and_holds_none() {
+    let (_server, client, _tasks) = control_plane((1, 37)).await;
+    // The API server allows adminAccess only in a namespace labelled so.
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    namespaces
+        .patch(
+            "default",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"metadata": {"labels": {"resource.kubernetes.io/admin-access": "true"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let m2 = format!("device.attributes[\"{DRIVER}\"].model == \"M2\"");
+    let claims = api(&client, "v1", "ResourceClaim", Some("default"));
+    claims
+        .create(
+            &PostParams::default(),
+            &claim(
+                "mon",
+                json!({"name": "gpu", "exactly": {"deviceClassName": CLASS, "allocationMode": "All", "adminAccess": true, "selectors": [{"cel": {"expression": m2}}]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    create_pod(
+        &client,
+        &pod(
+            "monitor",
+            json!({"name": "gpu", "resourceClaimName": "mon"}),
+        ),
+    )
+    .await;
+    eventually("the monitor is bound", || async {
+        node_of(&client, "monitor").await.is_some()
+    })
+    .await;
+    let mon = data(&claims.get("mon").await.unwrap());
+    let admin: Vec<&Value> = mon
+        .pointer("/status/allocation/devices/results")
+        .and_then(Value::as_array)
+        .unwrap()
+        .iter()
+        .map(|r| &r["adminAccess"])
+        .collect();
+    assert_eq!(admin, [&json!(true), &json!(true)], "{mon:#}");
+    // The same two devices go to a claim of its own: the monitor holds nothing.
+    claims
+        .create(
+            &PostParams::default(),
+            &claim(
+                "own",
+                json!({"name": "gpu", "exactly": {"deviceClassName": CLASS, "count": 2, "selectors": [{"cel": {"expression": m2}}]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    create_pod(
+        &client,
+        &pod("owner", json!({"name": "gpu", "resourceClaimName": "own"})),
+    )
+    .await;
+    eventually("the owner is bound", || async {
+        node_of(&client, "owner").await.is_some()
+    })
+    .await;
+    let own = data(&claims.get("own").await.unwrap());
+    let held: Vec<(String, String)> = results(&own).into_iter().map(|(_, p, d)| (p, d)).collect();
+    assert_eq!(
+        held,
+        [
+            ("n1".to_string(), "fake-2".to_string()),
+            ("n1".into(), "fake-3".into())
+        ]
+    );
+    assert!(
+        own.pointer("/status/allocation/devices/results/0/adminAccess")
+            .is_none(),
+        "{own:#}"
+    );
+}

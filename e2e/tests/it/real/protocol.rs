@@ -113,24 +113,6 @@ pub const KNOWN_DIFFERENCES: &[(&str, &str, &str)] = &[
     // Features the emulated scheduler refuses by name instead of allocating by guesswork:
     // the pod's outcome is the refusal, and what the real run recorded after it is absent.
     (
-        "prioritized-list",
-        "pod0 outcome",
-        "refused: *firstAvailable is not implemented by the emulated scheduler",
-    ),
-    ("prioritized-list", "pod0 phase", "<absent>"),
-    ("prioritized-list", "pod0 devices", "<absent>"),
-    ("prioritized-list", "pod0 env", "<absent>"),
-    ("prioritized-list", "allocated for", "<absent>"),
-    (
-        "admin-access",
-        "monitor outcome",
-        "refused: *adminAccess and capacity requests are not implemented by the emulated scheduler",
-    ),
-    ("admin-access", "monitor phase", "<absent>"),
-    ("admin-access", "monitor devices", "<absent>"),
-    ("admin-access", "monitor env", "<absent>"),
-    ("admin-access", "monitor sees pod0's devices", "<absent>"),
-    (
         "extended-resource",
         "pod0 outcome",
         "refused: *(DRAExtendedResource), which the emulated scheduler does not implement*",
@@ -168,12 +150,12 @@ pub const KNOWN_DIFFERENCES: &[(&str, &str, &str)] = &[
     (
         "gpu-profile",
         "share0 outcome",
-        "refused: *adminAccess and capacity requests are not implemented by the emulated scheduler",
+        "refused: *capacity requests are not implemented by the emulated scheduler",
     ),
     (
         "gpu-profile",
         "share1 outcome",
-        "refused: *adminAccess and capacity requests are not implemented by the emulated scheduler",
+        "refused: *capacity requests are not implemented by the emulated scheduler",
     ),
     ("gpu-profile", "share0 phase", "<absent>"),
     ("gpu-profile", "share0 devices", "<absent>"),

@@ -42,6 +42,9 @@ pub fn allocated_devices<'a>(
                 .as_ref()
         })
         .flatten()
+        // Admin access holds no device: kube-scheduler leaves such results out of the
+        // allocated set (plugins/dynamicresources/allocateddevices.go).
+        .filter(|r| r.admin_access != Some(true))
         .map(|r| DeviceId {
             driver: r.driver.clone(),
             pool: r.pool.clone(),
@@ -131,16 +134,60 @@ pub(super) enum Slot {
     /// `All`: exactly these devices.
     Fixed {
         claim: usize,
-        request: String,
+        admin: bool,
         devices: Vec<usize>,
     },
     /// `ExactCount`: `count` of these candidates.
     Pick {
         claim: usize,
-        request: String,
+        admin: bool,
         count: usize,
         candidates: Vec<usize>,
     },
+}
+
+impl Slot {
+    fn claim_and_admin(&self) -> (usize, bool) {
+        match self {
+            Slot::Fixed { claim, admin, .. } | Slot::Pick { claim, admin, .. } => (*claim, *admin),
+        }
+    }
+}
+
+/// Whether device `d` may go to `claim` in this round, given the claims it went to
+/// already: with admin access only not twice to the same claim, otherwise to no one else
+/// (upstream's `allocateDevice`: `allocatingDeviceForClaim` / `deviceInUse`).
+fn free_for(used: &[Vec<usize>], d: usize, claim: usize, admin: bool) -> bool {
+    if admin {
+        !used[d].contains(&claim)
+    } else {
+        used[d].is_empty()
+    }
+}
+
+/// One way to satisfy a request: the request itself (`exactly`) or one of its
+/// `firstAvailable` subrequests, with the node's devices its selectors match.
+struct Alternative<'a> {
+    claim: usize,
+    /// The name results carry: `request` or `request/subrequest`.
+    result_name: String,
+    class: &'a DeviceClass,
+    /// `None` for `All`, else the count.
+    count: Option<usize>,
+    admin: bool,
+    tolerations: &'a [DeviceToleration],
+    matching: Vec<usize>,
+}
+
+/// The fields `exactly` and a subrequest share, as the allocator reads them.
+struct RequestFields<'a> {
+    class_name: &'a str,
+    selectors: &'a [k8s_openapi::api::resource::v1::DeviceSelector],
+    allocation_mode: Option<&'a str>,
+    count: Option<i64>,
+    admin: bool,
+    tolerations: &'a [DeviceToleration],
+    capacity: bool,
 }
 
 /// Compiled programs, kept across nodes and pods of one scheduling pass, and how the
@@ -152,6 +199,9 @@ pub struct Programs {
     /// hint (k8s.io/dynamic-resource-allocation v0.37 `structured/internal/*/allocator_*.go`,
     /// `selectorsMatch`); up to 1.36 it is `<whose>: selector #<i>: CEL runtime error: <e>`.
     runtime_errors_name_the_device: bool,
+    /// From 1.37 a config of the allocation that applies to every request of the claim
+    /// names none ("empty means all", kubernetes/kubernetes#139731); before, it lists them.
+    configs_for_all_name_no_request: bool,
 }
 
 impl std::fmt::Debug for Programs {
@@ -168,6 +218,7 @@ impl Programs {
         Self {
             compiled: HashMap::new(),
             runtime_errors_name_the_device: server_version >= (1, 37),
+            configs_for_all_name_no_request: server_version >= (1, 37),
         }
     }
 
@@ -322,7 +373,9 @@ pub fn allocate_on_node(
     programs: &mut Programs,
 ) -> Result<Option<Vec<Value>>, AllocateError> {
     let available = node_devices(node, slices);
-    let mut slots = Vec::new();
+    // Every request's alternatives, each resolved against the node up front, as upstream
+    // validates every subrequest before it allocates anything.
+    let mut requests: Vec<Vec<Alternative>> = Vec::new();
     for (ci, claim) in claims.iter().enumerate() {
         let claim_name = format!(
             "claim {}/{}",
@@ -344,149 +397,321 @@ pub fn allocate_on_node(
             .flatten()
         {
             let whose = format!("{claim_name}, request {}", request.name);
-            if request.first_available.is_some() {
-                return Err(AllocateError::Unresolvable(format!(
-                    "{whose}: firstAvailable is not implemented by the emulated scheduler"
-                )));
-            }
-            let Some(exact) = request.exactly.as_ref() else {
-                return Err(AllocateError::Unresolvable(format!(
-                    "{whose}: neither exactly nor firstAvailable is set"
-                )));
-            };
-            if exact.admin_access == Some(true) || exact.capacity.is_some() {
-                return Err(AllocateError::Unresolvable(format!(
-                    "{whose}: adminAccess and capacity requests are not implemented by the emulated scheduler"
-                )));
-            }
-            let class = classes.get(&exact.device_class_name).ok_or_else(|| {
-                AllocateError::Unresolvable(format!(
-                    "{whose}: could not retrieve device class {}: deviceclasses.resource.k8s.io \"{}\" not found",
-                    exact.device_class_name, exact.device_class_name
-                ))
-            })?;
-            let class_selectors = class.spec.selectors.as_deref().unwrap_or_default();
-            let request_selectors = exact.selectors.as_deref().unwrap_or_default();
-            let mut matching = Vec::new();
-            let class_whose = format!("class {}", exact.device_class_name);
-            let tolerations = exact.tolerations.as_deref().unwrap_or_default();
-            for (i, (id, device)) in available.devices.iter().enumerate() {
-                if selector_matches(programs, class_selectors, &class_whose, id, device)?
-                    && selector_matches(programs, request_selectors, &claim_name, id, device)?
-                {
-                    if let Some(feature) = unsupported_feature(device) {
+            let shapes: Vec<(String, RequestFields)> =
+                match (&request.exactly, &request.first_available) {
+                    (Some(exact), _) => vec![(
+                        request.name.clone(),
+                        RequestFields {
+                            class_name: &exact.device_class_name,
+                            selectors: exact.selectors.as_deref().unwrap_or_default(),
+                            allocation_mode: exact.allocation_mode.as_deref(),
+                            count: exact.count,
+                            admin: exact.admin_access == Some(true),
+                            tolerations: exact.tolerations.as_deref().unwrap_or_default(),
+                            capacity: exact.capacity.is_some(),
+                        },
+                    )],
+                    (None, Some(subrequests)) if !subrequests.is_empty() => subrequests
+                        .iter()
+                        .map(|sub| {
+                            (
+                                format!("{}/{}", request.name, sub.name),
+                                RequestFields {
+                                    class_name: &sub.device_class_name,
+                                    selectors: sub.selectors.as_deref().unwrap_or_default(),
+                                    allocation_mode: sub.allocation_mode.as_deref(),
+                                    count: sub.count,
+                                    admin: false,
+                                    tolerations: sub.tolerations.as_deref().unwrap_or_default(),
+                                    capacity: sub.capacity.is_some(),
+                                },
+                            )
+                        })
+                        .collect(),
+                    _ => {
                         return Err(AllocateError::Unresolvable(format!(
-                            "{whose}: device {}/{}/{} uses {feature}, which the emulated scheduler does not implement; it allocates no such device (run this on a real cluster: docs/real-kubernetes.md)",
-                            id.driver, id.pool, id.device
+                            "{whose}: neither exactly nor firstAvailable is set"
                         )));
                     }
-                    if tolerates(device, tolerations) {
-                        matching.push(i);
-                    }
-                }
+                };
+            let mut alternatives = Vec::new();
+            for (result_name, fields) in shapes {
+                let whose = format!("{claim_name}, request {result_name}");
+                alternatives.push(resolve(
+                    ci,
+                    result_name,
+                    &whose,
+                    &claim_name,
+                    &fields,
+                    classes,
+                    &available,
+                    programs,
+                )?);
             }
-            match exact.allocation_mode.as_deref().unwrap_or("ExactCount") {
-                "All" => {
-                    // "At least one device must exist on the node for the allocation to
-                    // succeed. Allocation will fail if some devices are already allocated."
-                    let pools_complete = matching.iter().all(|i| {
-                        let id = &available.devices[*i].0;
-                        !available
-                            .incomplete
-                            .contains(&(id.driver.clone(), id.pool.clone()))
-                    });
-                    if matching.is_empty()
-                        || !pools_complete
-                        || matching
-                            .iter()
-                            .any(|i| taken.contains(&available.devices[*i].0))
-                    {
-                        return Ok(None);
-                    }
-                    slots.push(Slot::Fixed {
-                        claim: ci,
-                        request: request.name.clone(),
-                        devices: matching,
-                    });
-                }
-                "ExactCount" => {
-                    let count = usize::try_from(exact.count.unwrap_or(1).max(1)).unwrap_or(1);
-                    let candidates: Vec<usize> = matching
-                        .into_iter()
-                        .filter(|i| !taken.contains(&available.devices[*i].0))
-                        .collect();
-                    if candidates.len() < count {
-                        return Ok(None);
-                    }
-                    slots.push(Slot::Pick {
-                        claim: ci,
-                        request: request.name.clone(),
-                        count,
-                        candidates,
-                    });
-                }
-                other => {
-                    return Err(AllocateError::Unresolvable(format!(
-                        "{whose}: unsupported allocationMode {other:?}"
-                    )));
-                }
+            requests.push(alternatives);
+        }
+    }
+    // The subrequests' combinations in order, the first request's choice the slowest to
+    // change: upstream's depth-first search tries a request's next subrequest only once
+    // everything after it failed with the current one.
+    let mut choice = vec![0usize; requests.len()];
+    let mut budget = SEARCH_BUDGET;
+    loop {
+        let picked: Vec<&Alternative> = requests
+            .iter()
+            .zip(&choice)
+            .map(|(alts, c)| &alts[*c])
+            .collect();
+        if let Some(chosen) = try_alternatives(&picked, &available, taken, &mut budget) {
+            let empty_means_all = programs.configs_for_all_name_no_request;
+            return Ok(Some(allocations(
+                node,
+                claims,
+                &picked,
+                &chosen,
+                &available,
+                empty_means_all,
+            )));
+        }
+        if budget == 0 || !next_choice(&mut choice, &requests) {
+            return Ok(None);
+        }
+    }
+}
+
+/// The next combination of subrequest choices (the last request's first), false after
+/// the last one.
+fn next_choice(choice: &mut [usize], requests: &[Vec<Alternative>]) -> bool {
+    for i in (0..choice.len()).rev() {
+        if choice[i] + 1 < requests[i].len() {
+            choice[i] += 1;
+            choice[i + 1..].iter_mut().for_each(|c| *c = 0);
+            return true;
+        }
+    }
+    false
+}
+
+/// One request or subrequest against the node: its class, and the devices its class's
+/// and its own selectors match and whose taints it tolerates.
+#[allow(clippy::too_many_arguments)]
+fn resolve<'a>(
+    claim: usize,
+    result_name: String,
+    whose: &str,
+    claim_name: &str,
+    fields: &RequestFields<'a>,
+    classes: &'a BTreeMap<String, DeviceClass>,
+    available: &NodeDevices,
+    programs: &mut Programs,
+) -> Result<Alternative<'a>, AllocateError> {
+    if fields.capacity {
+        return Err(AllocateError::Unresolvable(format!(
+            "{whose}: capacity requests are not implemented by the emulated scheduler"
+        )));
+    }
+    let class = classes.get(fields.class_name).ok_or_else(|| {
+        AllocateError::Unresolvable(format!(
+            "{whose}: could not retrieve device class {}: deviceclasses.resource.k8s.io \"{}\" not found",
+            fields.class_name, fields.class_name
+        ))
+    })?;
+    let class_selectors = class.spec.selectors.as_deref().unwrap_or_default();
+    let class_whose = format!("class {}", fields.class_name);
+    let mut matching = Vec::new();
+    for (i, (id, device)) in available.devices.iter().enumerate() {
+        if selector_matches(programs, class_selectors, &class_whose, id, device)?
+            && selector_matches(programs, fields.selectors, claim_name, id, device)?
+        {
+            if let Some(feature) = unsupported_feature(device) {
+                return Err(AllocateError::Unresolvable(format!(
+                    "{whose}: device {}/{}/{} uses {feature}, which the emulated scheduler does not implement; it allocates no such device (run this on a real cluster: docs/real-kubernetes.md)",
+                    id.driver, id.pool, id.device
+                )));
+            }
+            if tolerates(device, fields.tolerations) {
+                matching.push(i);
             }
         }
     }
-    let mut used = vec![false; available.devices.len()];
+    let count = match fields.allocation_mode.unwrap_or("ExactCount") {
+        "All" => None,
+        "ExactCount" => Some(usize::try_from(fields.count.unwrap_or(1).max(1)).unwrap_or(1)),
+        other => {
+            return Err(AllocateError::Unresolvable(format!(
+                "{whose}: unsupported allocationMode {other:?}"
+            )));
+        }
+    };
+    Ok(Alternative {
+        claim,
+        result_name,
+        class,
+        count,
+        admin: fields.admin,
+        tolerations: fields.tolerations,
+        matching,
+    })
+}
+
+/// The devices for one combination of alternatives (one list per alternative), or `None`
+/// when the node cannot hold it.
+fn try_alternatives(
+    picked: &[&Alternative],
+    available: &NodeDevices,
+    taken: &BTreeSet<DeviceId>,
+    budget: &mut usize,
+) -> Option<Vec<Vec<usize>>> {
+    let is_taken = |i: &usize| taken.contains(&available.devices[*i].0);
+    let mut slots = Vec::new();
+    for alt in picked {
+        match alt.count {
+            None => {
+                // "At least one device must exist on the node for the allocation to
+                // succeed. Allocation will fail if some devices are already allocated"
+                // (admin access aside: it holds none).
+                let pools_complete = alt.matching.iter().all(|i| {
+                    let id = &available.devices[*i].0;
+                    !available
+                        .incomplete
+                        .contains(&(id.driver.clone(), id.pool.clone()))
+                });
+                if alt.matching.is_empty()
+                    || !pools_complete
+                    || (!alt.admin && alt.matching.iter().any(is_taken))
+                {
+                    return None;
+                }
+                slots.push(Slot::Fixed {
+                    claim: alt.claim,
+                    admin: alt.admin,
+                    devices: alt.matching.clone(),
+                });
+            }
+            Some(count) => {
+                let candidates: Vec<usize> = alt
+                    .matching
+                    .iter()
+                    .copied()
+                    .filter(|i| alt.admin || !is_taken(i))
+                    .collect();
+                if candidates.len() < count {
+                    return None;
+                }
+                slots.push(Slot::Pick {
+                    claim: alt.claim,
+                    admin: alt.admin,
+                    count,
+                    candidates,
+                });
+            }
+        }
+    }
+    let mut used: Vec<Vec<usize>> = vec![Vec::new(); available.devices.len()];
     let mut chosen: Vec<Vec<usize>> = slots.iter().map(|_| Vec::new()).collect();
     for (si, slot) in slots.iter().enumerate() {
-        if let Slot::Fixed { devices, .. } = slot {
+        if let Slot::Fixed {
+            claim,
+            admin,
+            devices,
+            ..
+        } = slot
+        {
             for d in devices {
-                if used[*d] {
-                    return Ok(None);
+                if !free_for(&used, *d, *claim, *admin) {
+                    return None;
                 }
-                used[*d] = true;
+                used[*d].push(*claim);
             }
             chosen[si] = devices.clone();
         }
     }
-    let mut budget = SEARCH_BUDGET;
-    if !search(&slots, 0, 0, &mut used, &mut chosen, &mut budget) {
-        return Ok(None);
-    }
-    let mut allocations = Vec::new();
+    search(&slots, 0, 0, &mut used, &mut chosen, budget).then_some(chosen)
+}
+
+/// Each claim's `status.allocation`: the results in request order, class configuration
+/// once per class (naming every request that uses the class) then the claim's own, as
+/// upstream's allocator writes them (kubernetes/kubernetes#134793, in 1.35 and patch
+/// releases of 1.32-1.34), and the node selector.
+fn allocations(
+    node: &str,
+    claims: &[&ResourceClaim],
+    picked: &[&Alternative],
+    chosen: &[Vec<usize>],
+    available: &NodeDevices,
+    empty_means_all: bool,
+) -> Vec<Value> {
+    let mut out = Vec::new();
     for (ci, claim) in claims.iter().enumerate() {
         let mut results = Vec::new();
-        let mut config = Vec::new();
-        for (si, slot) in slots.iter().enumerate() {
-            let (Slot::Fixed { claim, request, .. } | Slot::Pick { claim, request, .. }) = slot;
-            if *claim != ci {
-                continue;
-            }
-            for d in &chosen[si] {
+        let mut config: Vec<Value> = Vec::new();
+        let mut class_configs: BTreeMap<&str, std::ops::Range<usize>> = BTreeMap::new();
+        let mine: Vec<(&Alternative, &Vec<usize>)> = picked
+            .iter()
+            .zip(chosen)
+            .filter(|(alt, _)| alt.claim == ci)
+            .map(|(alt, devices)| (*alt, devices))
+            .collect();
+        for (alt, devices) in &mine {
+            for d in *devices {
                 let id = &available.devices[*d].0;
-                results.push(json!({"request": request, "driver": id.driver, "pool": id.pool, "device": id.device}));
+                let mut result = json!({"request": alt.result_name, "driver": id.driver, "pool": id.pool, "device": id.device});
+                if alt.admin {
+                    result["adminAccess"] = json!(true);
+                }
+                if !alt.tolerations.is_empty() {
+                    result["tolerations"] =
+                        serde_json::to_value(alt.tolerations).unwrap_or(Value::Null);
+                }
+                results.push(result);
             }
         }
-        // Class configuration first, one entry per request and class config, then the
-        // claim's own (allocator.go: "allocationResult.Devices.Config").
-        let spec = claim.spec.devices.as_ref();
-        for request in spec.and_then(|d| d.requests.as_ref()).into_iter().flatten() {
-            let class = request
-                .exactly
-                .as_ref()
-                .and_then(|e| classes.get(&e.device_class_name));
-            for c in class
-                .and_then(|c| c.spec.config.as_ref())
-                .into_iter()
-                .flatten()
-            {
-                let mut entry = json!({"source": "FromClass", "requests": [request.name]});
+        for (alt, _) in &mine {
+            let class_name = alt.class.metadata.name.as_deref().unwrap_or_default();
+            if let Some(range) = class_configs.get(class_name) {
+                for entry in &mut config[range.clone()] {
+                    if let Some(requests) = entry["requests"].as_array_mut() {
+                        requests.push(json!(alt.result_name));
+                    }
+                }
+                continue;
+            }
+            let start = config.len();
+            for c in alt.class.spec.config.iter().flatten() {
+                let mut entry = json!({"source": "FromClass", "requests": [alt.result_name]});
                 if let Some(opaque) = &c.opaque {
                     entry["opaque"] = serde_json::to_value(opaque).unwrap_or(Value::Null);
                 }
                 config.push(entry);
             }
+            class_configs.insert(class_name, start..config.len());
         }
-        for c in spec.and_then(|d| d.config.as_ref()).into_iter().flatten() {
+        // The claim's own config applies where it names a request or the chosen subrequest.
+        let names: Vec<(&str, &str)> = mine
+            .iter()
+            .map(|(alt, _)| {
+                let parent = alt.result_name.split('/').next().unwrap_or_default();
+                (parent, alt.result_name.as_str())
+            })
+            .collect();
+        for c in claim
+            .spec
+            .devices
+            .as_ref()
+            .and_then(|d| d.config.as_ref())
+            .into_iter()
+            .flatten()
+        {
+            let requests = c.requests.as_deref().unwrap_or_default();
+            let applies = requests.is_empty()
+                || names
+                    .iter()
+                    .any(|(parent, full)| requests.iter().any(|r| r == parent || r == full));
+            if !applies {
+                continue;
+            }
             let mut entry = json!({"source": "FromClaim"});
-            if let Some(requests) = c.requests.as_ref().filter(|r| !r.is_empty()) {
+            if !requests.is_empty() {
                 entry["requests"] = json!(requests);
             }
             if let Some(opaque) = &c.opaque {
@@ -494,13 +719,27 @@ pub fn allocate_on_node(
             }
             config.push(entry);
         }
+        // A config naming every request applies to all: upstream then leaves its
+        // requests out ("empty means all").
+        for entry in config.iter_mut().filter(|_| empty_means_all) {
+            let covers_all = entry["requests"].as_array().is_some_and(|listed| {
+                names.iter().all(|(parent, full)| {
+                    listed
+                        .iter()
+                        .any(|r| r.as_str() == Some(parent) || r.as_str() == Some(full))
+                })
+            });
+            if covers_all && let Some(map) = entry.as_object_mut() {
+                map.remove("requests");
+            }
+        }
         let mut devices = json!({"results": results});
         if !config.is_empty() {
             devices["config"] = Value::Array(config);
         }
-        allocations.push(json!({"devices": devices, "nodeSelector": node_selector_for(node)}));
+        out.push(json!({"devices": devices, "nodeSelector": node_selector_for(node)}));
     }
-    Ok(Some(allocations))
+    out
 }
 
 /// Backtracking over the `ExactCount` slots: combinations in candidate order, so the
@@ -509,7 +748,7 @@ pub(super) fn search(
     slots: &[Slot],
     slot: usize,
     start: usize,
-    used: &mut [bool],
+    used: &mut [Vec<usize>],
     chosen: &mut [Vec<usize>],
     budget: &mut usize,
 ) -> bool {
@@ -525,21 +764,22 @@ pub(super) fn search(
     if chosen[slot].len() == count {
         return search(slots, slot + 1, 0, used, chosen, budget);
     }
+    let (claim, admin) = current.claim_and_admin();
     for (pos, d) in candidates.iter().enumerate().skip(start) {
         if *budget == 0 {
             return false;
         }
         *budget -= 1;
-        if used[*d] {
+        if !free_for(used, *d, claim, admin) {
             continue;
         }
-        used[*d] = true;
+        used[*d].push(claim);
         chosen[slot].push(*d);
         if search(slots, slot, pos + 1, used, chosen, budget) {
             return true;
         }
         chosen[slot].pop();
-        used[*d] = false;
+        used[*d].pop();
     }
     false
 }
