@@ -117,6 +117,17 @@ struct Args {
     /// Parent devices per node (the plugin's FAKE_DRA_NUM_DEVICES).
     #[arg(long, env = "FAKE_DRA_NUM_DEVICES", global = true)]
     num_devices: Option<usize>,
+    /// More environment for every node's plugin, KEY=VALUE; repeatable (';'-separated in
+    /// the env). The profiles of docs/profiles.md: --plugin-env FAKE_DRA_PROFILE=gpu
+    /// --plugin-env FAKE_DRA_GPUS=A100-80GB:1:partitioned,L4-24GB:1:shared
+    #[arg(
+        long = "plugin-env",
+        env = "FAKE_DRA_PLUGIN_ENV",
+        value_delimiter = ';',
+        value_parser = parse_plugin_env,
+        global = true
+    )]
+    plugin_env: Vec<(String, String)>,
     /// Where the binaries are that the deployed workloads' commands name (default: next to this binary).
     #[arg(long, env = "FAKE_DRA_BIN_DIR", global = true)]
     bin_dir: Option<PathBuf>,
@@ -360,6 +371,7 @@ async fn run(args: Args) -> Result<(), String> {
             .num_devices
             .map(|n| ("FAKE_DRA_NUM_DEVICES".to_string(), n.to_string()))
             .into_iter()
+            .chain(args.plugin_env.iter().cloned())
             .collect(),
         ..SimConfig::default()
     };
@@ -515,11 +527,54 @@ async fn drive(
     }
 }
 
+/// `KEY=VALUE`, KEY an environment variable's name (letters, digits, `_`, not starting
+/// with a digit), as a shell would take it.
+fn parse_plugin_env(text: &str) -> Result<(String, String), String> {
+    let (key, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?} is not KEY=VALUE"))?;
+    let valid = key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        && key.bytes().next().is_some_and(|b| !b.is_ascii_digit());
+    if !valid {
+        return Err(format!(
+            "{key:?} is not an environment variable's name (letters, digits and _, not starting with a digit)"
+        ));
+    }
+    Ok((key.to_string(), value.to_string()))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn plugin_env_takes_key_value() {
+        assert_eq!(
+            parse_plugin_env("FAKE_DRA_GPUS=A100-80GB:1:partitioned,L4-24GB:1:shared").unwrap(),
+            (
+                "FAKE_DRA_GPUS".into(),
+                "A100-80GB:1:partitioned,L4-24GB:1:shared".into()
+            )
+        );
+        assert_eq!(parse_plugin_env("A=").unwrap(), ("A".into(), String::new()));
+        assert!(
+            parse_plugin_env("FAKE_DRA_PROFILE")
+                .unwrap_err()
+                .contains("not KEY=VALUE")
+        );
+        assert!(
+            parse_plugin_env("1X=y")
+                .unwrap_err()
+                .contains("not an environment")
+        );
+        assert!(
+            parse_plugin_env("=y")
+                .unwrap_err()
+                .contains("not an environment")
+        );
+    }
 
     #[test]
     fn every_flag_follows_the_env_rule() {

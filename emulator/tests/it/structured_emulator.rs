@@ -1147,3 +1147,108 @@ async fn admin_access_sees_devices_and_holds_none() {
         "{own:#}"
     );
 }
+
+/// Partitionable devices (`checkAvailableCounters`): devices drawing on one counter set
+/// of their pool (in a slice of its own, as from 1.35) are allocated while the counters
+/// last; the whole GPU waits for both halves to go.
+#[tokio::test]
+async fn shared_counters_limit_what_partitions_get() {
+    let (_server, client, _tasks) = control_plane((1, 37)).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let n3 = Node {
+        metadata: ObjectMeta {
+            name: Some("n3".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    nodes.create(&PostParams::default(), &n3).await.unwrap();
+    let pool = json!({"name": "n3", "generation": 1, "resourceSliceCount": 2});
+    let counters = object(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "n3-counters"},
+        "spec": {"driver": DRIVER, "nodeName": "n3", "pool": pool,
+                 "sharedCounters": [{"name": "gpu-0", "counters": {"memory": {"value": "80Gi"}}}]}
+    }));
+    let part = |name: &str, kind: &str, memory: &str| {
+        json!({"name": name, "attributes": {"kind": {"string": kind}},
+               "consumesCounters": [{"counterSet": "gpu-0", "counters": {"memory": {"value": memory}}}]})
+    };
+    let devices = object(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "n3-devices"},
+        "spec": {"driver": DRIVER, "nodeName": "n3", "pool": pool,
+                 "devices": [part("gpu-0", "whole", "80Gi"), part("gpu-0-a", "half", "40Gi"), part("gpu-0-b", "half", "40Gi")]}
+    }));
+    let slices = api(&client, "v1", "ResourceSlice", None);
+    slices
+        .create(&PostParams::default(), &counters)
+        .await
+        .unwrap();
+    slices
+        .create(&PostParams::default(), &devices)
+        .await
+        .unwrap();
+    let of_kind = |kind: &str| json!({"name": "gpu", "exactly": {"deviceClassName": CLASS, "selectors": [{"cel": {"expression": format!("has(device.attributes[\"{DRIVER}\"].kind) && device.attributes[\"{DRIVER}\"].kind == \"{kind}\"")}}]}});
+    let templates = api(&client, "v1", "ResourceClaimTemplate", Some("default"));
+    for kind in ["whole", "half"] {
+        templates
+            .create(&PostParams::default(), &template(kind, of_kind(kind)))
+            .await
+            .unwrap();
+    }
+    for name in ["half-a", "half-b"] {
+        create_pod(
+            &client,
+            &pod(
+                name,
+                json!({"name": "gpu", "resourceClaimTemplateName": "half"}),
+            ),
+        )
+        .await;
+    }
+    for name in ["half-a", "half-b"] {
+        eventually(&format!("{name} is bound"), || async {
+            node_of(&client, name).await.is_some()
+        })
+        .await;
+    }
+    let held: BTreeSet<String> = claims_v1(&client)
+        .await
+        .iter()
+        .flat_map(results)
+        .map(|(_, _, d)| d)
+        .collect();
+    assert_eq!(held, BTreeSet::from(["gpu-0-a".into(), "gpu-0-b".into()]));
+    create_pod(
+        &client,
+        &pod(
+            "whole",
+            json!({"name": "gpu", "resourceClaimTemplateName": "whole"}),
+        ),
+    )
+    .await;
+    eventually("the whole GPU is reported unschedulable", || async {
+        event_notes(&client, "FailedScheduling")
+            .await
+            .iter()
+            .any(|n| n.starts_with("0/3 nodes are available: 3 cannot allocate all claims."))
+    })
+    .await;
+    assert_eq!(node_of(&client, "whole").await, None);
+    // One half going is not enough; both are.
+    let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), "default");
+    let now = DeleteParams {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    pods.delete("half-a", &now).await.unwrap();
+    eventually("half-a's claim is gone", || async {
+        claims_v1(&client).await.len() == 2
+    })
+    .await;
+    assert_eq!(node_of(&client, "whole").await, None);
+    pods.delete("half-b", &now).await.unwrap();
+    eventually("the whole GPU is bound once both halves went", || async {
+        node_of(&client, "whole").await.as_deref() == Some("n3")
+    })
+    .await;
+}

@@ -64,7 +64,12 @@ pub(super) struct NodeDevices<'a> {
     devices: Vec<(DeviceId, &'a Device)>,
     /// Pools whose newest generation lacks slices (`resourceSliceCount` not reached).
     incomplete: BTreeSet<(String, String)>,
+    /// The pools' shared counters (`sharedCounters` of any slice of the pool), in nano-units.
+    counters: BTreeMap<CounterKey, i128>,
 }
+
+/// A shared counter: (driver, pool, counter set, counter).
+type CounterKey = (String, String, String, String);
 
 pub(super) fn node_devices<'a>(node: &str, slices: &'a [ResourceSlice]) -> NodeDevices<'a> {
     let local: Vec<&ResourceSlice> = slices
@@ -93,11 +98,25 @@ pub(super) fn node_devices<'a>(node: &str, slices: &'a [ResourceSlice]) -> NodeD
     });
     let mut counts: BTreeMap<(String, String), (usize, i64)> = BTreeMap::new();
     let mut devices = Vec::new();
+    let mut counters = BTreeMap::new();
     for s in current {
         let entry = counts
             .entry((s.spec.driver.clone(), s.spec.pool.name.clone()))
             .or_insert((0, s.spec.pool.resource_slice_count));
         entry.0 += 1;
+        for set in s.spec.shared_counters.iter().flatten() {
+            for (name, counter) in &set.counters {
+                if let Some(value) = crate::cluster::node_fit::parse_quantity(&counter.value.0) {
+                    let key = (
+                        s.spec.driver.clone(),
+                        s.spec.pool.name.clone(),
+                        set.name.clone(),
+                        name.clone(),
+                    );
+                    counters.insert(key, value);
+                }
+            }
+        }
         for d in s.spec.devices.iter().flatten() {
             devices.push((
                 DeviceId {
@@ -117,6 +136,7 @@ pub(super) fn node_devices<'a>(node: &str, slices: &'a [ResourceSlice]) -> NodeD
     NodeDevices {
         devices,
         incomplete,
+        counters,
     }
 }
 
@@ -154,14 +174,94 @@ impl Slot {
     }
 }
 
-/// Whether device `d` may go to `claim` in this round, given the claims it went to
-/// already: with admin access only not twice to the same claim, otherwise to no one else
-/// (upstream's `allocateDevice`: `allocatingDeviceForClaim` / `deviceInUse`).
-fn free_for(used: &[Vec<usize>], d: usize, claim: usize, admin: bool) -> bool {
-    if admin {
-        !used[d].contains(&claim)
-    } else {
-        used[d].is_empty()
+/// What one allocation round has given out: which claims each device went to, and what
+/// remains of the node's shared counters.
+struct Round {
+    used: Vec<Vec<usize>>,
+    remaining: BTreeMap<CounterKey, i128>,
+    /// Per device, the counters it consumes; `None` when it names a counter its pool does
+    /// not define (it cannot be allocated).
+    needs: Vec<Option<Vec<(CounterKey, i128)>>>,
+}
+
+impl Round {
+    /// A round on `available`, the counters that `taken` devices consume already spent.
+    fn new(available: &NodeDevices, taken: &BTreeSet<DeviceId>) -> Self {
+        let needs: Vec<Option<Vec<(CounterKey, i128)>>> = available
+            .devices
+            .iter()
+            .map(|(id, device)| {
+                let mut needs = Vec::new();
+                for consumption in device.consumes_counters.iter().flatten() {
+                    for (name, counter) in &consumption.counters {
+                        let key = (
+                            id.driver.clone(),
+                            id.pool.clone(),
+                            consumption.counter_set.clone(),
+                            name.clone(),
+                        );
+                        if !available.counters.contains_key(&key) {
+                            return None;
+                        }
+                        needs.push((
+                            key,
+                            crate::cluster::node_fit::parse_quantity(&counter.value.0)?,
+                        ));
+                    }
+                }
+                Some(needs)
+            })
+            .collect();
+        let mut remaining = available.counters.clone();
+        for (d, (id, _)) in available.devices.iter().enumerate() {
+            if taken.contains(id) {
+                for (key, amount) in needs[d].iter().flatten() {
+                    if let Some(left) = remaining.get_mut(key) {
+                        *left -= amount;
+                    }
+                }
+            }
+        }
+        Self {
+            used: vec![Vec::new(); available.devices.len()],
+            remaining,
+            needs,
+        }
+    }
+
+    /// Whether device `d` may go to `claim`: with admin access only not twice to the same
+    /// claim, otherwise to no one else (upstream's `allocateDevice`:
+    /// `allocatingDeviceForClaim` / `deviceInUse`), and its counters must remain
+    /// (`checkAvailableCounters`).
+    fn can_take(&self, d: usize, claim: usize, admin: bool) -> bool {
+        let free = if admin {
+            !self.used[d].contains(&claim)
+        } else {
+            self.used[d].is_empty()
+        };
+        free && self.needs[d].as_ref().is_some_and(|needs| {
+            needs
+                .iter()
+                .all(|(key, amount)| self.remaining.get(key).is_some_and(|left| left >= amount))
+        })
+    }
+
+    fn take(&mut self, d: usize, claim: usize) {
+        self.used[d].push(claim);
+        for (key, amount) in self.needs[d].iter().flatten() {
+            if let Some(left) = self.remaining.get_mut(key) {
+                *left -= amount;
+            }
+        }
+    }
+
+    fn give_back(&mut self, d: usize) {
+        self.used[d].pop();
+        for (key, amount) in self.needs[d].iter().flatten() {
+            if let Some(left) = self.remaining.get_mut(key) {
+                *left += amount;
+            }
+        }
     }
 }
 
@@ -309,13 +409,6 @@ pub(super) fn enhance_runtime_error(error: &str) -> String {
 /// The device features the emulated allocator does not implement: upstream's allocator
 /// would honour them, so a device using one is never allocated here by guesswork.
 fn unsupported_feature(device: &Device) -> Option<&'static str> {
-    if device
-        .consumes_counters
-        .as_ref()
-        .is_some_and(|c| !c.is_empty())
-    {
-        return Some("consumesCounters (partitionable devices)");
-    }
     if device.allow_multiple_allocations == Some(true) {
         return Some("allowMultipleAllocations (consumable capacity)");
     }
@@ -607,7 +700,7 @@ fn try_alternatives(
             }
         }
     }
-    let mut used: Vec<Vec<usize>> = vec![Vec::new(); available.devices.len()];
+    let mut round = Round::new(available, taken);
     let mut chosen: Vec<Vec<usize>> = slots.iter().map(|_| Vec::new()).collect();
     for (si, slot) in slots.iter().enumerate() {
         if let Slot::Fixed {
@@ -618,15 +711,15 @@ fn try_alternatives(
         } = slot
         {
             for d in devices {
-                if !free_for(&used, *d, *claim, *admin) {
+                if !round.can_take(*d, *claim, *admin) {
                     return None;
                 }
-                used[*d].push(*claim);
+                round.take(*d, *claim);
             }
             chosen[si] = devices.clone();
         }
     }
-    search(&slots, 0, 0, &mut used, &mut chosen, budget).then_some(chosen)
+    search(&slots, 0, 0, &mut round, &mut chosen, budget).then_some(chosen)
 }
 
 /// Each claim's `status.allocation`: the results in request order, class configuration
@@ -744,11 +837,11 @@ fn allocations(
 
 /// Backtracking over the `ExactCount` slots: combinations in candidate order, so the
 /// first solution takes the first free devices, as upstream's allocator does.
-pub(super) fn search(
+fn search(
     slots: &[Slot],
     slot: usize,
     start: usize,
-    used: &mut [Vec<usize>],
+    round: &mut Round,
     chosen: &mut [Vec<usize>],
     budget: &mut usize,
 ) -> bool {
@@ -756,13 +849,13 @@ pub(super) fn search(
         return true;
     };
     let (count, candidates) = match current {
-        Slot::Fixed { .. } => return search(slots, slot + 1, 0, used, chosen, budget),
+        Slot::Fixed { .. } => return search(slots, slot + 1, 0, round, chosen, budget),
         Slot::Pick {
             count, candidates, ..
         } => (*count, candidates),
     };
     if chosen[slot].len() == count {
-        return search(slots, slot + 1, 0, used, chosen, budget);
+        return search(slots, slot + 1, 0, round, chosen, budget);
     }
     let (claim, admin) = current.claim_and_admin();
     for (pos, d) in candidates.iter().enumerate().skip(start) {
@@ -770,16 +863,16 @@ pub(super) fn search(
             return false;
         }
         *budget -= 1;
-        if !free_for(used, *d, claim, admin) {
+        if !round.can_take(*d, claim, admin) {
             continue;
         }
-        used[*d].push(claim);
+        round.take(*d, claim);
         chosen[slot].push(*d);
-        if search(slots, slot, pos + 1, used, chosen, budget) {
+        if search(slots, slot, pos + 1, round, chosen, budget) {
             return true;
         }
         chosen[slot].pop();
-        used[*d].pop();
+        round.give_back(*d);
     }
     false
 }
