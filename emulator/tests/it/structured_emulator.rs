@@ -947,11 +947,6 @@ async fn device_features_the_emulator_does_not_implement_are_refused_by_name() {
     let (_server, client, _tasks) = control_plane((1, 34)).await;
     let shapes = [
         (
-            "counters",
-            json!({"consumesCounters": [{"counterSet": "s", "counters": {"c": {"value": "1"}}}]}),
-            "consumesCounters (partitionable devices)",
-        ),
-        (
             "shared",
             json!({"allowMultipleAllocations": true}),
             "allowMultipleAllocations (consumable capacity)",
