@@ -110,6 +110,7 @@ fn all_scenarios<B: Backend>(rt: &tokio::runtime::Runtime, b: &mut B, p: &mut Pr
             scenarios::container_naming_one_request,
             filters::node_filters,
             features::prioritized_list,
+            features::match_attribute,
             features::admin_access,
             features::extended_resource,
             features::gpu_profile,

@@ -1247,3 +1247,65 @@ async fn shared_counters_limit_what_partitions_get() {
     })
     .await;
 }
+
+/// `matchAttribute` constraints (upstream's `matchAttributeConstraint`): every device of
+/// the requests it names shares the attribute's value, looked up by its qualified name
+/// or, in the driver's own domain, its bare one; a device without it never qualifies.
+#[tokio::test]
+async fn match_attribute_constraints_pick_devices_that_agree() {
+    let (_server, client, _tasks) = control_plane((1, 37)).await;
+    let m2 = format!("device.attributes[\"{DRIVER}\"].model == \"M2\"");
+    let two_requests = |name: &str, attribute: &str| {
+        object(json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
+            "spec": {"devices": {
+                "requests": [
+                    {"name": "a", "exactly": {"deviceClassName": CLASS, "selectors": [{"cel": {"expression": m2}}]}},
+                    {"name": "b", "exactly": {"deviceClassName": CLASS}},
+                    {"name": "c", "exactly": {"deviceClassName": CLASS}}
+                ],
+                "constraints": [{"requests": ["a", "b"], "matchAttribute": attribute}]
+            }}
+        }))
+    };
+    let claims = api(&client, "v1", "ResourceClaim", Some("default"));
+    for (name, attribute) in [
+        ("same-model", format!("{DRIVER}/model")),
+        ("same-index", format!("{DRIVER}/index")),
+        ("missing", "example.com/model".to_string()),
+    ] {
+        claims
+            .create(&PostParams::default(), &two_requests(name, &attribute))
+            .await
+            .unwrap();
+        let entry = json!({"name": "gpu", "resourceClaimName": name});
+        create_pod(&client, &pod(name, entry)).await;
+    }
+    eventually("same-model is bound", || async {
+        node_of(&client, "same-model").await.is_some()
+    })
+    .await;
+    let claim = data(&claims.get("same-model").await.unwrap());
+    // a takes the first M2 device; b, bound by the constraint, the other M2 rather than
+    // the first free device; c, unbound, the first free one.
+    assert_eq!(
+        results(&claim),
+        [
+            ("a".to_string(), "n1".to_string(), "fake-2".to_string()),
+            ("b".into(), "n1".into(), "fake-3".into()),
+            ("c".into(), "n1".into(), "fake-0".into())
+        ]
+    );
+    // No two devices of a node share an index; no device has example.com/model.
+    eventually("the other two are reported unschedulable", || async {
+        event_notes(&client, "FailedScheduling")
+            .await
+            .iter()
+            .filter(|n| n.starts_with("0/2 nodes are available: 2 cannot allocate all claims."))
+            .count()
+            >= 2
+    })
+    .await;
+    assert_eq!(node_of(&client, "same-index").await, None);
+    assert_eq!(node_of(&client, "missing").await, None);
+}

@@ -160,6 +160,64 @@ pub async fn prioritized_list<B: Backend>(b: &mut B, p: &mut Protocol) {
     delete_namespaces(b, &["prioritized"]).await;
 }
 
+/// matchAttribute constraints: two requests of one claim whose devices must agree on an
+/// attribute. The node's devices share their model, so "same model" runs with all four;
+/// no two share an index, and none has an attribute of another domain, so those claims
+/// stay Pending with the scheduler's reason.
+pub async fn match_attribute<B: Backend>(b: &mut B, p: &mut Protocol) {
+    p.scenario("match-attribute");
+    let claim = |name: &str, count: u32, attribute: &str| {
+        format!(
+            "apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {{namespace: constraints, name: {name}}}
+spec:
+  devices:
+    requests:
+      - name: a
+        exactly: {{deviceClassName: fake.3-shake.com, count: {count}}}
+      - name: b
+        exactly: {{deviceClassName: fake.3-shake.com, count: {count}}}
+    constraints:
+      - requests: [a, b]
+        matchAttribute: {attribute}
+"
+        )
+    };
+    let mut parts = vec![namespace_yaml("constraints")];
+    for (name, count, attribute) in [
+        ("same-model", 2, format!("{DRIVER}/model")),
+        ("same-index", 1, format!("{DRIVER}/index")),
+        ("other-domain", 1, "example.com/model".to_string()),
+    ] {
+        parts.push(claim(name, count, &attribute));
+        parts.push(pod_yaml(
+            "constraints",
+            name,
+            &[("fake", &format!("resourceClaimName: {name}"))],
+        ));
+    }
+    apply(b, &super::scenarios::docs(&parts)).await;
+    let env = running(b, p, "constraints", "same-model", "ctr0", "same model").await;
+    assert_eq!(devices(&env).len(), 4, "{env:?}");
+    for (pod, label) in [
+        ("same-index", "same index"),
+        ("other-domain", "an attribute no device has"),
+    ] {
+        let note = pending_with(
+            b,
+            p,
+            ("constraints", pod),
+            "FailedScheduling",
+            "cannot allocate all claims",
+            label,
+        )
+        .await;
+        assert!(note.starts_with("0/1 nodes are available"), "{note}");
+    }
+    delete_namespaces(b, &["constraints"]).await;
+}
+
 /// adminAccess: a monitor sees all the devices another pod holds, without holding them.
 pub async fn admin_access<B: Backend>(b: &mut B, p: &mut Protocol) {
     p.scenario("admin-access");

@@ -152,32 +152,72 @@ pub fn unsupported_slices(slices: &[ResourceSlice]) -> Vec<String> {
 /// One request's need, resolved against the node's devices.
 pub(super) enum Slot {
     /// `All`: exactly these devices.
-    Fixed {
-        claim: usize,
-        admin: bool,
-        devices: Vec<usize>,
-    },
+    Fixed { who: Who, devices: Vec<usize> },
     /// `ExactCount`: `count` of these candidates.
     Pick {
-        claim: usize,
-        admin: bool,
+        who: Who,
         count: usize,
         candidates: Vec<usize>,
     },
 }
 
-impl Slot {
-    fn claim_and_admin(&self) -> (usize, bool) {
-        match self {
-            Slot::Fixed { claim, admin, .. } | Slot::Pick { claim, admin, .. } => (*claim, *admin),
-        }
+/// For whom a slot's devices are: the claim (its index), whether with admin access, and
+/// the request or `request/subrequest`.
+pub(super) struct Who {
+    claim: usize,
+    admin: bool,
+    request: String,
+}
+
+/// A claim's `matchAttribute` constraint while a round runs (upstream's
+/// `matchAttributeConstraint`): the value its first device set, and how many hold it.
+#[derive(Clone)]
+struct MatchAttribute {
+    claim: usize,
+    /// The requests it binds (a request's name also covers its subrequests); all if empty.
+    requests: Vec<String>,
+    /// Fully qualified: `domain/name`.
+    attribute: String,
+    value: Option<Value>,
+    devices: usize,
+}
+
+impl MatchAttribute {
+    fn applies_to(&self, who: &Who) -> bool {
+        let parent = who.request.split('/').next().unwrap_or_default();
+        who.claim == self.claim
+            && (self.requests.is_empty()
+                || self
+                    .requests
+                    .iter()
+                    .any(|r| *r == who.request || r == parent))
     }
+}
+
+/// A device's attribute by its fully qualified name; in the driver's own domain also by
+/// its bare name (upstream's `lookupAttribute`). As JSON, `{"string": "x"}`, so equal
+/// values of different types differ.
+fn attribute_of(id: &DeviceId, device: &Device, qualified: &str) -> Option<Value> {
+    let attributes = device.attributes.as_ref()?;
+    let found = attributes.get(qualified).or_else(|| {
+        let (domain, name) = qualified.split_once('/')?;
+        (domain == id.driver)
+            .then(|| attributes.get(name))
+            .flatten()
+    })?;
+    let value = serde_json::to_value(found).ok()?;
+    // An attribute of no known type matches nothing.
+    value
+        .as_object()
+        .is_some_and(|o| !o.is_empty())
+        .then_some(value)
 }
 
 /// What one allocation round has given out: which claims each device went to, and what
 /// remains of the node's shared counters.
 struct Round {
     used: Vec<Vec<usize>>,
+    constraints: Vec<MatchAttribute>,
     remaining: BTreeMap<CounterKey, i128>,
     /// Per device, the counters it consumes; `None` when it names a counter its pool does
     /// not define (it cannot be allocated).
@@ -186,7 +226,11 @@ struct Round {
 
 impl Round {
     /// A round on `available`, the counters that `taken` devices consume already spent.
-    fn new(available: &NodeDevices, taken: &BTreeSet<DeviceId>) -> Self {
+    fn new(
+        available: &NodeDevices,
+        taken: &BTreeSet<DeviceId>,
+        constraints: Vec<MatchAttribute>,
+    ) -> Self {
         let needs: Vec<Option<Vec<(CounterKey, i128)>>> = available
             .devices
             .iter()
@@ -224,6 +268,7 @@ impl Round {
         }
         Self {
             used: vec![Vec::new(); available.devices.len()],
+            constraints,
             remaining,
             needs,
         }
@@ -233,21 +278,39 @@ impl Round {
     /// claim, otherwise to no one else (upstream's `allocateDevice`:
     /// `allocatingDeviceForClaim` / `deviceInUse`), and its counters must remain
     /// (`checkAvailableCounters`).
-    fn can_take(&self, d: usize, claim: usize, admin: bool) -> bool {
-        let free = if admin {
-            !self.used[d].contains(&claim)
+    /// The claim's `matchAttribute` constraints that bind `who` must hold for it too.
+    fn can_take(&self, available: &NodeDevices, d: usize, who: &Who) -> bool {
+        let free = if who.admin {
+            !self.used[d].contains(&who.claim)
         } else {
             self.used[d].is_empty()
         };
-        free && self.needs[d].as_ref().is_some_and(|needs| {
+        let counters_left = self.needs[d].as_ref().is_some_and(|needs| {
             needs
                 .iter()
                 .all(|(key, amount)| self.remaining.get(key).is_some_and(|left| left >= amount))
-        })
+        });
+        let (id, device) = &available.devices[d];
+        let constraints_hold = self
+            .constraints
+            .iter()
+            .filter(|c| c.applies_to(who))
+            .all(|c| match attribute_of(id, device, &c.attribute) {
+                None => false,
+                Some(value) => c.devices == 0 || c.value.as_ref() == Some(&value),
+            });
+        free && counters_left && constraints_hold
     }
 
-    fn take(&mut self, d: usize, claim: usize) {
-        self.used[d].push(claim);
+    fn take(&mut self, available: &NodeDevices, d: usize, who: &Who) {
+        let (id, device) = &available.devices[d];
+        for c in self.constraints.iter_mut().filter(|c| c.applies_to(who)) {
+            if c.devices == 0 {
+                c.value = attribute_of(id, device, &c.attribute);
+            }
+            c.devices += 1;
+        }
+        self.used[d].push(who.claim);
         for (key, amount) in self.needs[d].iter().flatten() {
             if let Some(left) = self.remaining.get_mut(key) {
                 *left -= amount;
@@ -255,7 +318,10 @@ impl Round {
         }
     }
 
-    fn give_back(&mut self, d: usize) {
+    fn give_back(&mut self, d: usize, who: &Who) {
+        for c in self.constraints.iter_mut().filter(|c| c.applies_to(who)) {
+            c.devices -= 1;
+        }
         self.used[d].pop();
         for (key, amount) in self.needs[d].iter().flatten() {
             if let Some(left) = self.remaining.get_mut(key) {
@@ -277,6 +343,16 @@ struct Alternative<'a> {
     admin: bool,
     tolerations: &'a [DeviceToleration],
     matching: Vec<usize>,
+}
+
+impl Alternative<'_> {
+    fn who(&self) -> Who {
+        Who {
+            claim: self.claim,
+            admin: self.admin,
+            request: self.result_name.clone(),
+        }
+    }
 }
 
 /// The fields `exactly` and a subrequest share, as the allocator reads them.
@@ -469,6 +545,7 @@ pub fn allocate_on_node(
     // Every request's alternatives, each resolved against the node up front, as upstream
     // validates every subrequest before it allocates anything.
     let mut requests: Vec<Vec<Alternative>> = Vec::new();
+    let mut constraints = Vec::new();
     for (ci, claim) in claims.iter().enumerate() {
         let claim_name = format!(
             "claim {}/{}",
@@ -476,13 +553,23 @@ pub fn allocate_on_node(
             claim.metadata.name.as_deref().unwrap_or_default()
         );
         let devices = claim.spec.devices.as_ref();
-        if devices
+        for constraint in devices
             .and_then(|d| d.constraints.as_ref())
-            .is_some_and(|c| !c.is_empty())
+            .into_iter()
+            .flatten()
         {
-            return Err(AllocateError::Unresolvable(format!(
-                "{claim_name}: spec.devices.constraints are not implemented by the emulated scheduler"
-            )));
+            let Some(attribute) = constraint.match_attribute.clone() else {
+                return Err(AllocateError::Unresolvable(format!(
+                    "{claim_name}: spec.devices.constraints other than matchAttribute (distinctAttribute) are not implemented by the emulated scheduler"
+                )));
+            };
+            constraints.push(MatchAttribute {
+                claim: ci,
+                requests: constraint.requests.clone().unwrap_or_default(),
+                attribute,
+                value: None,
+                devices: 0,
+            });
         }
         for request in devices
             .and_then(|d| d.requests.as_ref())
@@ -555,7 +642,9 @@ pub fn allocate_on_node(
             .zip(&choice)
             .map(|(alts, c)| &alts[*c])
             .collect();
-        if let Some(chosen) = try_alternatives(&picked, &available, taken, &mut budget) {
+        if let Some(chosen) =
+            try_alternatives(&picked, &available, taken, &constraints, &mut budget)
+        {
             let empty_means_all = programs.configs_for_all_name_no_request;
             return Ok(Some(allocations(
                 node,
@@ -653,6 +742,7 @@ fn try_alternatives(
     picked: &[&Alternative],
     available: &NodeDevices,
     taken: &BTreeSet<DeviceId>,
+    constraints: &[MatchAttribute],
     budget: &mut usize,
 ) -> Option<Vec<Vec<usize>>> {
     let is_taken = |i: &usize| taken.contains(&available.devices[*i].0);
@@ -676,8 +766,7 @@ fn try_alternatives(
                     return None;
                 }
                 slots.push(Slot::Fixed {
-                    claim: alt.claim,
-                    admin: alt.admin,
+                    who: alt.who(),
                     devices: alt.matching.clone(),
                 });
             }
@@ -692,34 +781,27 @@ fn try_alternatives(
                     return None;
                 }
                 slots.push(Slot::Pick {
-                    claim: alt.claim,
-                    admin: alt.admin,
+                    who: alt.who(),
                     count,
                     candidates,
                 });
             }
         }
     }
-    let mut round = Round::new(available, taken);
+    let mut round = Round::new(available, taken, constraints.to_vec());
     let mut chosen: Vec<Vec<usize>> = slots.iter().map(|_| Vec::new()).collect();
     for (si, slot) in slots.iter().enumerate() {
-        if let Slot::Fixed {
-            claim,
-            admin,
-            devices,
-            ..
-        } = slot
-        {
+        if let Slot::Fixed { who, devices } = slot {
             for d in devices {
-                if !round.can_take(*d, *claim, *admin) {
+                if !round.can_take(available, *d, who) {
                     return None;
                 }
-                round.take(*d, *claim);
+                round.take(available, *d, who);
             }
             chosen[si] = devices.clone();
         }
     }
-    search(&slots, 0, 0, &mut round, &mut chosen, budget).then_some(chosen)
+    search(available, &slots, 0, 0, &mut round, &mut chosen, budget).then_some(chosen)
 }
 
 /// Each claim's `status.allocation`: the results in request order, class configuration
@@ -838,6 +920,7 @@ fn allocations(
 /// Backtracking over the `ExactCount` slots: combinations in candidate order, so the
 /// first solution takes the first free devices, as upstream's allocator does.
 fn search(
+    available: &NodeDevices,
     slots: &[Slot],
     slot: usize,
     start: usize,
@@ -848,31 +931,32 @@ fn search(
     let Some(current) = slots.get(slot) else {
         return true;
     };
-    let (count, candidates) = match current {
-        Slot::Fixed { .. } => return search(slots, slot + 1, 0, round, chosen, budget),
+    let (who, count, candidates) = match current {
+        Slot::Fixed { .. } => return search(available, slots, slot + 1, 0, round, chosen, budget),
         Slot::Pick {
-            count, candidates, ..
-        } => (*count, candidates),
+            who,
+            count,
+            candidates,
+        } => (who, *count, candidates),
     };
     if chosen[slot].len() == count {
-        return search(slots, slot + 1, 0, round, chosen, budget);
+        return search(available, slots, slot + 1, 0, round, chosen, budget);
     }
-    let (claim, admin) = current.claim_and_admin();
     for (pos, d) in candidates.iter().enumerate().skip(start) {
         if *budget == 0 {
             return false;
         }
         *budget -= 1;
-        if !round.can_take(*d, claim, admin) {
+        if !round.can_take(available, *d, who) {
             continue;
         }
-        round.take(*d, claim);
+        round.take(available, *d, who);
         chosen[slot].push(*d);
-        if search(slots, slot, pos + 1, round, chosen, budget) {
+        if search(available, slots, slot, pos + 1, round, chosen, budget) {
             return true;
         }
         chosen[slot].pop();
-        round.give_back(*d);
+        round.give_back(*d, who);
     }
     false
 }
