@@ -488,6 +488,33 @@ async fn node_of(client: &kube::Client, pod: &str) -> Option<String> {
         .node_name
 }
 
+/// Creates the ResourceClaim and a pod `pod` using it as "gpu", and waits until the
+/// scheduler binds the pod: its node.
+async fn bound_with_claim(
+    client: &kube::Client,
+    pod_name: &str,
+    claim_object: DynamicObject,
+) -> String {
+    let claim_name = claim_object.metadata.name.clone().unwrap();
+    api(client, "v1", "ResourceClaim", Some("default"))
+        .create(&PostParams::default(), &claim_object)
+        .await
+        .unwrap();
+    create_pod(
+        client,
+        &pod(
+            pod_name,
+            json!({"name": "gpu", "resourceClaimName": claim_name}),
+        ),
+    )
+    .await;
+    eventually(&format!("pod {pod_name} is bound"), || async {
+        node_of(client, pod_name).await.is_some()
+    })
+    .await;
+    node_of(client, pod_name).await.unwrap()
+}
+
 async fn claims_v1(client: &kube::Client) -> Vec<Value> {
     api(client, "v1", "ResourceClaim", Some("default"))
         .list(&ListParams::default())
@@ -531,23 +558,13 @@ fn results(claim: &Value) -> Vec<(String, String, String)> {
 async fn model_selection_count_config_and_release() {
     let (_server, client, _tasks) = control_plane((1, 34)).await;
     let expression = format!("device.attributes[\"{DRIVER}\"].model == \"M2\"");
-    api(&client, "v1", "ResourceClaim", Some("default"))
-        .create(
-            &PostParams::default(),
-            &claim("m2", json!({"name": "gpu", "exactly": {"deviceClassName": CLASS, "count": 2, "selectors": [{"cel": {"expression": expression}}]}})),
-        )
-        .await
-        .unwrap();
-    create_pod(
+    let node = bound_with_claim(
         &client,
-        &pod("p", json!({"name": "gpu", "resourceClaimName": "m2"})),
+        "p",
+        claim("m2", json!({"name": "gpu", "exactly": {"deviceClassName": CLASS, "count": 2, "selectors": [{"cel": {"expression": expression}}]}})),
     )
     .await;
-    eventually("the pod is bound", || async {
-        node_of(&client, "p").await.is_some()
-    })
-    .await;
-    assert_eq!(node_of(&client, "p").await.as_deref(), Some("n1"));
+    assert_eq!(node, "n1");
     let claim = claims_v1(&client).await.into_iter().next().unwrap();
     assert_eq!(
         results(&claim),
@@ -1010,30 +1027,20 @@ async fn device_features_the_emulator_does_not_implement_are_refused_by_name() {
 async fn first_available_takes_the_first_subrequest_that_fits() {
     let (_server, client, _tasks) = control_plane((1, 37)).await;
     let m2 = format!("device.attributes[\"{DRIVER}\"].model == \"M2\"");
-    api(&client, "v1", "ResourceClaim", Some("default"))
-        .create(
-            &PostParams::default(),
-            &claim(
-                "pl",
-                json!({"name": "gpu", "firstAvailable": [
-                    {"name": "nine", "deviceClassName": CLASS, "count": 9},
-                    {"name": "two-m2", "deviceClassName": CLASS, "count": 2, "selectors": [{"cel": {"expression": m2}}]},
-                    {"name": "one", "deviceClassName": CLASS}
-                ]}),
-            ),
-        )
-        .await
-        .unwrap();
-    create_pod(
+    let node = bound_with_claim(
         &client,
-        &pod("p", json!({"name": "gpu", "resourceClaimName": "pl"})),
+        "p",
+        claim(
+            "pl",
+            json!({"name": "gpu", "firstAvailable": [
+                {"name": "nine", "deviceClassName": CLASS, "count": 9},
+                {"name": "two-m2", "deviceClassName": CLASS, "count": 2, "selectors": [{"cel": {"expression": m2}}]},
+                {"name": "one", "deviceClassName": CLASS}
+            ]}),
+        ),
     )
     .await;
-    eventually("the pod is bound", || async {
-        node_of(&client, "p").await.is_some()
-    })
-    .await;
-    assert_eq!(node_of(&client, "p").await.as_deref(), Some("n1"));
+    assert_eq!(node, "n1");
     let claim = claims_v1(&client).await.into_iter().next().unwrap();
     assert_eq!(
         results(&claim),
@@ -1076,27 +1083,14 @@ async fn admin_access_sees_devices_and_holds_none() {
         .unwrap();
     let m2 = format!("device.attributes[\"{DRIVER}\"].model == \"M2\"");
     let claims = api(&client, "v1", "ResourceClaim", Some("default"));
-    claims
-        .create(
-            &PostParams::default(),
-            &claim(
-                "mon",
-                json!({"name": "gpu", "exactly": {"deviceClassName": CLASS, "allocationMode": "All", "adminAccess": true, "selectors": [{"cel": {"expression": m2}}]}}),
-            ),
-        )
-        .await
-        .unwrap();
-    create_pod(
+    bound_with_claim(
         &client,
-        &pod(
-            "monitor",
-            json!({"name": "gpu", "resourceClaimName": "mon"}),
+        "monitor",
+        claim(
+            "mon",
+            json!({"name": "gpu", "exactly": {"deviceClassName": CLASS, "allocationMode": "All", "adminAccess": true, "selectors": [{"cel": {"expression": m2}}]}}),
         ),
     )
-    .await;
-    eventually("the monitor is bound", || async {
-        node_of(&client, "monitor").await.is_some()
-    })
     .await;
     let mon = data(&claims.get("mon").await.unwrap());
     let admin: Vec<&Value> = mon
@@ -1108,24 +1102,14 @@ async fn admin_access_sees_devices_and_holds_none() {
         .collect();
     assert_eq!(admin, [&json!(true), &json!(true)], "{mon:#}");
     // The same two devices go to a claim of its own: the monitor holds nothing.
-    claims
-        .create(
-            &PostParams::default(),
-            &claim(
-                "own",
-                json!({"name": "gpu", "exactly": {"deviceClassName": CLASS, "count": 2, "selectors": [{"cel": {"expression": m2}}]}}),
-            ),
-        )
-        .await
-        .unwrap();
-    create_pod(
+    bound_with_claim(
         &client,
-        &pod("owner", json!({"name": "gpu", "resourceClaimName": "own"})),
+        "owner",
+        claim(
+            "own",
+            json!({"name": "gpu", "exactly": {"deviceClassName": CLASS, "count": 2, "selectors": [{"cel": {"expression": m2}}]}}),
+        ),
     )
-    .await;
-    eventually("the owner is bound", || async {
-        node_of(&client, "owner").await.is_some()
-    })
     .await;
     let own = data(&claims.get("own").await.unwrap());
     let held: Vec<(String, String)> = results(&own).into_iter().map(|(_, p, d)| (p, d)).collect();
