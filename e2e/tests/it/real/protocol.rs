@@ -524,7 +524,10 @@ mod tests {
             "node-filters | a | 1".to_string(),
             "count-4 | b | 2".to_string(),
         ];
-        assert_eq!(not_yet_recorded(32, &[]), vec!["node-filters"]);
+        assert_eq!(
+            not_yet_recorded(32, &[]),
+            vec!["node-filters", "match-attribute"]
+        );
         assert!(not_yet_recorded(37, &[]).is_empty());
         assert_eq!(
             without_scenarios(lines.clone(), &["node-filters"]),
