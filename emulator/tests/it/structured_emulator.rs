@@ -1293,3 +1293,28 @@ async fn match_attribute_constraints_pick_devices_that_agree() {
     assert_eq!(node_of(&client, "same-index").await, None);
     assert_eq!(node_of(&client, "missing").await, None);
 }
+
+/// `distinctAttribute` (upstream's `distinctAttributeConstraint`, DRAConsumableCapacity):
+/// no two devices of the requests it names share the attribute's value. Two devices of
+/// distinct models exist only on n1: its first M1 and its first M2.
+#[tokio::test]
+async fn distinct_attribute_constraints_pick_devices_that_differ() {
+    let (_server, client, _tasks) = control_plane((1, 37)).await;
+    let distinct = object(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "two-models"},
+        "spec": {"devices": {
+            "requests": [{"name": "gpu", "exactly": {"deviceClassName": CLASS, "count": 2}}],
+            "constraints": [{"distinctAttribute": format!("{DRIVER}/model")}]
+        }}
+    }));
+    let node = bound_with_claim(&client, "p", distinct).await;
+    assert_eq!(node, "n1");
+    let claim = claims_v1(&client).await.into_iter().next().unwrap();
+    assert_eq!(
+        results(&claim),
+        [
+            ("gpu".to_string(), "n1".to_string(), "fake-0".to_string()),
+            ("gpu".into(), "n1".into(), "fake-2".into())
+        ]
+    );
+}

@@ -169,20 +169,32 @@ pub(super) struct Who {
     request: String,
 }
 
-/// A claim's `matchAttribute` constraint while a round runs (upstream's
-/// `matchAttributeConstraint`): the value its first device set, and how many hold it.
+/// A claim's constraint while a round runs: `matchAttribute` (upstream's
+/// `matchAttributeConstraint`: every device has the first one's value) or
+/// `distinctAttribute` (`distinctAttributeConstraint`: no two devices share a value).
 #[derive(Clone)]
-struct MatchAttribute {
+struct AttributeConstraint {
     claim: usize,
+    /// `distinctAttribute` rather than `matchAttribute`.
+    distinct: bool,
     /// The requests it binds (a request's name also covers its subrequests); all if empty.
     requests: Vec<String>,
     /// Fully qualified: `domain/name`.
     attribute: String,
-    value: Option<Value>,
-    devices: usize,
+    /// The values of the devices taken so far under it, in order (undone from the end).
+    values: Vec<Value>,
 }
 
-impl MatchAttribute {
+impl AttributeConstraint {
+    /// Whether a device with `value` (of the attribute; `None`: it has none) may join.
+    fn admits(&self, value: Option<&Value>) -> bool {
+        match value {
+            None => false,
+            Some(value) if self.distinct => !self.values.contains(value),
+            Some(value) => self.values.first().is_none_or(|first| first == value),
+        }
+    }
+
     fn applies_to(&self, who: &Who) -> bool {
         let parent = who.request.split('/').next().unwrap_or_default();
         who.claim == self.claim
@@ -217,7 +229,7 @@ fn attribute_of(id: &DeviceId, device: &Device, qualified: &str) -> Option<Value
 /// remains of the node's shared counters.
 struct Round {
     used: Vec<Vec<usize>>,
-    constraints: Vec<MatchAttribute>,
+    constraints: Vec<AttributeConstraint>,
     remaining: BTreeMap<CounterKey, i128>,
     /// Per device, the counters it consumes; `None` when it names a counter its pool does
     /// not define (it cannot be allocated).
@@ -229,7 +241,7 @@ impl Round {
     fn new(
         available: &NodeDevices,
         taken: &BTreeSet<DeviceId>,
-        constraints: Vec<MatchAttribute>,
+        constraints: Vec<AttributeConstraint>,
     ) -> Self {
         let needs: Vec<Option<Vec<(CounterKey, i128)>>> = available
             .devices
@@ -295,20 +307,16 @@ impl Round {
             .constraints
             .iter()
             .filter(|c| c.applies_to(who))
-            .all(|c| match attribute_of(id, device, &c.attribute) {
-                None => false,
-                Some(value) => c.devices == 0 || c.value.as_ref() == Some(&value),
-            });
+            .all(|c| c.admits(attribute_of(id, device, &c.attribute).as_ref()));
         free && counters_left && constraints_hold
     }
 
     fn take(&mut self, available: &NodeDevices, d: usize, who: &Who) {
         let (id, device) = &available.devices[d];
         for c in self.constraints.iter_mut().filter(|c| c.applies_to(who)) {
-            if c.devices == 0 {
-                c.value = attribute_of(id, device, &c.attribute);
+            if let Some(value) = attribute_of(id, device, &c.attribute) {
+                c.values.push(value);
             }
-            c.devices += 1;
         }
         self.used[d].push(who.claim);
         for (key, amount) in self.needs[d].iter().flatten() {
@@ -320,7 +328,7 @@ impl Round {
 
     fn give_back(&mut self, d: usize, who: &Who) {
         for c in self.constraints.iter_mut().filter(|c| c.applies_to(who)) {
-            c.devices -= 1;
+            c.values.pop();
         }
         self.used[d].pop();
         for (key, amount) in self.needs[d].iter().flatten() {
@@ -558,17 +566,23 @@ pub fn allocate_on_node(
             .into_iter()
             .flatten()
         {
-            let Some(attribute) = constraint.match_attribute.clone() else {
-                return Err(AllocateError::Unresolvable(format!(
-                    "{claim_name}: spec.devices.constraints other than matchAttribute (distinctAttribute) are not implemented by the emulated scheduler"
-                )));
-            };
-            constraints.push(MatchAttribute {
+            let (distinct, attribute) =
+                match (&constraint.match_attribute, &constraint.distinct_attribute) {
+                    (Some(attribute), _) => (false, attribute.clone()),
+                    (None, Some(attribute)) => (true, attribute.clone()),
+                    // Upstream: "empty constraint (unsupported constraint type?)".
+                    (None, None) => {
+                        return Err(AllocateError::Unresolvable(format!(
+                            "{claim_name}: empty constraint (unsupported constraint type?)"
+                        )));
+                    }
+                };
+            constraints.push(AttributeConstraint {
                 claim: ci,
+                distinct,
                 requests: constraint.requests.clone().unwrap_or_default(),
                 attribute,
-                value: None,
-                devices: 0,
+                values: Vec::new(),
             });
         }
         for request in devices
@@ -742,7 +756,7 @@ fn try_alternatives(
     picked: &[&Alternative],
     available: &NodeDevices,
     taken: &BTreeSet<DeviceId>,
-    constraints: &[MatchAttribute],
+    constraints: &[AttributeConstraint],
     budget: &mut usize,
 ) -> Option<Vec<Vec<usize>>> {
     let is_taken = |i: &usize| taken.contains(&available.devices[*i].0);
