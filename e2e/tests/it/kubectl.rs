@@ -17,7 +17,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use tempfile::TempDir;
 
 /// kubectl on PATH, or None after a loud notice.
-fn kubectl_or_skip() -> Option<PathBuf> {
+pub(crate) fn kubectl_or_skip() -> Option<PathBuf> {
     let found = std::env::var_os("PATH").and_then(|path| {
         std::env::split_paths(&path)
             .map(|dir| dir.join("kubectl"))
@@ -33,7 +33,7 @@ fn kubectl_or_skip() -> Option<PathBuf> {
 
 /// Runs kubectl with `kubeconfig` and a cache of its own (discovery and OpenAPI are cached
 /// by server address, and every test's server reuses loopback ports).
-struct Kubectl {
+pub(crate) struct Kubectl {
     program: PathBuf,
     kubeconfig: PathBuf,
     cache: TempDir,
@@ -41,7 +41,7 @@ struct Kubectl {
 }
 
 impl Kubectl {
-    fn new(program: PathBuf, kubeconfig: &Path) -> Self {
+    pub(crate) fn new(program: PathBuf, kubeconfig: &Path) -> Self {
         Self {
             program,
             kubeconfig: kubeconfig.to_path_buf(),
@@ -50,7 +50,7 @@ impl Kubectl {
         }
     }
 
-    fn run(&self, args: &[&str]) -> Output {
+    pub(crate) fn run(&self, args: &[&str]) -> Output {
         Command::new(&self.program)
             .arg("--kubeconfig")
             .arg(&self.kubeconfig)
@@ -62,7 +62,7 @@ impl Kubectl {
     }
 
     /// Runs and requires success; returns stdout and stderr.
-    fn ok(&self, args: &[&str]) -> (String, String) {
+    pub(crate) fn ok(&self, args: &[&str]) -> (String, String) {
         let out = self.run(args);
         let (stdout, stderr) = (
             String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -76,7 +76,7 @@ impl Kubectl {
         (stdout, stderr)
     }
 
-    fn file(&self, name: &str, text: &str) -> String {
+    pub(crate) fn file(&self, name: &str, text: &str) -> String {
         let path = self.files.path().join(name);
         std::fs::write(&path, text).unwrap();
         path.display().to_string()
@@ -370,7 +370,7 @@ async fn kubectl_describe_in_the_sim_shows_why_a_pod_waits() {
 }
 
 /// The column names of a `kubectl get` table (its header line, split where kubectl pads).
-fn header(table: &str) -> Vec<String> {
+pub(crate) fn header(table: &str) -> Vec<String> {
     table
         .lines()
         .next()

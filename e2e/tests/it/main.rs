@@ -11,6 +11,7 @@ mod real;
 mod classic;
 mod deploy;
 mod kubectl;
+mod kubectl_everyday;
 mod kubelet;
 mod kueue;
 mod kwok;

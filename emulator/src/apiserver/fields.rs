@@ -433,14 +433,20 @@ fn lost(sent: &Value, kept: &Value, path: &FieldPath, out: &mut Vec<FieldPath>) 
 /// every use).
 trait WithType {
     type Out;
-    fn with<T: serde::de::DeserializeOwned + serde::Serialize>(self, obj: &Value) -> Self::Out;
+    fn with<T: serde::de::DeserializeOwned + serde::Serialize + schemars::JsonSchema>(
+        self,
+        obj: &Value,
+    ) -> Self::Out;
 }
 
 struct UnknownFields;
 
 impl WithType for UnknownFields {
     type Out = Option<Vec<FieldPath>>;
-    fn with<T: serde::de::DeserializeOwned + serde::Serialize>(self, obj: &Value) -> Self::Out {
+    fn with<T: serde::de::DeserializeOwned + serde::Serialize + schemars::JsonSchema>(
+        self,
+        obj: &Value,
+    ) -> Self::Out {
         typed_unknown::<T>(obj)
     }
 }
@@ -449,9 +455,42 @@ struct Decodes;
 
 impl WithType for Decodes {
     type Out = Result<(), TypeError>;
-    fn with<T: serde::de::DeserializeOwned + serde::Serialize>(self, obj: &Value) -> Self::Out {
+    fn with<T: serde::de::DeserializeOwned + serde::Serialize + schemars::JsonSchema>(
+        self,
+        obj: &Value,
+    ) -> Self::Out {
         decode_typed::<T>(obj).map(|_| ())
     }
+}
+
+/// The OpenAPI v3 schema of a kind, as `k8s-openapi` carries it (upstream's descriptions,
+/// its 1.34 fields): its name (`io.k8s.api.core.v1.Pod`) and every schema it refers to,
+/// by name, with `$ref`s into `#/components/schemas/`.
+struct OpenApiSchema;
+
+impl WithType for OpenApiSchema {
+    type Out = (String, serde_json::Map<String, Value>);
+    fn with<T: serde::de::DeserializeOwned + serde::Serialize + schemars::JsonSchema>(
+        self,
+        _obj: &Value,
+    ) -> Self::Out {
+        let mut generator = schemars::generate::SchemaSettings::openapi3().into_generator();
+        generator.subschema_for::<T>();
+        (
+            T::schema_name().into_owned(),
+            generator.take_definitions(true),
+        )
+    }
+}
+
+/// [`OpenApiSchema`] of the built-in kind served at `group/version/plural`, if it has a
+/// `k8s-openapi` type.
+pub fn openapi_schema(
+    group: &str,
+    version: &str,
+    plural: &str,
+) -> Option<(String, serde_json::Map<String, Value>)> {
+    with_type(group, version, plural, &Value::Null, OpenApiSchema)
 }
 
 fn typed_unknown_for(
@@ -484,6 +523,8 @@ fn with_type<A: WithType>(
         ("", "v1", "events") => check!(api::core::v1::Event),
         ("", "v1", "configmaps") => check!(api::core::v1::ConfigMap),
         ("", "v1", "serviceaccounts") => check!(api::core::v1::ServiceAccount),
+        ("", "v1", "services") => check!(api::core::v1::Service),
+        ("batch", "v1", "jobs") => check!(api::batch::v1::Job),
         ("events.k8s.io", "v1", "events") => check!(api::events::v1::Event),
         ("coordination.k8s.io", "v1", "leases") => check!(api::coordination::v1::Lease),
         ("apps", "v1", "deployments") => check!(api::apps::v1::Deployment),

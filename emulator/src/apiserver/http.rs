@@ -154,6 +154,9 @@ struct Headers {
     content_type: String,
     user_agent: String,
     accept: String,
+    /// `Impersonate-User` and every `Impersonate-Group` (`kubectl --as`, `--as-group`).
+    impersonate_user: Option<String>,
+    impersonate_groups: Vec<String>,
 }
 
 /// Entry point for one request.
@@ -175,6 +178,18 @@ pub async fn handle(
         content_type: header(hyper::header::CONTENT_TYPE),
         user_agent: header(hyper::header::USER_AGENT),
         accept: header(hyper::header::ACCEPT),
+        impersonate_user: req
+            .headers()
+            .get("impersonate-user")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
+        impersonate_groups: req
+            .headers()
+            .get_all("impersonate-group")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(str::to_string)
+            .collect(),
     };
     let body = match read_body(req.into_body()).await {
         Ok(body) => body,
@@ -302,9 +317,53 @@ async fn route(
         Ok(t) => t,
         Err(e) => return error_response(&e),
     };
+    if let Some(answer) = review(shared, method, &target, headers, &body) {
+        return match answer {
+            Ok(v) => json_response(201, &v),
+            Err(e) => error_response(&e),
+        };
+    }
     match serve_resource(shared, method, &target, query, headers, body).await {
         Ok(response) => response,
         Err(e) => error_response(&e),
+    }
+}
+
+/// A review's answer (`kubectl auth can-i`, `whoami`), or `None` when the target is not
+/// a review. Reviews are created and never stored: every other verb answers 405.
+fn review(
+    shared: &Arc<Shared>,
+    method: &Method,
+    target: &Target,
+    headers: &Headers,
+    body: &Bytes,
+) -> Option<ApiResult<Value>> {
+    let store = shared.lock();
+    let rt = store.resolve(&target.key.group, &target.version, &target.key.plural)?;
+    if !rt.review {
+        return None;
+    }
+    if *method != Method::POST || target.name.is_some() {
+        return Some(Err(ApiError::method_not_allowed()));
+    }
+    let who = match super::reviews::Requester::from_headers(
+        headers.impersonate_user.as_deref(),
+        &headers.impersonate_groups,
+    ) {
+        Ok(who) => who,
+        Err(e) => return Some(Err(e)),
+    };
+    let protobuf = headers
+        .content_type
+        .starts_with("application/vnd.kubernetes.protobuf");
+    let body = if protobuf {
+        super::protobuf::review_as_json(&rt.kind, body)
+    } else {
+        decode_json(body)
+    };
+    match body {
+        Ok(body) => super::reviews::answer(&store, rt, &who, &body),
+        Err(e) => Some(Err(e)),
     }
 }
 
@@ -413,7 +472,7 @@ fn check_body_media_type(content_type: &str) -> ApiResult<()> {
         return Ok(());
     }
     let advice = if media == "application/vnd.kubernetes.protobuf" {
-        "; kubectl's create namespace/configmap/secret/deployment send protobuf: run them as 'kubectl create ... --dry-run=client -o yaml | kubectl apply -f -' (or kubectl apply -f a file), which sends JSON"
+        "; kubectl's create namespace/configmap/secret/deployment/job/service send protobuf: run them as 'kubectl create ... --dry-run=client -o yaml | kubectl apply -f -' (or kubectl apply -f a file), which sends JSON"
     } else {
         ""
     };

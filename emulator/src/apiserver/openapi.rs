@@ -1,6 +1,7 @@
 //! `/openapi/v3`: the OpenAPI v3 discovery document and one document per served
-//! group/version, holding the **paths and the query parameters this emulator honours** —
-//! no schemas (`components` is empty).
+//! group/version, holding the **paths and the query parameters this emulator honours** and
+//! the kinds' schemas (`components.schemas`: `k8s-openapi`'s for built-in kinds, the CRDs'
+//! own), which `kubectl explain` reads.
 //!
 //! That is what `kubectl apply`/`create` read before sending anything: for each kind, whether
 //! the PATCH operation of its group/version lists a `fieldValidation` query parameter. If it
@@ -11,6 +12,9 @@
 //! `$` directives), so kubectl builds its apply patches from its compiled-in types instead
 //! of looking for schemas here. `/openapi/v2` is not served (404): kubectl only needs it
 //! when v3 fails, and for `kind: List` documents, which then need `--validate=false`.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 use serde_json::{Map, Value, json};
 
@@ -149,6 +153,13 @@ fn resource_paths(rt: &ResourceType, version: &str, paths: &mut Map<String, Valu
     if rt.namespaced {
         scope.push(path_param("namespace"));
     }
+    if rt.review {
+        paths.insert(
+            base,
+            json!({"parameters": scope, "post": operation(rt, version, "post", validation())}),
+        );
+        return;
+    }
     let mut item_scope = scope.clone();
     item_scope.push(path_param("name"));
     paths.insert(
@@ -197,10 +208,59 @@ pub fn v3_group_version(store: &Store, group: &str, version: &str) -> Option<Val
         return None;
     }
     let (major, minor) = store.server_version();
+    let mut schemas = Map::new();
+    for rt in store
+        .types()
+        .filter(|t| t.group == group && t.serves(version))
+    {
+        kind_schemas(rt, version, &mut schemas);
+    }
     Some(json!({
         "openapi": "3.0.0",
-        "info": {"title": "Kubernetes (fake-dra emulator: paths and parameters, no schemas)", "version": format!("v{major}.{minor}.0")},
+        "info": {"title": "Kubernetes (fake-dra emulator)", "version": format!("v{major}.{minor}.0")},
         "paths": paths,
-        "components": {},
+        "components": {"schemas": schemas},
     }))
+}
+
+/// Built-in schemas by `(group, version, plural)`: generated once, they do not change.
+type SchemaCache = HashMap<(String, String, String), Option<(String, Map<String, Value>)>>;
+
+fn builtin_schema(rt: &ResourceType, version: &str) -> Option<(String, Map<String, Value>)> {
+    static CACHE: OnceLock<Mutex<SchemaCache>> = OnceLock::new();
+    let key = (rt.group.clone(), version.to_string(), rt.plural.clone());
+    let mut cache = CACHE
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    cache
+        .entry(key)
+        .or_insert_with(|| super::fields::openapi_schema(&rt.group, version, &rt.plural))
+        .clone()
+}
+
+/// The schema of `rt` in `version` and those it refers to, the kind's marked with its
+/// `x-kubernetes-group-version-kind`, which is how `kubectl explain` finds it: a CRD's
+/// `openAPIV3Schema` (named `<reversed group>.<version>.<Kind>` as upstream names it), or
+/// the `k8s-openapi` type of a built-in kind. Classic DRA's `v1alpha2` kinds have none.
+fn kind_schemas(rt: &ResourceType, version: &str, schemas: &mut Map<String, Value>) {
+    let found = if rt.custom {
+        rt.schemas.get(version).map(|schema| {
+            let reversed: Vec<&str> = rt.group.split('.').rev().collect();
+            let name = format!("{}.{version}.{}", reversed.join("."), rt.kind);
+            (name.clone(), Map::from_iter([(name, schema.clone())]))
+        })
+    } else {
+        builtin_schema(rt, version)
+    };
+    let Some((name, definitions)) = found else {
+        return;
+    };
+    schemas.extend(definitions);
+    if let Some(kind) = schemas.get_mut(&name).and_then(Value::as_object_mut) {
+        kind.insert(
+            "x-kubernetes-group-version-kind".into(),
+            json!([{"group": rt.group, "version": version, "kind": rt.kind}]),
+        );
+    }
 }

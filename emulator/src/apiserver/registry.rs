@@ -41,6 +41,11 @@ pub struct ResourceType {
     /// (as kube-apiserver keeps both in `/registry/events`) and converted on every read and
     /// write ([`super::conversion`]).
     pub stored_as: Option<ResourceKey>,
+    /// Discovery's `categories`: `kubectl get all` lists the resources of category `all`.
+    pub categories: Vec<String>,
+    /// A review (`SelfSubjectAccessReview`, `SelfSubjectReview`): create-only, answered
+    /// from the request and never stored ([`super::reviews`]).
+    pub review: bool,
 }
 
 impl ResourceType {
@@ -104,6 +109,25 @@ fn builtin(
         custom: false,
         printer_columns: BTreeMap::new(),
         stored_as: None,
+        categories: Vec::new(),
+        review: false,
+    }
+}
+
+/// The built-ins upstream puts in category `all` (their `CategoriesProvider` in
+/// `pkg/registry/*/rest`), among the ones served here.
+fn in_category_all(rt: ResourceType) -> ResourceType {
+    ResourceType {
+        categories: vec!["all".into()],
+        ..rt
+    }
+}
+
+/// A create-only review resource: cluster-scoped, no status, nothing stored.
+fn review(group: &str, plural: &str, kind: &str) -> ResourceType {
+    ResourceType {
+        review: true,
+        ..builtin(group, "v1", plural, kind, &[], false, false)
     }
 }
 
@@ -139,7 +163,32 @@ pub fn builtin_types(server_version: (u32, u32)) -> Result<Vec<ResourceType>, St
     let mut types = vec![
         builtin("", "v1", "namespaces", "Namespace", &["ns"], false, true),
         builtin("", "v1", "nodes", "Node", &["no"], false, true),
-        builtin("", "v1", "pods", "Pod", &["po"], true, true),
+        in_category_all(builtin("", "v1", "pods", "Pod", &["po"], true, true)),
+        in_category_all(builtin(
+            "",
+            "v1",
+            "services",
+            "Service",
+            &["svc"],
+            true,
+            true,
+        )),
+        in_category_all(builtin("batch", "v1", "jobs", "Job", &[], true, true)),
+        review(
+            "authorization.k8s.io",
+            "selfsubjectaccessreviews",
+            "SelfSubjectAccessReview",
+        ),
+        review(
+            "authorization.k8s.io",
+            "selfsubjectrulesreviews",
+            "SelfSubjectRulesReview",
+        ),
+        review(
+            "authentication.k8s.io",
+            "selfsubjectreviews",
+            "SelfSubjectReview",
+        ),
         builtin("", "v1", "events", "Event", &["ev"], true, false),
         builtin("", "v1", "configmaps", "ConfigMap", &["cm"], true, false),
         builtin(
@@ -175,7 +224,7 @@ pub fn builtin_types(server_version: (u32, u32)) -> Result<Vec<ResourceType>, St
             true,
             false,
         ),
-        builtin(
+        in_category_all(builtin(
             "apps",
             "v1",
             "deployments",
@@ -183,8 +232,8 @@ pub fn builtin_types(server_version: (u32, u32)) -> Result<Vec<ResourceType>, St
             &["deploy"],
             true,
             true,
-        ),
-        builtin(
+        )),
+        in_category_all(builtin(
             "apps",
             "v1",
             "replicasets",
@@ -192,8 +241,16 @@ pub fn builtin_types(server_version: (u32, u32)) -> Result<Vec<ResourceType>, St
             &["rs"],
             true,
             true,
-        ),
-        builtin("apps", "v1", "daemonsets", "DaemonSet", &["ds"], true, true),
+        )),
+        in_category_all(builtin(
+            "apps",
+            "v1",
+            "daemonsets",
+            "DaemonSet",
+            &["ds"],
+            true,
+            true,
+        )),
         // What the driver's manifests install besides workloads (deploy/base): stored and
         // served; the emulator does not authorize requests, so RBAC is not enforced.
         builtin(
@@ -303,6 +360,17 @@ pub fn builtin_types(server_version: (u32, u32)) -> Result<Vec<ResourceType>, St
     Ok(types)
 }
 
+/// The strings of a JSON array (none when it is missing or not an array).
+pub(super) fn string_list(value: Option<&Value>) -> Vec<String> {
+    value
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_string)
+        .collect()
+}
+
 /// apiextensions' `ValidateCustomResourceColumnDefinition`: a name, a type and format of
 /// its sets, and a "simple" JSONPath (`validateSimpleJSONPath`: starting with `.`); `{{{bad`
 /// and `$..*` were accepted and then printed nothing. The field names are the internal
@@ -383,16 +451,8 @@ pub fn from_crd(crd: &Value) -> ApiResult<ResourceType> {
         .get("singular")
         .and_then(Value::as_str)
         .map_or_else(|| kind.to_ascii_lowercase(), str::to_string);
-    let short_names = names
-        .get("shortNames")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
+    let short_names = string_list(names.get("shortNames"));
+    let categories = string_list(names.get("categories"));
     let namespaced = match spec.get("scope").and_then(Value::as_str) {
         Some("Namespaced") => true,
         Some("Cluster") => false,
@@ -482,5 +542,7 @@ pub fn from_crd(crd: &Value) -> ApiResult<ResourceType> {
         custom: true,
         printer_columns,
         stored_as: None,
+        categories,
+        review: false,
     })
 }

@@ -9,7 +9,7 @@
 
 mod release;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use super::error::{ApiError, ApiResult, FieldCause};
 use super::registry::ResourceType;
@@ -109,6 +109,7 @@ pub fn validate_write(
     let structured = !rt.serves("v1alpha2");
     match (rt.group.as_str(), rt.plural.as_str()) {
         ("", "pods") if old.is_none() => pod_claims(new, server_version, &mut causes),
+        ("batch", "jobs") => job_restart_policy(new, &mut causes),
         ("", "configmaps") => {
             let size = string_bytes(new.get("data")) + base64_bytes(new.get("binaryData"));
             // ValidateConfigMap: the whole object, so the field is "".
@@ -689,5 +690,26 @@ fn resource_slice(slice: &Value, causes: &mut Vec<FieldCause>) {
                 ));
             }
         }
+    }
+}
+
+/// `validateJobSpec`: a Job's pods must not restart forever (the template's pod spec is
+/// not defaulted here, so an absent policy is the `Always` upstream would default to).
+fn job_restart_policy(job: &Value, causes: &mut Vec<FieldCause>) {
+    let field = "spec.template.spec.restartPolicy";
+    match job
+        .pointer("/spec/template/spec/restartPolicy")
+        .and_then(Value::as_str)
+    {
+        None | Some("" | "Always") => causes.push(FieldCause::required(
+            field,
+            r#"valid values: "OnFailure", "Never""#,
+        )),
+        Some("OnFailure" | "Never") => {}
+        Some(other) => causes.push(FieldCause::not_supported(
+            field,
+            &json!(other),
+            &[json!("OnFailure"), json!("Never")],
+        )),
     }
 }

@@ -10,6 +10,7 @@
 pub mod claims;
 pub mod kubelet;
 pub mod lifeline;
+mod namespaces;
 pub mod node_fit;
 pub mod runtime;
 pub mod scheduler;
@@ -219,7 +220,8 @@ impl EmulatedCluster {
         let version = server.server_version();
         components.spawn(claims::run(server.client()?, changes(&server), version));
         components.spawn(scheduler::run(server.client()?, changes(&server), version));
-        components.spawn(workloads::run(server.client()?, changes(&server)));
+        components.spawn(workloads::run(server.client()?, changes(&server), version));
+        components.spawn(namespaces::run(server.client()?, changes(&server)));
         let mut kubelets = Vec::new();
         for node in &config.nodes {
             kubelets.push(

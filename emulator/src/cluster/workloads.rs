@@ -1,6 +1,7 @@
-//! kube-controller-manager's deployment, replicaset and daemonset controllers
+//! kube-controller-manager's deployment, replicaset, daemonset and job controllers
 //! (`pkg/controller/deployment`, `pkg/controller/replicaset`, `pkg/controller/daemon`,
-//! the last in [`daemon_set`]), reduced to what the scenarios need:
+//! `pkg/controller/job`; the last two in [`daemon_set`] and [`job`]), reduced to what the
+//! scenarios need:
 //!
 //! - a Deployment owns one ReplicaSet per pod template, named `<deployment>-<hash>` and
 //!   labelled `pod-template-hash`; a template change rolls out with Recreate semantics
@@ -39,11 +40,13 @@ use crate::apiserver::WatchEvent;
 
 mod daemon_set;
 mod deployment;
+mod job;
 mod replica_set;
 
 use daemon_set::daemon_sets_pass;
 use deployment::deployments_pass;
 pub use deployment::template_hash;
+use job::jobs_pass;
 use replica_set::replica_sets_pass;
 
 /// The label (and selector term) tying a ReplicaSet and its Pods to one template.
@@ -51,10 +54,16 @@ pub const POD_TEMPLATE_HASH_LABEL: &str = "pod-template-hash";
 /// The rollout number upstream keeps on each ReplicaSet (`kubectl rollout history`).
 pub const REVISION_ANNOTATION: &str = "deployment.kubernetes.io/revision";
 
-/// Runs the three controllers until the store goes away.
-pub async fn run(client: kube::Client, changes: broadcast::Receiver<Arc<WatchEvent>>) {
+/// Runs the four controllers until the store goes away.
+pub async fn run(
+    client: kube::Client,
+    changes: broadcast::Receiver<Arc<WatchEvent>>,
+    server_version: (u32, u32),
+) {
     let rs_changes = changes.resubscribe();
     let ds_changes = changes.resubscribe();
+    let job_changes = changes.resubscribe();
+    let job_events = crate::cluster::Events::legacy(client.clone(), "job-controller", "");
     tokio::join!(
         level_triggered("deployment-controller", changes, || deployments_pass(
             &client
@@ -64,6 +73,11 @@ pub async fn run(client: kube::Client, changes: broadcast::Receiver<Arc<WatchEve
         )),
         level_triggered("daemonset-controller", ds_changes, || daemon_sets_pass(
             &client
+        )),
+        level_triggered("job-controller", job_changes, || jobs_pass(
+            &client,
+            &job_events,
+            server_version
         )),
     );
 }
@@ -169,6 +183,32 @@ fn is_available(pod: &DynamicObject, min_ready_seconds: i32, now: jiff::Timestam
     since.is_some_and(|since| {
         since + jiff::SignedDuration::from_secs(i64::from(min_ready_seconds)) <= now
     })
+}
+
+/// `controller.GetPodFromTemplate`: labels, annotations and finalizers of the template's
+/// metadata, its spec verbatim, `generateName: <owner>-`, controlled by `owner`.
+fn pod_from_template(
+    template: &Value,
+    namespace: &str,
+    owner: OwnerReference,
+) -> Result<DynamicObject, serde_json::Error> {
+    let mut metadata = json!({
+        "generateName": format!("{}-", owner.name),
+        "namespace": namespace,
+        "ownerReferences": [owner],
+    });
+    for field in ["labels", "annotations", "finalizers"] {
+        if let (Some(value), Some(m)) = (
+            template.pointer(&format!("/metadata/{field}")),
+            metadata.as_object_mut(),
+        ) {
+            m.insert(field.into(), value.clone());
+        }
+    }
+    let spec = template.get("spec").cloned().unwrap_or_else(|| json!({}));
+    serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}),
+    )
 }
 
 fn labels_of(template: &Value) -> Map<String, Value> {

@@ -944,7 +944,7 @@ async fn bodies_in_another_media_type_are_415_naming_it() {
         serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
     assert_eq!(body["reason"], "UnsupportedMediaType");
     assert!(
-        message(&body).starts_with("the body of the request was in an unknown format - accepted media types include: application/json (emulator: application/vnd.kubernetes.protobuf bodies are not decoded; kubectl's create namespace/configmap/secret/deployment send protobuf: run them as 'kubectl create ... --dry-run=client -o yaml | kubectl apply -f -'"),
+        message(&body).starts_with("the body of the request was in an unknown format - accepted media types include: application/json (emulator: application/vnd.kubernetes.protobuf bodies are not decoded; kubectl's create namespace/configmap/secret/deployment/job/service send protobuf: run them as 'kubectl create ... --dry-run=client -o yaml | kubectl apply -f -'"),
         "{body}"
     );
     let cms = format!("{}/api/v1/namespaces/default/configmaps", server.url());

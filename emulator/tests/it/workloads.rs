@@ -40,6 +40,7 @@ async fn start() -> Harness {
     let controllers = tokio::spawn(fake_dra_emulator::cluster::workloads::run(
         server.client().expect("client"),
         server.store().subscribe(),
+        server.server_version(),
     ));
     let ns = Namespace {
         metadata: ObjectMeta {

@@ -66,7 +66,16 @@ pub(super) fn resource_list(store: &Store, group: &str, version: &str) -> ApiRes
         .types()
         .filter(|t| t.group == group && t.serves(version))
     {
-        resources.push(json!({"name": rt.plural, "singularName": rt.singular, "namespaced": rt.namespaced, "kind": rt.kind, "verbs": verbs, "shortNames": rt.short_names}));
+        let verbs = if rt.review {
+            json!(["create"])
+        } else {
+            verbs.clone()
+        };
+        let mut resource = json!({"name": rt.plural, "singularName": rt.singular, "namespaced": rt.namespaced, "kind": rt.kind, "verbs": verbs, "shortNames": rt.short_names});
+        if !rt.categories.is_empty() {
+            resource["categories"] = json!(rt.categories);
+        }
+        resources.push(resource);
         if rt.status_subresource {
             resources.push(json!({"name": format!("{}/status", rt.plural), "singularName": "", "namespaced": rt.namespaced, "kind": rt.kind, "verbs": ["get", "patch", "update"]}));
         }

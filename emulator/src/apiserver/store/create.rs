@@ -177,6 +177,9 @@ impl Store {
             schema::admit(schema, &mut body, &rt.kind_group(), &name)?;
         }
         self.drop_disabled_fields(&rt, None, &mut body);
+        if rt.group.is_empty() && rt.plural == "services" {
+            self.admit_new_service(&mut body, &name)?;
+        }
         self.authorized_for_admin(&rt, &namespace, &body)?;
         validation::validate_write(&rt, None, &body, self.server_version)?;
         if rt.group == "apiextensions.k8s.io" && rt.plural == "customresourcedefinitions" {

@@ -25,6 +25,7 @@ mod limits;
 
 pub use limits::{MAX_REQUEST_BODY_BYTES, json_size, request_too_large};
 mod read;
+mod services;
 mod update;
 
 /// `(namespace, name)`; the namespace is empty for cluster-scoped objects.
@@ -463,7 +464,7 @@ impl Store {
         for rt in types {
             store.register(rt);
         }
-        // The namespaces every cluster starts with.
+        // The namespaces every cluster starts with, and the apiserver's own Service.
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let target = store.target("", "namespaces", None, None);
             let _ = store.create(
@@ -472,6 +473,12 @@ impl Store {
                 &WriteOptions::default(),
             );
         }
+        let target = store.target("", "services", Some("default"), None);
+        let _ = store.create(
+            &target,
+            services::kubernetes_service(),
+            &WriteOptions::default(),
+        );
         store
     }
 
@@ -761,7 +768,11 @@ fn unreachable_patch() -> ! {
 }
 
 fn crd_names(rt: &ResourceType) -> Value {
-    json!({"plural": rt.plural, "singular": rt.singular, "kind": rt.kind, "listKind": format!("{}List", rt.kind), "shortNames": rt.short_names})
+    let mut names = json!({"plural": rt.plural, "singular": rt.singular, "kind": rt.kind, "listKind": format!("{}List", rt.kind), "shortNames": rt.short_names});
+    if !rt.categories.is_empty() {
+        names["categories"] = json!(rt.categories);
+    }
+    names
 }
 
 /// Defaults the apiserver fills in on create for the built-in kinds we serve: core/v1's
@@ -775,6 +786,11 @@ fn apply_create_defaults(rt: &ResourceType, obj: &mut Value) {
             obj["status"] = json!({"phase": "Pending"});
         }
         ("", "namespaces") => obj["status"] = json!({"phase": "Active"}),
+        ("", "services") => {
+            services::default_service(&mut obj["spec"]);
+            obj["status"] = json!({"loadBalancer": {}});
+        }
+        ("batch", "jobs") => default_job(obj),
         ("resource.k8s.io", "resourceclaims" | "resourceclaimtemplates")
             if obj["apiVersion"] == "resource.k8s.io/v1alpha2" =>
         {
@@ -788,6 +804,68 @@ fn apply_create_defaults(rt: &ResourceType, obj: &mut Value) {
             }
         }
         _ => {}
+    }
+}
+
+/// `SetDefaults_Job`, and the selector and pod labels the Job strategy generates
+/// (`generateSelector`) unless `spec.manualSelector` is true.
+fn default_job(job: &mut Value) {
+    let uid = meta_str(job, "uid").unwrap_or_default().to_string();
+    let name = meta_str(job, "name").unwrap_or_default().to_string();
+    let spec = &mut job["spec"];
+    if !spec.is_object() {
+        return;
+    }
+    if spec.get("completions").is_none() && spec.get("parallelism").is_none() {
+        spec["completions"] = json!(1);
+    }
+    let backoff = if spec.get("backoffLimitPerIndex").is_some() {
+        json!(i32::MAX)
+    } else {
+        json!(6)
+    };
+    let replacement = if spec.get("podFailurePolicy").is_some() {
+        "Failed"
+    } else {
+        "TerminatingOrFailed"
+    };
+    for (field, value) in [
+        ("parallelism", json!(1)),
+        ("backoffLimit", backoff),
+        ("completionMode", json!("NonIndexed")),
+        ("suspend", json!(false)),
+        ("podReplacementPolicy", json!(replacement)),
+        ("manualSelector", json!(false)),
+    ] {
+        default_field(spec, field, value);
+    }
+    if spec["manualSelector"] != true {
+        let generated = [
+            ("batch.kubernetes.io/controller-uid", uid.as_str()),
+            ("batch.kubernetes.io/job-name", name.as_str()),
+            ("controller-uid", uid.as_str()),
+            ("job-name", name.as_str()),
+        ];
+        let template = &mut spec["template"];
+        if template.is_object() {
+            default_field(template, "metadata", json!({}));
+            default_field(&mut template["metadata"], "labels", json!({}));
+            for (key, value) in generated {
+                template["metadata"]["labels"][key] = json!(value);
+            }
+        }
+        default_field(
+            spec,
+            "selector",
+            json!({"matchLabels": {generated[0].0: uid}}),
+        );
+    }
+    let template_labels = spec.pointer("/template/metadata/labels").cloned();
+    let own_labels = job.pointer("/metadata/labels").and_then(Value::as_object);
+    if own_labels.is_none_or(Map::is_empty)
+        && let Some(labels) = template_labels
+    {
+        meta_mut(job).insert("labels".into(), labels);
     }
 }
 

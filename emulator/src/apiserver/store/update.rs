@@ -128,6 +128,9 @@ impl Store {
             validation::prune_pod_claims(&mut new, self.server_version);
         }
         self.drop_disabled_fields(rt, Some(&old.object), &mut new);
+        if rt.group.is_empty() && rt.plural == "services" && target.subresource.is_none() {
+            Self::admit_service_update(&old.object, &mut new, &name)?;
+        }
         validation::validate_write(rt, Some(&old.object), &new, self.server_version)?;
         // An update that changes nothing is not written and bumps nothing (GuaranteedUpdate
         // short-circuits on identical bytes), so controllers do not feed their own loops.

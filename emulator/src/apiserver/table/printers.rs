@@ -80,6 +80,31 @@ pub(super) fn builtin(
             service_account_with_secrets,
         ),
         ("", "serviceaccounts") => (vec![NAME, AGE], name_age),
+        ("", "services") => (
+            vec![
+                NAME,
+                col("Type", "string"),
+                col("Cluster-IP", "string"),
+                col("External-IP", "string"),
+                col("Port(s)", "string"),
+                AGE,
+                wide("Selector", "string"),
+            ],
+            service,
+        ),
+        ("batch", "jobs") => (
+            vec![
+                NAME,
+                col("Status", "string"),
+                col("Completions", "string"),
+                col("Duration", "string"),
+                AGE,
+                wide("Containers", "string"),
+                wide("Images", "string"),
+                wide("Selector", "string"),
+            ],
+            job,
+        ),
         ("coordination.k8s.io", "leases") => (vec![NAME, col("Holder", "string"), AGE], lease),
         ("apps", "deployments") => (
             vec![
@@ -684,6 +709,102 @@ fn service_account_with_secrets(sa: &Value, now: jiff::Timestamp) -> Vec<Value> 
 
 fn lease(l: &Value, now: jiff::Timestamp) -> Vec<Value> {
     vec![name(l), json!(text(l, "/spec/holderIdentity")), age(l, now)]
+}
+
+/// `printService`: the external column by type (`getServiceExternalIP`; no load
+/// balancer is ever provisioned here, so LoadBalancer stays `<pending>` as on kind) and
+/// `port[:nodePort]/protocol` per port (`makePortString`).
+fn service(svc: &Value, now: jiff::Timestamp) -> Vec<Value> {
+    let kind = text(svc, "/spec/type");
+    let cluster_ip = items(svc, "/spec/clusterIPs")
+        .first()
+        .and_then(Value::as_str)
+        .unwrap_or("<none>");
+    let external_ips: Vec<&str> = items(svc, "/spec/externalIPs")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let external = match kind {
+        "ExternalName" => text(svc, "/spec/externalName").to_string(),
+        _ if !external_ips.is_empty() => external_ips.join(","),
+        "LoadBalancer" => "<pending>".into(),
+        _ => "<none>".into(),
+    };
+    let ports: Vec<String> = items(svc, "/spec/ports")
+        .iter()
+        .map(|p| {
+            let protocol = text(p, "/protocol");
+            match int(p, "/nodePort") {
+                0 => format!("{}/{protocol}", int(p, "/port")),
+                node_port => format!("{}:{node_port}/{protocol}", int(p, "/port")),
+            }
+        })
+        .collect();
+    let ports = if ports.is_empty() {
+        "<none>".into()
+    } else {
+        ports.join(",")
+    };
+    vec![
+        name(svc),
+        json!(kind),
+        json!(cluster_ip),
+        json!(external),
+        json!(ports),
+        age(svc, now),
+        json!(format_labels(svc.pointer("/spec/selector"))),
+    ]
+}
+
+/// `printJob`: the status from the first condition that decides it, completions as
+/// `succeeded/completions`, the duration from start to completion (or now).
+fn job(j: &Value, now: jiff::Timestamp) -> Vec<Value> {
+    let (names, images) = containers(j.pointer("/spec/template/spec").unwrap_or(&Value::Null));
+    let succeeded = int(j, "/status/succeeded");
+    let completions = match j.pointer("/spec/completions").and_then(Value::as_i64) {
+        Some(total) => format!("{succeeded}/{total}"),
+        None => match int(j, "/spec/parallelism") {
+            p if p > 1 => format!("{succeeded}/1 of {p}"),
+            _ => format!("{succeeded}/1"),
+        },
+    };
+    let started = timestamp(j, "/status/startTime");
+    let duration = match (started, timestamp(j, "/status/completionTime")) {
+        (None, _) => String::new(),
+        (Some(start), None) => since(Some(start), now),
+        (Some(start), Some(end)) => since(Some(start), end),
+    };
+    let has = |kind: &str| {
+        items(j, "/status/conditions")
+            .iter()
+            .any(|c| text(c, "/type") == kind && text(c, "/status") == "True")
+    };
+    let deleting = j.pointer("/metadata/deletionTimestamp").is_some();
+    let status = if has("Complete") {
+        "Complete"
+    } else if has("Failed") {
+        "Failed"
+    } else if deleting {
+        "Terminating"
+    } else if has("Suspended") {
+        "Suspended"
+    } else if has("FailureTarget") {
+        "FailureTarget"
+    } else if has("SuccessCriteriaMet") {
+        "SuccessCriteriaMet"
+    } else {
+        "Running"
+    };
+    vec![
+        name(j),
+        json!(status),
+        json!(completions),
+        json!(duration),
+        age(j, now),
+        json!(names),
+        json!(images),
+        json!(format_selector(j.pointer("/spec/selector"))),
+    ]
 }
 
 fn deployment(d: &Value, now: jiff::Timestamp) -> Vec<Value> {

@@ -100,11 +100,8 @@ async fn sync_daemon_set(
             if mine.iter().any(|p| node_of(p) == *node) {
                 continue;
             }
-            let mut pod = serde_json::to_value(super::replica_set::pod_from_template(
-                template, namespace, name, uid,
-            )?)?;
-            pod["metadata"]["ownerReferences"] =
-                json!([owner_reference("apps/v1", "DaemonSet", name, uid)]);
+            let owner = owner_reference("apps/v1", "DaemonSet", name, uid);
+            let mut pod = serde_json::to_value(pod_from_template(template, namespace, owner)?)?;
             pod["spec"]["nodeName"] = json!(node);
             let pod: DynamicObject = serde_json::from_value(pod)?;
             pod_api.create(&PostParams::default(), &pod).await?;

@@ -48,7 +48,8 @@ pub(super) async fn sync_replica_set(
     if meta.deletion_timestamp.is_none() {
         let diff = active.len() as i64 - i64::from(desired);
         if diff < 0 {
-            let pod = pod_from_template(template, namespace, name, uid)?;
+            let owner = owner_reference("apps/v1", "ReplicaSet", name, uid);
+            let pod = pod_from_template(template, namespace, owner)?;
             for _ in 0..-diff {
                 pod_api.create(&PostParams::default(), &pod).await?;
             }
@@ -109,33 +110,6 @@ pub(super) async fn sync_replica_set(
         .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
         .await?;
     Ok(())
-}
-
-/// `controller.GetPodFromTemplate`: labels, annotations and finalizers of the template's
-/// metadata, its spec verbatim, `generateName: <rs>-`, controlled by the ReplicaSet.
-pub(super) fn pod_from_template(
-    template: &Value,
-    namespace: &str,
-    rs_name: &str,
-    rs_uid: &str,
-) -> Result<DynamicObject, serde_json::Error> {
-    let mut metadata = json!({
-        "generateName": format!("{rs_name}-"),
-        "namespace": namespace,
-        "ownerReferences": [owner_reference("apps/v1", "ReplicaSet", rs_name, rs_uid)],
-    });
-    for field in ["labels", "annotations", "finalizers"] {
-        if let (Some(value), Some(m)) = (
-            template.pointer(&format!("/metadata/{field}")),
-            metadata.as_object_mut(),
-        ) {
-            m.insert(field.into(), value.clone());
-        }
-    }
-    let spec = template.get("spec").cloned().unwrap_or_else(|| json!({}));
-    serde_json::from_value(
-        json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}),
-    )
 }
 
 /// `getPodsToDelete` with the leading keys of `ActivePodsWithRanks.Less`: unscheduled

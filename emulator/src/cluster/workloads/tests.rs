@@ -1,5 +1,4 @@
 use super::deployment::max_unavailable;
-use super::replica_set::pod_from_template;
 use super::*;
 
 /// Why templates are copied as raw JSON: the 1.34 types drop the classic claim source.
@@ -10,7 +9,12 @@ fn typed_pod_template_drops_the_classic_claim_source() {
         serde_json::from_value(classic.clone()).unwrap();
     let back = serde_json::to_value(typed).unwrap();
     assert_eq!(back.pointer("/spec/resourceClaims/0/source"), None);
-    let pod = pod_from_template(&classic, "ns", "rs", "uid").unwrap();
+    let pod = pod_from_template(
+        &classic,
+        "ns",
+        owner_reference("apps/v1", "ReplicaSet", "rs", "uid"),
+    )
+    .unwrap();
     assert_eq!(
         serde_json::to_value(pod)
             .unwrap()
