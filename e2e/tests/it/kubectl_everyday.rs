@@ -60,6 +60,35 @@ spec:
   - {name: http, port: 80, targetPort: 8080}
 "#;
 
+/// Two pods behind a Service whose `targetPort` names the containers' port.
+const WEB: &str = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: web}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {namespace: web, name: web}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+      - name: web
+        image: busybox
+        command: ["sh", "-c", "trap 'exit 0' TERM; sleep infinity & wait"]
+        ports: [{name: http, containerPort: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {namespace: web, name: web}
+spec:
+  selector: {app: web}
+  ports: [{port: 80, targetPort: http}]
+"#;
+
 const RESTARTS_FOREVER: &str = r#"
 apiVersion: batch/v1
 kind: Job
@@ -243,6 +272,36 @@ async fn a_newcomers_first_kubectl_commands() {
         .unwrap_or_else(|| panic!("no node port in {web}"));
     assert!((30000..=32767).contains(&node_port), "{web}");
     assert_eq!(cells[6], "app=web", "{web}");
+    // Pods get addresses from their node's pod CIDR; the Service's EndpointSlice lists
+    // them with the named port resolved.
+    kubectl.ok(&["apply", "-f", &kubectl.file("web.yaml", WEB)]);
+    let slices = eventually(
+        "the web Service's EndpointSlice lists both pods",
+        || async {
+            let (slices, _) = kubectl.ok(&["get", "endpointslices", "-n", "web"]);
+            (slices.matches("10.244.").count() == 2).then_some(slices)
+        },
+    )
+    .await;
+    assert_eq!(
+        header(&slices),
+        ["NAME", "ADDRESSTYPE", "PORTS", "ENDPOINTS", "AGE"]
+    );
+    let cells: Vec<&str> = slices.lines().nth(1).unwrap().split_whitespace().collect();
+    assert!(cells[0].starts_with("web-"), "{slices}");
+    assert_eq!(cells[1..3], ["IPv4", "8080"], "{slices}");
+    let (ips, _) = kubectl.ok(&[
+        "get",
+        "pods",
+        "-n",
+        "web",
+        "-o",
+        "jsonpath={.items[*].status.podIP}",
+    ]);
+    for ip in ips.split_whitespace() {
+        assert!(cells[3].contains(ip), "{ip} not in {slices}");
+    }
+
     let taken = kubectl.run(&["apply", "-f", &kubectl.file("taken.yaml", TAKEN_ADDRESS)]);
     let said = String::from_utf8_lossy(&taken.stderr);
     assert!(

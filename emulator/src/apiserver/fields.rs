@@ -525,6 +525,9 @@ fn with_type<A: WithType>(
         ("", "v1", "serviceaccounts") => check!(api::core::v1::ServiceAccount),
         ("", "v1", "services") => check!(api::core::v1::Service),
         ("batch", "v1", "jobs") => check!(api::batch::v1::Job),
+        ("discovery.k8s.io", "v1", "endpointslices") => {
+            check!(api::discovery::v1::EndpointSlice)
+        }
         ("events.k8s.io", "v1", "events") => check!(api::events::v1::Event),
         ("coordination.k8s.io", "v1", "leases") => check!(api::coordination::v1::Lease),
         ("apps", "v1", "deployments") => check!(api::apps::v1::Deployment),

@@ -173,6 +173,15 @@ pub fn builtin_types(server_version: (u32, u32)) -> Result<Vec<ResourceType>, St
             true,
             true,
         )),
+        builtin(
+            "discovery.k8s.io",
+            "v1",
+            "endpointslices",
+            "EndpointSlice",
+            &[],
+            true,
+            false,
+        ),
         in_category_all(builtin("batch", "v1", "jobs", "Job", &[], true, true)),
         review(
             "authorization.k8s.io",

@@ -8,6 +8,7 @@
 //! the upstream workqueues do.
 
 pub mod claims;
+mod endpoint_slices;
 pub mod kubelet;
 pub mod lifeline;
 mod namespaces;
@@ -190,7 +191,9 @@ impl EmulatedCluster {
             "aarch64" => "arm64",
             other => other,
         };
-        for node in &config.nodes {
+        for (index, node) in config.nodes.iter().enumerate() {
+            // kind numbers its workers' pod CIDRs from 1 (its control plane has 0).
+            let pod_cidr = kubelet::addresses::PodAddresses::for_node_index(index + 1).cidr();
             let mut labels = std::collections::BTreeMap::from([
                 ("kubernetes.io/hostname".to_string(), node.clone()),
                 ("kubernetes.io/os".to_string(), "linux".to_string()),
@@ -204,6 +207,11 @@ impl EmulatedCluster {
                     labels: Some(labels),
                     ..meta(node)
                 },
+                spec: Some(k8s_openapi::api::core::v1::NodeSpec {
+                    pod_cidrs: pod_cidr.clone().map(|cidr| vec![cidr]),
+                    pod_cidr,
+                    ..Default::default()
+                }),
                 ..Default::default()
             };
             create_if_missing(&Api::<Node>::all(client.clone()), object).await?;
@@ -222,8 +230,9 @@ impl EmulatedCluster {
         components.spawn(scheduler::run(server.client()?, changes(&server), version));
         components.spawn(workloads::run(server.client()?, changes(&server), version));
         components.spawn(namespaces::run(server.client()?, changes(&server)));
+        components.spawn(endpoint_slices::run(server.client()?, changes(&server)));
         let mut kubelets = Vec::new();
-        for node in &config.nodes {
+        for (index, node) in config.nodes.iter().enumerate() {
             kubelets.push(
                 kubelet::Kubelet::start(
                     kubelet::KubeletConfig {
@@ -234,6 +243,7 @@ impl EmulatedCluster {
                         server_version: version,
                         wiping_delay: config.wiping_delay,
                         host_run: config.host_run.clone(),
+                        pod_addresses: kubelet::addresses::PodAddresses::for_node_index(index + 1),
                     },
                     server.client()?,
                     changes(&server),

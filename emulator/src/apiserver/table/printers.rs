@@ -92,6 +92,16 @@ pub(super) fn builtin(
             ],
             service,
         ),
+        ("discovery.k8s.io", "endpointslices") => (
+            vec![
+                NAME,
+                col("AddressType", "string"),
+                col("Ports", "string"),
+                col("Endpoints", "string"),
+                AGE,
+            ],
+            endpoint_slice,
+        ),
         ("batch", "jobs") => (
             vec![
                 NAME,
@@ -753,6 +763,42 @@ fn service(svc: &Value, now: jiff::Timestamp) -> Vec<Value> {
         json!(ports),
         age(svc, now),
         json!(format_labels(svc.pointer("/spec/selector"))),
+    ]
+}
+
+/// `printEndpointSlice`: at most three ports and addresses, then `+ N more...`
+/// (`listWithMoreString`), `<unset>` for none.
+fn endpoint_slice(slice: &Value, now: jiff::Timestamp) -> Vec<Value> {
+    fn at_most_three(list: Vec<String>) -> String {
+        match list.len() {
+            0 => "<unset>".into(),
+            n if n > 3 => format!("{} + {} more...", list[..3].join(","), n - 3),
+            _ => list.join(","),
+        }
+    }
+    let ports = items(slice, "/ports")
+        .iter()
+        .map(|p| match p.get("port").and_then(Value::as_i64) {
+            Some(port) => port.to_string(),
+            None => p
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or("*")
+                .to_string(),
+        })
+        .collect();
+    let addresses = items(slice, "/endpoints")
+        .iter()
+        .flat_map(|e| items(e, "/addresses"))
+        .filter_map(Value::as_str)
+        .map(str::to_string)
+        .collect();
+    vec![
+        name(slice),
+        json!(text(slice, "/addressType")),
+        json!(at_most_three(ports)),
+        json!(at_most_three(addresses)),
+        age(slice, now),
     ]
 }
 

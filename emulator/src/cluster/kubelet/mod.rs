@@ -14,6 +14,7 @@
 //! process restart does: running containers stay, plugins register anew, the claim-info
 //! cache comes back from its checkpoint.
 
+pub mod addresses;
 mod dra;
 mod lease;
 mod logs;
@@ -174,6 +175,8 @@ struct NodeContext {
     wiping_delay: Duration,
     /// Pending ResourceSlice wipes by driver.
     pending_wipes: std::sync::Mutex<HashMap<String, tokio::task::AbortHandle>>,
+    /// Which pod holds which address of the node's pod CIDR.
+    pod_addresses: std::sync::Mutex<addresses::PodAddresses>,
     /// Log files of container runs that have ended: a `kubectl logs -f` stops there.
     ended_runs: Arc<std::sync::Mutex<std::collections::HashSet<PathBuf>>>,
     /// The port of the log endpoint, in the Node's `status.daemonEndpoints`.
@@ -216,6 +219,8 @@ pub struct KubeletConfig {
     pub wiping_delay: Duration,
     /// Pods of this node that something else runs ([`super::HostRun`]).
     pub host_run: Vec<super::HostRun>,
+    /// The addresses this node gives its pods (its `spec.podCIDR`).
+    pub pod_addresses: addresses::PodAddresses,
 }
 
 impl Kubelet {
@@ -249,6 +254,7 @@ impl Kubelet {
             ended_runs: Arc::default(),
             log_port,
             host_run: config.host_run,
+            pod_addresses: std::sync::Mutex::new(config.pod_addresses),
         });
         let log_server = tokio::spawn(logs::serve(ctx.clone(), listener)).abort_handle();
         let mut kubelet = Self {

@@ -104,6 +104,19 @@ struct PodWorker {
     /// When this kubelet first took the pod (`status.startTime`, set once as upstream's
     /// `generateAPIPodStatus` does).
     start_time: String,
+    /// `status.podIP`, from when the sandbox exists (its claims are prepared).
+    ip: Option<std::net::Ipv4Addr>,
+}
+
+impl Drop for PodWorker {
+    /// The pod is gone from this node: its address goes back to the pool.
+    fn drop(&mut self) {
+        self.ctx
+            .pod_addresses
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .release(&self.uid);
+    }
 }
 
 impl PodWorker {
@@ -116,6 +129,7 @@ impl PodWorker {
             reported: None,
             last_failure: None,
             start_time: crate::apiserver::now_rfc3339(),
+            ip: None,
         }
     }
 
@@ -386,6 +400,21 @@ impl PodWorker {
             });
         }
         self.containers = containers;
+        let host_network = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.extra.get("hostNetwork"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        self.ip = if host_network {
+            Some(std::net::Ipv4Addr::LOCALHOST)
+        } else {
+            self.ctx
+                .pod_addresses
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .assign(&self.uid)
+        };
         Ok(())
     }
 
@@ -559,7 +588,7 @@ impl PodWorker {
             statuses
         };
         let condition = |type_: &str, ok: bool| json!({"type": type_, "status": if ok { "True" } else { "False" }});
-        json!({
+        let mut status = json!({
             "phase": phase,
             "hostIP": "127.0.0.1",
             "startTime": self.start_time,
@@ -570,7 +599,12 @@ impl PodWorker {
                 condition("Ready", all_running),
             ],
             "containerStatuses": statuses,
-        })
+        });
+        if let Some(ip) = self.ip {
+            status["podIP"] = json!(ip.to_string());
+            status["podIPs"] = json!([{"ip": ip.to_string()}]);
+        }
+        status
     }
 }
 
