@@ -28,6 +28,8 @@ pub trait Backend {
     fn real(&self) -> Option<&RealCluster>;
     /// Applies manifests as `kubectl apply -f` does; `Err` is what the user is told.
     async fn apply(&self, yaml: &str) -> Result<(), String>;
+    /// `kubectl ARGS` as the cluster's admin: stdout, or what went wrong.
+    fn kubectl(&self, args: &[&str]) -> Result<String, String>;
     /// The container's output so far (empty before it started).
     async fn logs(&self, namespace: &str, pod: &str, container: &str) -> Vec<String>;
     /// `kill -9` of the node's plugin; returns once a new plugin process runs (the
@@ -80,6 +82,10 @@ impl Backend for RealCluster {
 
     fn real(&self) -> Option<&RealCluster> {
         Some(self)
+    }
+
+    fn kubectl(&self, args: &[&str]) -> Result<String, String> {
+        RealCluster::kubectl(self, args)
     }
 
     /// `kubectl apply -f -`; on 1.32/1.33 the `resource.k8s.io/v1` documents are rewritten
@@ -268,6 +274,27 @@ impl Backend for Emulated {
 
     fn real(&self) -> Option<&RealCluster> {
         None
+    }
+
+    /// The kubectl on PATH against the sim's kubeconfig, with a cache of its own.
+    fn kubectl(&self, args: &[&str]) -> Result<String, String> {
+        let out = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(self.sim.work_dir().join("kubeconfig"))
+            .arg("--cache-dir")
+            .arg(self.sim.work_dir().join("kubectl-cache"))
+            .args(args)
+            .output()
+            .map_err(|e| format!("running kubectl (is it on PATH?): {e}"))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(format!(
+                "kubectl {args:?}: {}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
     }
 
     async fn apply(&self, yaml: &str) -> Result<(), String> {
