@@ -302,6 +302,14 @@ async fn a_newcomers_first_kubectl_commands() {
         assert!(cells[3].contains(ip), "{ip} not in {slices}");
     }
 
+    // What the sim cannot do, it says, naming the command and what to do instead.
+    let exec = kubectl.run(&["exec", "-n", "web", "deploy/web", "--", "ls"]);
+    let said = String::from_utf8_lossy(&exec.stderr);
+    assert!(
+        said.contains("(kubectl exec)") && said.contains("kubectl logs"),
+        "{said}"
+    );
+
     let taken = kubectl.run(&["apply", "-f", &kubectl.file("taken.yaml", TAKEN_ADDRESS)]);
     let said = String::from_utf8_lossy(&taken.stderr);
     assert!(

@@ -367,6 +367,27 @@ fn review(
     }
 }
 
+/// What a user can do instead of a pod subresource the emulator refuses, named after the
+/// kubectl command that asked for it.
+fn subresource_advice(pod: bool, subresource: &str) -> &'static str {
+    match (pod, subresource) {
+        (true, "exec") => {
+            " (kubectl exec): the sim runs containers without an exec channel; put the command in the container's `command` and read its output with kubectl logs"
+        }
+        (true, "attach") => {
+            " (kubectl attach): read the container's output with kubectl logs -f instead"
+        }
+        (true, "portforward") => {
+            " (kubectl port-forward): the sim's containers share the host's network, so a port they listen on is reachable on 127.0.0.1 directly"
+        }
+        (true, "eviction") => " (kubectl drain): delete the pods instead (kubectl delete pod)",
+        (true, "proxy") => {
+            " (kubectl proxy to a pod): the sim's containers share the host's network; connect to 127.0.0.1"
+        }
+        _ => "",
+    }
+}
+
 fn resolve_target(store: &Store, group: &str, version: &str, rest: &[&str]) -> ApiResult<Target> {
     let lookup = |plural: &str| -> ApiResult<ResourceType> {
         store
@@ -415,8 +436,9 @@ fn resolve_target(store: &Store, group: &str, version: &str, rest: &[&str]) -> A
             || (matches!(sub.as_str(), "binding" | "log") && pod_sub);
         if !known {
             return Err(ApiError::not_implemented(format!(
-                "the {sub:?} subresource of {}",
-                rt.qualified()
+                "the {sub:?} subresource of {}{}",
+                rt.qualified(),
+                subresource_advice(pod_sub, sub)
             )));
         }
     }
