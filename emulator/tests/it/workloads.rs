@@ -1,4 +1,4 @@
-//! The emulated Deployment and ReplicaSet controllers, against the emulated apiserver
+//! The emulated Deployment, ReplicaSet and Job controllers, against the emulated apiserver
 //! (no scheduler or kubelet: Pods stay unscheduled, so deleting one removes it at once).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -327,4 +327,165 @@ async fn template_change_recreates_pods_under_a_new_replica_set() {
             new.metadata.uid.as_ref()
         );
     }
+}
+
+/// A Job of `completions` pods, one at a time, that may fail `backoff_limit` times.
+fn job(name: &str, completions: i32, backoff_limit: i32, extra: Value) -> DynamicObject {
+    let mut spec = json!({
+        "completions": completions,
+        "backoffLimit": backoff_limit,
+        "template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "work", "image": "busybox", "command": ["true"]}],
+        }},
+    });
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+/// Ends a pod as a kubelet would report it, its container finished an hour ago (so the
+/// back-off after a failure has passed).
+async fn finish(client: &kube::Client, pod: &DynamicObject, phase: &str) {
+    let finished = (jiff::Timestamp::now() - jiff::SignedDuration::from_hours(1)).to_string();
+    let exit = if phase == "Failed" { 1 } else { 0 };
+    let status = json!({"status": {"phase": phase, "containerStatuses": [{
+        "name": "work", "ready": false, "restartCount": 0, "image": "busybox", "imageID": "",
+        "state": {"terminated": {"exitCode": exit, "finishedAt": finished}},
+    }]}});
+    api::<Pod>(client)
+        .patch_status(
+            pod.metadata.name.as_deref().unwrap(),
+            &PatchParams::default(),
+            &Patch::Merge(status),
+        )
+        .await
+        .unwrap();
+}
+
+async fn job_status(client: &kube::Client, name: &str) -> Value {
+    let job = api::<k8s_openapi::api::batch::v1::Job>(client)
+        .get(name)
+        .await
+        .unwrap();
+    job.data.get("status").cloned().unwrap_or(Value::Null)
+}
+
+fn condition_reasons(status: &Value) -> Vec<(String, String)> {
+    status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            (
+                c["type"].as_str().unwrap_or_default().to_string(),
+                c["reason"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Unfinished pods of the Job, by name.
+async fn running_pods_of(client: &kube::Client, job: &str) -> Vec<DynamicObject> {
+    live_pods(client)
+        .await
+        .into_iter()
+        .filter(|p| {
+            p.metadata.labels.as_ref().and_then(|l| l.get("job-name")) == Some(&job.to_string())
+                && !matches!(
+                    p.data.pointer("/status/phase").and_then(Value::as_str),
+                    Some("Succeeded" | "Failed")
+                )
+        })
+        .collect()
+}
+
+async fn one_running_pod(client: &kube::Client, job: &str) -> DynamicObject {
+    eventually(&format!("one running pod of {job}"), || async {
+        let mut pods = running_pods_of(client, job).await;
+        (pods.len() == 1).then(|| pods.remove(0))
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_replaces_failed_pods_until_its_backoff_limit() {
+    let h = start().await;
+    api::<k8s_openapi::api::batch::v1::Job>(&h.client)
+        .create(&PostParams::default(), &job("flaky", 2, 1, json!({})))
+        .await
+        .unwrap();
+    let first = one_running_pod(&h.client, "flaky").await;
+    let job_uid = controller(&first.metadata).uid.clone();
+    finish(&h.client, &first, "Failed").await;
+    // One failure is within the limit: a new pod replaces it.
+    let second = one_running_pod(&h.client, "flaky").await;
+    assert_ne!(second.metadata.uid, first.metadata.uid);
+    assert_eq!(controller(&second.metadata).uid, job_uid);
+    finish(&h.client, &second, "Succeeded").await;
+    // One of two completions: the next pod.
+    let third = eventually("a third pod", || async {
+        let pods = running_pods_of(&h.client, "flaky").await;
+        pods.into_iter()
+            .find(|p| p.metadata.uid != second.metadata.uid)
+    })
+    .await;
+    finish(&h.client, &third, "Failed").await;
+    let status = eventually("the Job failed", || async {
+        let status = job_status(&h.client, "flaky").await;
+        (status["failed"] == 2).then_some(status)
+    })
+    .await;
+    assert_eq!(status["succeeded"], 1, "{status}");
+    assert!(
+        condition_reasons(&status).contains(&("Failed".into(), "BackoffLimitExceeded".into())),
+        "{status}"
+    );
+    assert!(running_pods_of(&h.client, "flaky").await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_suspended_job_waits_and_a_finished_one_expires() {
+    let h = start().await;
+    let jobs = api::<k8s_openapi::api::batch::v1::Job>(&h.client);
+    jobs.create(
+        &PostParams::default(),
+        &job(
+            "later",
+            1,
+            0,
+            json!({"suspend": true, "ttlSecondsAfterFinished": 0}),
+        ),
+    )
+    .await
+    .unwrap();
+    let status = eventually("the Job suspended", || async {
+        let status = job_status(&h.client, "later").await;
+        condition_reasons(&status)
+            .contains(&("Suspended".into(), "JobSuspended".into()))
+            .then_some(status)
+    })
+    .await;
+    assert!(status.get("startTime").is_none(), "{status}");
+    assert!(running_pods_of(&h.client, "later").await.is_empty());
+    jobs.patch(
+        "later",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"suspend": false}})),
+    )
+    .await
+    .unwrap();
+    let pod = one_running_pod(&h.client, "later").await;
+    finish(&h.client, &pod, "Succeeded").await;
+    // Complete, then deleted at once by its TTL of 0 s.
+    eventually("the finished Job deleted by its TTL", || async {
+        matches!(jobs.get_opt("later").await, Ok(None)).then_some(())
+    })
+    .await;
 }
