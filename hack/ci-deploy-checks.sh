@@ -4,7 +4,7 @@
 #     flags; kubectl missing = failure), and deploy/rendered/ holds exactly those renders
 #     (hack/render-deploy.sh);
 #  2. the Helm chart deploy/helm/fake-dra (helm built by hack/helm.sh): `helm lint --strict`
-#     for both modes and fleet mode; `helm template` of both modes (and of classic with the
+#     for both modes, fleet mode and the opt-ins; `helm template` of both modes (and of classic with the
 #     admission policy, and of fleet mode) renders the same objects as the overlays, once
 #     what only the chart has is set aside (Helm's standard labels, the metrics Services);
 #  3. every rendered object, kustomize's and helm's, and every example of the overlay
@@ -81,7 +81,8 @@ echo "== helm"
 helm="$(hack/helm.sh | tail -n 1)"
 echo "helm $("$helm" version --template '{{.Version}}') ($helm)"
 chart=deploy/helm/fake-dra
-for values in mode=classic mode=structured fleet.enabled=true; do
+for values in mode=classic mode=structured fleet.enabled=true \
+  mode=structured,kubeletPlugin.seamlessUpgrade=true,kubeletPlugin.deviceMetadata=true; do
   "$helm" lint --strict "$chart" --set "$values" || die "helm lint --strict $chart --set $values failed"
 done
 # helm_render <name> <value...>: the chart as release fake-dra in namespace fake-dra, with

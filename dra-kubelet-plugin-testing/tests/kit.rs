@@ -343,3 +343,120 @@ async fn a_bind_mount_whose_source_is_missing_fails_its_claim_alone() {
     );
     running.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn device_metadata_files_follow_the_claim_and_survive_a_cdi_wipe() {
+    use dra_kubelet_plugin::claim::{CONTAINER_DIR, MetadataVersion};
+    let api = ApiServer::start().await.unwrap();
+    let node = TestNode::new(NODE).unwrap();
+    let start = || {
+        node.plugin(DRIVER, api.client().unwrap())
+            .device_metadata(MetadataVersion::ALL)
+    };
+    let running = node
+        .start(DRIVER, start(), VfProfile::new(3))
+        .await
+        .unwrap();
+    let mut kubelet = running.kubelet();
+    kubelet.register().await.unwrap();
+    // A claim made from a pod's template ("net" in the pod), two requests, one of them
+    // with a subrequest (firstAvailable).
+    let mut claim = ClaimBuilder::new(DRIVER, NODE, "team-a", "pod0-net-x7k2p")
+        .device("data/fast", "vf-0")
+        .device("data/fast", "vf-1")
+        .device("ctl", "vf-2")
+        .build();
+    claim.metadata.annotations = Some(
+        [(
+            "resource.kubernetes.io/pod-claim-name".to_owned(),
+            "net".to_owned(),
+        )]
+        .into(),
+    );
+    let claim = api.create_claim(&claim).unwrap();
+    let uid = claim.metadata.uid.clone().unwrap();
+    let devices = kubelet.prepare_one(&Claim::of(&claim)).await.unwrap();
+
+    // The file's CDI id rides on the first device of each request only.
+    let ids: Vec<&[String]> = devices
+        .iter()
+        .map(|d| d.cdi_device_ids.as_slice())
+        .collect();
+    assert!(
+        ids[0].contains(&format!("{DRIVER}/metadata={uid}_data")),
+        "{ids:?}"
+    );
+    assert!(
+        !ids[1].iter().any(|id| id.contains("/metadata=")),
+        "{ids:?}"
+    );
+    assert!(
+        ids[2].contains(&format!("{DRIVER}/metadata={uid}_ctl")),
+        "{ids:?}"
+    );
+    // Common spec, claim spec, one spec per request: all valid CDI.
+    assert_eq!(cdi::CdiCheck::new().check_dir(&node.cdi_root()).unwrap(), 4);
+    let container = cdi::inject(&node.cdi_root(), &devices[0].cdi_device_ids).unwrap();
+    let host = node
+        .plugin_dir(DRIVER)
+        .join("dra-device-metadata/team-a_pod0-net-x7k2p/data/metadata.json");
+    assert!(
+        container.mounts.contains(&(
+            host.display().to_string(),
+            format!("{CONTAINER_DIR}/resourceclaimtemplates/net/data/{DRIVER}-metadata.json")
+        )),
+        "{container:?}"
+    );
+    let bytes = std::fs::read(&host).unwrap();
+    let docs: Vec<serde_json::Value> = serde_json::Deserializer::from_slice(&bytes)
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let versions: Vec<&str> = docs
+        .iter()
+        .filter_map(|d| d["apiVersion"].as_str())
+        .collect();
+    assert_eq!(
+        versions,
+        [
+            "metadata.resource.k8s.io/v1beta1",
+            "metadata.resource.k8s.io/v1alpha1"
+        ]
+    );
+    assert_eq!(docs[0]["metadata"]["namespace"], "team-a");
+    assert_eq!(docs[0]["podClaimName"], "net");
+    assert_eq!(docs[0]["requests"][0]["name"], "data/fast");
+    let devices_of_data = &docs[0]["requests"][0]["devices"];
+    assert_eq!(devices_of_data[1]["name"], "vf-1");
+    assert_eq!(devices_of_data[1]["pool"], NODE);
+    assert_eq!(devices_of_data[1]["driver"], DRIVER);
+    assert_eq!(devices_of_data[1]["attributes"]["index"]["int"], 1);
+
+    // A reboot empties /var/run/cdi; the kubelet, which holds the claim prepared, does
+    // not ask again: the restarted plugin writes the file's spec back.
+    running.stop().await.unwrap();
+    std::fs::remove_dir_all(node.cdi_root()).unwrap();
+    let running = node
+        .start(DRIVER, start(), VfProfile::new(3))
+        .await
+        .unwrap();
+    let mut kubelet = running.kubelet();
+    kubelet.register().await.unwrap();
+    assert_eq!(cdi::CdiCheck::new().check_dir(&node.cdi_root()).unwrap(), 4);
+    cdi::inject(&node.cdi_root(), &devices[2].cdi_device_ids).unwrap();
+
+    // Unprepared: the files and their specs go; again, and a claim never prepared whose
+    // names would climb out of the plugin dir, are no error and touch nothing.
+    let answers = kubelet.unprepare(&[Claim::of(&claim)]).await.unwrap();
+    assert_eq!(answers[uid.as_str()], Ok(()));
+    assert!(!host.exists());
+    assert_eq!(cdi::CdiCheck::new().check_dir(&node.cdi_root()).unwrap(), 1);
+    let stranger = Claim::new(uuid::Uuid::new_v4().to_string(), "..", "..");
+    let answers = kubelet
+        .unprepare(&[Claim::of(&claim), stranger])
+        .await
+        .unwrap();
+    assert!(answers.values().all(Result::is_ok), "{answers:?}");
+    assert!(node.plugin_dir(DRIVER).join("dra-device-metadata").is_dir());
+    running.stop().await.unwrap();
+}

@@ -44,6 +44,9 @@ pub struct AllocatedConfig {
 pub struct FetchedClaim {
     /// `metadata.uid`.
     pub uid: String,
+    /// The name the pod gives a claim made from its template (the annotation
+    /// `resource.kubernetes.io/pod-claim-name`).
+    pub pod_claim_name: Option<String>,
     /// `status.allocation.devices`, if allocated.
     pub allocation: Option<FetchedAllocation>,
 }
@@ -175,6 +178,7 @@ mod tests {
     fn keeps_this_drivers_devices_and_configs_class_first() {
         let fetched = FetchedClaim {
             uid: "u1".into(),
+            pod_claim_name: None,
             allocation: Some(FetchedAllocation {
                 results: vec![
                     result(DRIVER, "node-1", "fake-0"),
@@ -214,6 +218,7 @@ mod tests {
         );
         let e = err(FetchedClaim {
             uid: "u1".into(),
+            pod_claim_name: None,
             allocation: None,
         });
         assert_eq!(
@@ -222,6 +227,7 @@ mod tests {
         );
         let e = err(FetchedClaim {
             uid: "u1".into(),
+            pod_claim_name: None,
             allocation: Some(FetchedAllocation {
                 results: vec![result(DRIVER, "node-2", "fake-0")],
                 config: vec![],
@@ -234,6 +240,7 @@ mod tests {
         );
         let e = err(FetchedClaim {
             uid: "u1".into(),
+            pod_claim_name: None,
             allocation: Some(FetchedAllocation {
                 results: vec![result("other", "node-1", "fake-0")],
                 config: vec![],

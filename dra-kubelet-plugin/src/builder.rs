@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::device_metadata::MetadataVersion;
 use crate::dra_mode::ModeFlag;
 use crate::hooks::{FaultHook, NoHook};
 use crate::profile::DeviceProfile;
@@ -81,6 +82,7 @@ pub struct Plugin {
     device_work_timeout: Duration,
     serialize: bool,
     pod_uid: Option<String>,
+    metadata_versions: Vec<MetadataVersion>,
     checkpoint_api_version: Option<String>,
     checkpoint_kind: String,
     metrics_prefix: Option<String>,
@@ -128,6 +130,7 @@ impl Plugin {
             device_work_timeout: DEFAULT_DEVICE_WORK_TIMEOUT,
             serialize: true,
             pod_uid: None,
+            metadata_versions: Vec::new(),
             checkpoint_api_version: None,
             checkpoint_kind: "KubeletPluginCheckpoint".to_owned(),
             metrics_prefix: None,
@@ -229,6 +232,18 @@ impl Plugin {
         self
     }
 
+    /// Device metadata files (KEP-5304; structured DRA): for each request of a prepared
+    /// claim, a file naming its devices and their published attributes, mounted read-only
+    /// into the containers that use the request, in each of `versions` (none, the default:
+    /// no files). Layout and format are the upstream Go helper's, so its reader
+    /// (`k8s.io/dynamic-resource-allocation/devicemetadata`) reads them;
+    /// [`MetadataVersion::ALL`] serves the
+    /// readers of 1.36 and 1.37.
+    pub fn device_metadata(mut self, versions: impl IntoIterator<Item = MetadataVersion>) -> Self {
+        self.metadata_versions = versions.into_iter().collect();
+        self
+    }
+
     /// Where this plugin's registration socket is (where a kubelet, or a test's, finds
     /// it), given the settings so far; with [`Plugin::rolling_update`] the per-instance
     /// name.
@@ -319,6 +334,7 @@ impl Plugin {
             device_work_timeout: self.device_work_timeout,
             serialize: self.serialize,
             pod_uid: self.pod_uid,
+            metadata_versions: self.metadata_versions,
             hook: self.hook,
             #[cfg(feature = "classic")]
             classic: self.classic,

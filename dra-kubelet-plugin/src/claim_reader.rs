@@ -80,6 +80,12 @@ macro_rules! fetched_from {
             .map(|a| a.devices.clone().unwrap_or_default());
         FetchedClaim {
             uid: claim.metadata.uid.clone().unwrap_or_default(),
+            pod_claim_name: claim
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(POD_CLAIM_NAME_ANNOTATION))
+                .cloned(),
             allocation: devices.map(|d| FetchedAllocation {
                 results: d
                     .results
@@ -190,8 +196,12 @@ impl ClaimReader {
     }
 }
 
+/// The annotation the kubelet's claim controller puts on a claim made from a template: the
+/// name the pod gives it.
+pub const POD_CLAIM_NAME_ANNOTATION: &str = "resource.kubernetes.io/pod-claim-name";
+
 /// RFC 1123 label, as namespaces are: 1–63 of `[a-z0-9-]`, alphanumeric at both ends.
-fn is_dns_label(s: &str) -> bool {
+pub(crate) fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
         && s.bytes()

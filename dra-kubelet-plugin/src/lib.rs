@@ -72,6 +72,7 @@ mod transport;
 mod claim_data;
 mod device_status;
 mod dra_mode;
+mod driver_name;
 mod model;
 mod quantity;
 // Layer 2.
@@ -94,6 +95,7 @@ mod plan;
 mod state;
 // Layer 6.
 mod claim_status;
+mod device_metadata;
 mod pool;
 mod slice_controller;
 // Layer 7.
@@ -113,11 +115,12 @@ pub use builder::{
 pub use checkpoint::CheckpointError;
 pub use claim_data::ProfileError;
 pub use dra_mode::ModeFlag;
+pub use driver_name::DriverNameError;
 pub use hooks::{FaultHook, NoHook};
 pub use opaque::{FieldError, NoConfig, OpaqueConfig};
 pub use profile::{DeviceProfile, DeviceWork};
 pub use quantity::Quantity;
-pub use serve::{CHECKPOINT_FILE, DRA_SOCKET, DriverNameError, Error};
+pub use serve::{CHECKPOINT_FILE, DRA_SOCKET, Error};
 #[cfg(feature = "test-crash-points")]
 pub use state::CrashPoint;
 pub use state::StartError;
@@ -143,6 +146,7 @@ pub mod claim {
         DriverAllocation, MAX_CLAIM_UID_LEN, ProfileError, UidError,
     };
     pub use crate::claim_error::ClaimError;
+    pub use crate::device_metadata::{CONTAINER_DIR, METADATA_DIR, MetadataVersion};
     pub use crate::device_status::{
         ConditionStatus, DeviceCondition, DeviceStatus, MAX_CONDITIONS, MAX_DATA_BYTES,
         MAX_HARDWARE_ADDRESS, MAX_INTERFACE_NAME, MAX_IPS, NetworkData, StatusError,

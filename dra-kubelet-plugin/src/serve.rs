@@ -15,6 +15,8 @@ use dra_kubelet_proto::pluginregistration;
 use tokio_stream::StreamExt;
 use tracing::{error, info, warn};
 
+use crate::driver_name::{DriverNameError, check_driver_name};
+
 use crate::cdi_spec::{CdiKind, DriverNameTooLongForClassic, KindError};
 use crate::dra_mode::{self, Mode, ModeError, ModeFlag};
 use crate::hooks::{FaultHook, HookContext};
@@ -69,6 +71,8 @@ pub struct Settings {
     pub serialize: bool,
     /// This instance's pod UID, for rolling updates.
     pub pod_uid: Option<String>,
+    /// The versions of the device metadata files (none: no files).
+    pub metadata_versions: Vec<crate::device_metadata::MetadataVersion>,
     /// The fault hook.
     pub hook: Arc<dyn FaultHook>,
     /// Classic DRA: the node's inventory.
@@ -263,6 +267,20 @@ pub async fn run<D: DeviceProfile>(
     );
     // Before anything is served: a crash during a claim's device work is undone.
     store.roll_back_started().await;
+    let metadata = crate::device_metadata::start(
+        match mode {
+            Mode::Structured(_) => crate::device_metadata::MetadataWriter::new(
+                &plugin.driver_name,
+                &plugin_dir,
+                &plugin.cdi_root,
+                &plugin.metadata_versions,
+            ),
+            Mode::Classic => None,
+        },
+        store.prepared_uids(),
+        pod_uid.is_none(),
+    )
+    .await;
     let metrics = Arc::new(metrics::Metrics::new(&plugin.metrics_prefix));
     // Ready once the node's devices are published and the kubelet registered the plugin:
     // before that, a pod's prepare can meet a kubelet still holding the connection of the
@@ -422,6 +440,7 @@ pub async fn run<D: DeviceProfile>(
                 driver_name: plugin.driver_name.clone(),
                 node_name: plugin.node_name.clone(),
                 hook: plugin.hook.clone(),
+                metadata,
             };
             let (services, versions) =
                 grpc::structured_services(dra, inventory, plugin.hook.clone(), stop_rx.clone())
@@ -547,46 +566,4 @@ pub enum Error {
     /// The node's devices do not fit in ResourceSlices.
     #[error("the node's devices cannot be published: {0}")]
     Pack(#[from] PackError),
-}
-
-/// Why a driver name cannot be used: the API holds every driver name to the rule of CSI
-/// driver names (`ValidateCSIDriverName`, `DriverNameMaxLength`).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "driver name {name:?} {reason}; a driver name is at most {DRIVER_NAME_MAX_LEN} characters, a DNS subdomain (lowercase letters, digits, '-' and '.', each dot-separated part starting and ending with a letter or digit), and should end with a domain the driver's vendor owns"
-)]
-#[non_exhaustive]
-pub struct DriverNameError {
-    /// The name (shortened when long).
-    pub name: String,
-    /// What is wrong with it.
-    pub reason: String,
-}
-
-/// The longest driver name the API accepts (`DriverNameMaxLength`).
-pub const DRIVER_NAME_MAX_LEN: usize = 63;
-
-/// Checks `name` as the API server checks `spec.driver`.
-pub fn check_driver_name(name: &str) -> Result<(), DriverNameError> {
-    let fail = |reason: String| DriverNameError {
-        name: name.chars().take(80).collect(),
-        reason,
-    };
-    if name.is_empty() {
-        return Err(fail("is empty".into()));
-    }
-    if name.len() > DRIVER_NAME_MAX_LEN {
-        return Err(fail(format!("is {} characters", name.len())));
-    }
-    let label_ok = |l: &str| {
-        !l.is_empty()
-            && l.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !l.starts_with('-')
-            && !l.ends_with('-')
-    };
-    if !name.to_ascii_lowercase().split('.').all(label_ok) {
-        return Err(fail("is not a DNS subdomain".into()));
-    }
-    Ok(())
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::ArgMatches;
+use dra_kubelet_plugin::claim::MetadataVersion;
 use dra_kubelet_plugin::{CrashPoint, ModeFlag, Plugin};
 use fake_dra_kubelet_plugin::faults::hook::DeviceFaults;
 use fake_dra_kubelet_plugin::fleet;
@@ -71,6 +72,17 @@ struct Args {
     /// answers the plugin's keepalive pings and stays).
     #[arg(long, env = "FAKE_DRA_CONNECTION_IDLE_TIMEOUT", default_value_t = fake_dra_ops::conn::DEFAULT_IDLE_TIMEOUT.as_secs())]
     connection_idle_timeout: u64,
+    /// Write device metadata files (KEP-5304, structured DRA): each prepared request's
+    /// devices and attributes, mounted read-only into its containers under
+    /// /var/run/kubernetes.io/dra-device-attributes (metadata.resource.k8s.io v1beta1 and
+    /// v1alpha1).
+    #[arg(long, env = "FAKE_DRA_DEVICE_METADATA")]
+    device_metadata: bool,
+    /// This pod's UID (the downward API's metadata.uid): turns on rolling updates (kubelet
+    /// 1.33+), this instance registering under sockets of its own so that a DaemonSet
+    /// update with maxSurge 1 and maxUnavailable 0 never leaves the node without a plugin.
+    #[arg(long, env = "FAKE_DRA_POD_UID")]
+    pod_uid: Option<String>,
     /// Test only: abort at this point of prepare/unprepare.
     #[arg(long, env = "FAKE_DRA_TEST_CRASH_POINT", hide = true)]
     test_crash_point: Option<CrashPoint>,
@@ -349,6 +361,12 @@ async fn main() -> ExitCode {
         .metrics_prefix(fake_dra_kubelet_plugin::METRICS_PREFIX)
         .field_manager(format!("fake-dra/{node_name}"))
         .crash_point(args.test_crash_point)
+        .rolling_update(args.pod_uid)
+        .device_metadata(if args.device_metadata {
+            MetadataVersion::ALL.to_vec()
+        } else {
+            Vec::new()
+        })
         .fault_hook(DeviceFaults::new(&args.driver_name, &node_name, devices));
     let node = NodeContext {
         client,

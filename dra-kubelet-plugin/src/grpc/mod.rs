@@ -4,6 +4,7 @@
 //! one handler for both). Thin: they translate messages, let the device profile read
 //! each claim, and hand the claims to the [`ClaimStore`]; nothing here knows the device.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

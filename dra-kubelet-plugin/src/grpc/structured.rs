@@ -38,6 +38,8 @@ pub struct DraPluginService<D: DeviceProfile> {
     pub node_name: String,
     /// What may delay or refuse a call.
     pub hook: Arc<dyn FaultHook>,
+    /// Device metadata files, if the driver opted in.
+    pub metadata: Option<Arc<crate::device_metadata::MetadataWriter>>,
 }
 
 impl<D: DeviceProfile> Clone for DraPluginService<D> {
@@ -48,12 +50,22 @@ impl<D: DeviceProfile> Clone for DraPluginService<D> {
             driver_name: self.driver_name.clone(),
             node_name: self.node_name.clone(),
             hook: self.hook.clone(),
+            metadata: self.metadata.clone(),
         }
     }
 }
 
+/// A claim's devices of this driver and the name its pod gives it.
+type Allocated = (Vec<crate::claim_data::AllocatedDevice>, Option<String>);
+
 /// A structured claim as the profile read it, with the devices the kubelet asks about.
-pub(super) type ReadClaim<P> = (ClaimRef, P, Vec<crate::claim_data::AllocatedDevice>);
+pub(super) struct ReadClaim<P> {
+    claim: ClaimRef,
+    prepared: P,
+    devices: Vec<crate::claim_data::AllocatedDevice>,
+    /// For the device metadata files' container path.
+    pod_claim_name: Option<String>,
+}
 
 impl<D: DeviceProfile> DraPluginService<D> {
     /// Reads one claim and lets the profile say what preparing it means.
@@ -67,6 +79,7 @@ impl<D: DeviceProfile> DraPluginService<D> {
                 reason: e.to_string(),
             })?;
         let allocation = allocation::ours(&self.driver_name, &self.node_name, &claim, &fetched)?;
+        let pod_claim_name = fetched.pod_claim_name;
         let devices: Vec<String> = allocation
             .devices
             .iter()
@@ -93,7 +106,12 @@ impl<D: DeviceProfile> DraPluginService<D> {
             .profile()
             .prepare_allocation(&claim, &allocation)
             .map_err(device_error)?;
-        Ok((claim, prepared, allocation.devices))
+        Ok(ReadClaim {
+            claim,
+            prepared,
+            devices: allocation.devices,
+            pod_claim_name,
+        })
     }
 
     /// Prepares a batch; one outcome per claim, in order. A claim that cannot be read or
@@ -118,26 +136,90 @@ impl<D: DeviceProfile> DraPluginService<D> {
             .buffered(MAX_CONCURRENT_READS)
             .collect()
             .await;
-        let devices: Vec<Vec<crate::claim_data::AllocatedDevice>> = read
-            .iter()
-            .map(|r| r.as_ref().map(|(_, _, d)| d.clone()).unwrap_or_default())
-            .collect();
-        let outcomes = self
-            .node
-            .prepare(
-                read.into_iter()
-                    .map(|r| r.map(|(c, p, _)| (c, p)))
-                    .collect(),
-            )
-            .await?;
+        let mut allocated = Vec::with_capacity(read.len());
+        let mut to_prepare = Vec::with_capacity(read.len());
+        for r in read {
+            match r {
+                Ok(r) => {
+                    allocated.push((r.devices, r.pod_claim_name));
+                    to_prepare.push(Ok((r.claim, r.prepared)));
+                }
+                Err(e) => {
+                    allocated.push((Vec::new(), None));
+                    to_prepare.push(Err(e));
+                }
+            }
+        }
+        let outcomes = self.node.prepare(to_prepare).await?;
         self.report_status(&outcomes);
+        let metadata_ids = self.write_metadata(&outcomes, &allocated).await;
         Ok(outcomes
             .into_iter()
-            .zip(devices)
-            .map(|(o, devices)| {
-                o.and_then(|(claim, prepared)| self.device_outcomes(&claim, &prepared, devices))
+            .zip(allocated)
+            .zip(metadata_ids)
+            .map(|((o, (devices, _)), ids)| {
+                let (claim, prepared) = o?;
+                let mut outcomes = self.device_outcomes(&claim, &prepared, devices)?;
+                add_metadata_ids(&mut outcomes, ids?);
+                Ok(outcomes)
             })
             .collect())
+    }
+
+    /// Writes the device metadata files of the claims just prepared, if the driver opted
+    /// in; per claim, the CDI id of each request's file (none without metadata). A claim
+    /// whose files cannot be written fails (a container that expects the file would not
+    /// find it) but stays prepared: the kubelet's retry writes them again.
+    async fn write_metadata(
+        &self,
+        outcomes: &[Outcome<(ClaimRef, D::Prepared)>],
+        allocated: &[Allocated],
+    ) -> Vec<Outcome<BTreeMap<String, String>>> {
+        let Some(writer) = self.metadata.clone() else {
+            return vec![Ok(BTreeMap::new()); outcomes.len()];
+        };
+        let claims: Vec<Option<(ClaimRef, Allocated)>> = outcomes
+            .iter()
+            .zip(allocated)
+            .map(|(o, a)| o.as_ref().ok().map(|(claim, _)| (claim.clone(), a.clone())))
+            .collect();
+        // The attributes as published now, looked up once for the batch.
+        let published: BTreeMap<String, BTreeMap<String, crate::model::Attribute>> = self
+            .node
+            .store
+            .profile()
+            .slice_devices()
+            .into_iter()
+            .map(|d| (d.name, d.attributes))
+            .collect();
+        let pool = self.node_name.clone();
+        let written = tokio::task::spawn_blocking(move || {
+            claims
+                .iter()
+                .map(|c| {
+                    let Some((claim, (devices, pod_claim_name))) = c else {
+                        return Ok(BTreeMap::new());
+                    };
+                    writer.write(&crate::device_metadata::ClaimMetadata {
+                        claim,
+                        pod_claim_name: pod_claim_name.as_deref(),
+                        pool: &pool,
+                        devices: devices
+                            .iter()
+                            .map(|d| (d, published.get(&d.device).cloned().unwrap_or_default()))
+                            .collect(),
+                    })
+                })
+                .collect::<Vec<_>>()
+        })
+        .await;
+        written.unwrap_or_else(|e| {
+            let failed = ClaimError::Read {
+                claim: String::new(),
+                reason: format!("device metadata: the writing task failed: {e}"),
+            };
+            vec![Err(failed); outcomes.len()]
+        })
     }
 
     /// Writes what the profile says of the devices of the claims just prepared, on a task
@@ -199,7 +281,7 @@ impl<D: DeviceProfile> DraPluginService<D> {
             let devices = self.node.store.allocated_devices(&claim.uid);
             let verdict = self.hook.before_unprepare(&claim, &devices).await;
             gated.push(match verdict {
-                Ok(()) => Ok(claim),
+                Ok(()) => self.remove_metadata(claim).await,
                 Err(refusal) => Err(ClaimError::Injected {
                     claim: claim.to_string(),
                     fault: refusal.by,
@@ -208,6 +290,23 @@ impl<D: DeviceProfile> DraPluginService<D> {
             });
         }
         self.node.unprepare(gated).await
+    }
+
+    /// Removes a claim's device metadata files, before the claim leaves the checkpoint
+    /// (files never outlive the claim's record, so a restart finds no stale ones).
+    async fn remove_metadata(&self, claim: ClaimRef) -> Outcome<ClaimRef> {
+        let Some(writer) = self.metadata.clone() else {
+            return Ok(claim);
+        };
+        let name = claim.to_string();
+        tokio::task::spawn_blocking(move || writer.remove(&claim).map(|()| claim))
+            .await
+            .unwrap_or_else(|e| {
+                Err(ClaimError::Read {
+                    claim: name,
+                    reason: format!("device metadata: the removing task failed: {e}"),
+                })
+            })
     }
 
     /// Each allocated device answers with the common device and the profile's devices for
@@ -238,6 +337,16 @@ impl<D: DeviceProfile> DraPluginService<D> {
                 })
             })
             .collect()
+    }
+}
+
+/// Adds each request's metadata CDI id to the first device of that request, as the
+/// upstream helper does: the runtime mounts the file once per container.
+fn add_metadata_ids(outcomes: &mut [DeviceOutcome], mut ids: BTreeMap<String, String>) {
+    for outcome in outcomes {
+        if let Some(id) = ids.remove(&outcome.request) {
+            outcome.cdi_device_ids.push(id);
+        }
     }
 }
 

@@ -371,6 +371,11 @@ impl<D: DeviceProfile> ClaimStore<D> {
         )
     }
 
+    /// The uids of the claims prepared now.
+    pub fn prepared_uids(&self) -> std::collections::BTreeSet<ClaimUid> {
+        self.lock().keys().cloned().collect()
+    }
+
     /// The slice devices a prepared claim was allocated; none if it is not prepared.
     pub fn allocated_devices(&self, uid: &ClaimUid) -> Vec<String> {
         self.lock()

@@ -5,7 +5,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -31,24 +30,6 @@ fn opts<'a>(api: &'a ApiServer, args: &[&str]) -> Options<'a> {
     }
 }
 
-fn v1_claim(uid: &str, name: &str) -> dra_v1::Claim {
-    dra_v1::Claim {
-        namespace: CLAIM_NS.into(),
-        uid: uid.into(),
-        name: name.into(),
-    }
-}
-
-async fn v1_client(
-    dirs: &Dirs,
-) -> dra_v1::dra_plugin_client::DraPluginClient<tonic::transport::Channel> {
-    dra_v1::dra_plugin_client::DraPluginClient::new(
-        dra_kubelet_proto::connect_unix(dirs.dra_socket())
-            .await
-            .unwrap(),
-    )
-}
-
 async fn v1beta1_client(
     dirs: &Dirs,
 ) -> dra_v1beta1::dra_plugin_client::DraPluginClient<tonic::transport::Channel> {
@@ -57,19 +38,6 @@ async fn v1beta1_client(
             .await
             .unwrap(),
     )
-}
-
-async fn prepare_v1(
-    dirs: &Dirs,
-    claims: Vec<dra_v1::Claim>,
-) -> HashMap<String, dra_v1::NodePrepareResourceResponse> {
-    v1_client(dirs)
-        .await
-        .node_prepare_resources(dra_v1::NodePrepareResourcesRequest { claims })
-        .await
-        .unwrap()
-        .into_inner()
-        .into_map()
 }
 
 async fn supported_versions(dirs: &Dirs) -> Vec<String> {

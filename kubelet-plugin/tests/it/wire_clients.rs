@@ -709,20 +709,8 @@ async fn structured_services_answer_foreign_clients_under_every_authority() {
     ];
 
     // What our own client gets, for comparison.
-    let own_claim = |uid: &str, name: &str| dra_kubelet_proto::dra_v1::Claim {
-        namespace: CLAIM_NS.into(),
-        uid: uid.into(),
-        name: name.into(),
-    };
-    let mut own = dra_v1_client(&dirs).await;
-    let answer = own
-        .node_prepare_resources(dra_kubelet_proto::dra_v1::NodePrepareResourcesRequest {
-            claims: vec![own_claim(&good, "good")],
-        })
+    let answer = prepare_v1(&dirs, vec![v1_claim(&good, "good")])
         .await
-        .unwrap()
-        .into_inner()
-        .into_map()
         .remove(&good)
         .unwrap();
     assert_eq!(answer.error, "");
@@ -740,11 +728,7 @@ async fn structured_services_answer_foreign_clients_under_every_authority() {
             })
         })
         .collect();
-    own.node_unprepare_resources(dra_kubelet_proto::dra_v1::NodeUnprepareResourcesRequest {
-        claims: vec![own_claim(&good, "good")],
-    })
-    .await
-    .unwrap();
+    unprepare_v1(&dirs, vec![v1_claim(&good, "good")]).await;
 
     // The devices the health stream must report: the published ones, which are the fake
     // profile's `fake-0`…`fake-<n-1>`.
@@ -839,16 +823,6 @@ async fn structured_services_answer_foreign_clients_under_every_authority() {
     assert_eq!(dirs.spec_files(), vec![kind().spec_file_name("common")]);
 }
 
-async fn dra_v1_client(
-    dirs: &Dirs,
-) -> dra_kubelet_proto::dra_v1::dra_plugin_client::DraPluginClient<tonic::transport::Channel> {
-    dra_kubelet_proto::dra_v1::dra_plugin_client::DraPluginClient::new(
-        dra_kubelet_proto::connect_unix(dirs.dra_socket())
-            .await
-            .unwrap(),
-    )
-}
-
 /// Kubelet 1.28 reads `result.Error` and `result.CDIDevices` of the v1alpha3 answers
 /// directly, not through the getters, on gogo-decoded messages; there a map entry whose
 /// value is absent on the wire (a valid encoding of an empty message) is a nil pointer,
@@ -893,4 +867,87 @@ async fn classic_answers_carry_every_map_value_for_kubelet_1_28() {
     }
     // Not vacuous: at least one form's prepare and unprepare got through (both claims).
     assert!(checked.len() >= 4, "{checked:?} {lines:?}");
+}
+
+/// Device metadata files (`--device-metadata`, KEP-5304) as a workload reads them: through
+/// upstream's own reader, `k8s.io/dynamic-resource-allocation/devicemetadata` v0.37.2
+/// (`wire-client-go metadata`), with its declarative validation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_reader_decodes_device_metadata_files() {
+    let Some(tools) = tools("upstream_reader_decodes_device_metadata_files") else {
+        return;
+    };
+    let api = start_api_version((1, 34)).await;
+    let dirs = Dirs::new();
+    let mut opts = plugin_opts(&api, "structured");
+    opts.extra_args.push("--device-metadata".into());
+    let _plugin = Plugin::start(&dirs, opts).await;
+    let uid = allocated_claim(
+        &api,
+        "v1",
+        "meta",
+        NODE,
+        &[2, 3],
+        Some(claim_config(json!({"count": 2, "split": 2}))),
+    )
+    .await;
+    let answer = prepare_v1(&dirs, vec![v1_claim(&uid, "meta")])
+        .await
+        .remove(&uid)
+        .unwrap();
+    assert_eq!(answer.error, "");
+    let metadata_id = format!("{DRIVER}/metadata={uid}_req");
+    assert!(
+        answer.devices[0].cdi_device_ids.contains(&metadata_id),
+        "{answer:?}"
+    );
+
+    let file = dirs.plugin_dir().join(format!(
+        "dra-device-metadata/{CLAIM_NS}_meta/req/metadata.json"
+    ));
+    let out = Command::new(&tools.go)
+        .arg("metadata")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let line: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(line["ok"], true, "{line}");
+    assert_eq!(
+        line["decoded"], "metadata.resource.k8s.io/v1beta1",
+        "{line}"
+    );
+    assert!(line.get("invalid").is_none(), "upstream validation: {line}");
+    let metadata = &line["metadata"];
+    assert_eq!(metadata["metadata"]["uid"], uid.as_str(), "{line}");
+    assert_eq!(metadata["metadata"]["namespace"], CLAIM_NS, "{line}");
+    assert_eq!(metadata["requests"][0]["name"], "req", "{line}");
+    let devices = metadata["requests"][0]["devices"].as_array().unwrap();
+    let names: Vec<&str> = devices.iter().filter_map(|d| d["name"].as_str()).collect();
+    assert_eq!(names, ["fake-2", "fake-3"], "{line}");
+    assert!(
+        devices.iter().all(|d| d["pool"] == NODE
+            && d["driver"] == DRIVER
+            && d["attributes"].as_object().is_some_and(|a| !a.is_empty())),
+        "every device with its published attributes: {line}"
+    );
+
+    // A stream upstream's reader cannot use is refused by it, not silently accepted: the
+    // check above could fail.
+    let garbage = dirs.root.path().join("garbage.json");
+    std::fs::write(
+        &garbage,
+        br#"{"kind":"DeviceMetadata","apiVersion":"metadata.resource.k8s.io/v9"}"#,
+    )
+    .unwrap();
+    let out = Command::new(&tools.go)
+        .arg("metadata")
+        .arg(&garbage)
+        .output()
+        .unwrap();
+    let line: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(line["ok"], false, "{line}");
+
+    unprepare_v1(&dirs, vec![v1_claim(&uid, "meta")]).await;
+    assert!(!file.exists());
 }

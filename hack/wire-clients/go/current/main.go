@@ -6,6 +6,7 @@
 // Usage: wire-client-go --input FILE     (JSON lines on stdout)
 //
 //	wire-client-go probe SOCKET     (serves the authority probe until killed)
+//	wire-client-go metadata FILE... (decodes device metadata files, a JSON line each)
 package main
 
 import (
@@ -33,6 +34,10 @@ func main() {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
+		return
+	}
+	if len(os.Args) >= 3 && os.Args[1] == "metadata" {
+		decodeMetadataFiles(os.Args[2:])
 		return
 	}
 	in := wire.ReadInput()

@@ -7,7 +7,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use dra_kubelet_plugin::cdi::CdiKind;
-use dra_kubelet_proto::{pluginregistration as reg, v1alpha2, v1alpha3};
+use dra_kubelet_proto::{dra_v1, pluginregistration as reg, v1alpha2, v1alpha3};
 use fake_dra_api::handle::AllocationHandle;
 use fake_dra_kubelet_plugin::fake::devices::{DEFAULT_MODELS, Inventory};
 use tonic::transport::Channel;
@@ -277,6 +277,52 @@ fn driver_crds() -> Vec<String> {
 }
 
 /// The emulated apiserver with the driver's namespace, as the deploy manifests create it.
+/// A claim in the test namespace as a structured kubelet names it.
+pub fn v1_claim(uid: &str, name: &str) -> dra_v1::Claim {
+    dra_v1::Claim {
+        namespace: support::CLAIM_NS.into(),
+        uid: uid.into(),
+        name: name.into(),
+    }
+}
+
+/// A `dra.v1` client on the plugin's DRA socket, as kubelets 1.34+ call it.
+pub async fn v1_client(dirs: &Dirs) -> dra_v1::dra_plugin_client::DraPluginClient<Channel> {
+    dra_v1::dra_plugin_client::DraPluginClient::new(
+        dra_kubelet_proto::connect_unix(dirs.dra_socket())
+            .await
+            .unwrap(),
+    )
+}
+
+/// `dra.v1` `NodePrepareResources`: the answer per claim uid.
+pub async fn prepare_v1(
+    dirs: &Dirs,
+    claims: Vec<dra_v1::Claim>,
+) -> std::collections::HashMap<String, dra_v1::NodePrepareResourceResponse> {
+    v1_client(dirs)
+        .await
+        .node_prepare_resources(dra_v1::NodePrepareResourcesRequest { claims })
+        .await
+        .unwrap()
+        .into_inner()
+        .into_map()
+}
+
+/// `dra.v1` `NodeUnprepareResources`: the answer per claim uid.
+pub async fn unprepare_v1(
+    dirs: &Dirs,
+    claims: Vec<dra_v1::Claim>,
+) -> std::collections::HashMap<String, dra_v1::NodeUnprepareResourceResponse> {
+    v1_client(dirs)
+        .await
+        .node_unprepare_resources(dra_v1::NodeUnprepareResourcesRequest { claims })
+        .await
+        .unwrap()
+        .into_inner()
+        .into_map()
+}
+
 pub async fn start_api() -> fake_dra_emulator::apiserver::ApiServer {
     let _ = rustls::crypto::ring::default_provider().install_default();
     use fake_dra_emulator::apiserver::{ApiServer, ApiServerOptions};
