@@ -250,3 +250,37 @@ fn reconcile_restores_specs_of_prepared_claims_and_drops_the_rest() {
         1
     );
 }
+
+#[test]
+fn a_claim_of_128_devices_is_one_file_per_request() {
+    let tmp = tempfile::tempdir().unwrap();
+    let w = writer(tmp.path(), &MetadataVersion::ALL);
+    let c = claim("big");
+    let devices: Vec<AllocatedDevice> = (0..128)
+        .map(|i| AllocatedDevice::new("gpus", format!("gpu-{i}")))
+        .collect();
+    let ids = w
+        .write(&ClaimMetadata {
+            claim: &c,
+            pod_claim_name: None,
+            pool: "node-1",
+            devices: devices.iter().map(|d| (d, attrs())).collect(),
+        })
+        .unwrap();
+    assert_eq!(ids.len(), 1);
+    let bytes = std::fs::read(
+        tmp.path()
+            .join("plugin/dra-device-metadata/team-a_big/gpus/metadata.json"),
+    )
+    .unwrap();
+    let docs: Vec<serde_json::Value> = serde_json::Deserializer::from_slice(&bytes)
+        .into_iter()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(docs.len(), 2);
+    for doc in &docs {
+        assert_eq!(doc["requests"][0]["devices"].as_array().unwrap().len(), 128);
+    }
+    // Well under what a runtime reads without complaint.
+    assert!(bytes.len() < 256 << 10, "{} bytes", bytes.len());
+}

@@ -27,7 +27,7 @@ use super::models::{
 use crate::gpu::devices::MAX_GPUS_PER_NODE;
 use crate::shared::prepared::NodeDevices;
 use crate::shared::{
-    ATTR_PCI_BUS_ID, ATTR_PCIE_ROOT, check_publishable, pci_placement, stable_uuid,
+    ATTR_NUMA_NODE, ATTR_PCI_BUS_ID, ATTR_PCIE_ROOT, check_publishable, pci_placement, stable_uuid,
 };
 
 /// The `type` attribute of a whole GPU.
@@ -167,6 +167,8 @@ pub struct Gpu {
     pub pcie_root: String,
     /// `0000:BB:00.0`.
     pub bus_id: String,
+    /// The NUMA node of its socket.
+    pub numa_node: i64,
 }
 
 impl Gpu {
@@ -315,6 +317,7 @@ impl NodeLayout {
                     uuid: gpu_uuid(node, minor),
                     pcie_root: pci.pcie_root,
                     bus_id: pci.bus_id,
+                    numa_node: pci.numa_node,
                 });
             }
         }
@@ -456,6 +459,8 @@ fn common_attributes(g: &Gpu) -> BTreeMap<String, Attribute> {
         ("cudaDriverVersion".to_owned(), version(CUDA_DRIVER_VERSION)),
         (ATTR_PCI_BUS_ID.to_owned(), string(&g.bus_id)),
         (ATTR_PCIE_ROOT.to_owned(), string(&g.pcie_root)),
+        // Scalar, as the real driver publishes it without its DRAListTypeAttributes gate.
+        (ATTR_NUMA_NODE.to_owned(), Attribute::Int(g.numa_node)),
     ])
 }
 

@@ -113,6 +113,10 @@ fn an_a100_40gb_with_mig_publishes_the_real_drivers_names_attributes_and_counter
                 "resource.kubernetes.io/pcieRoot".to_owned(),
                 string("pci0000:00"),
             ),
+            (
+                "resource.kubernetes.io/numaNode".to_owned(),
+                Attribute::Int(0),
+            ),
         ]);
         for (k, v) in extra {
             attrs.insert((*k).to_owned(), v.clone());
@@ -253,20 +257,27 @@ fn gpus_without_mig_publish_their_memory_and_no_counters() {
         version("9.0.0")
     );
     // What the real driver does not publish, this profile does not either.
-    for absent in [
-        "index",
-        "minor",
-        "model",
-        "resource.kubernetes.io/numaNode",
-        "addressingMode",
-    ] {
+    for absent in ["index", "minor", "model", "addressingMode"] {
         assert!(!l4.attributes.contains_key(absent), "{absent}");
     }
-    // The second half of the GPUs is on the second PCIe root.
+    // The second half of the GPUs is on the second PCIe root and NUMA node, MIG devices
+    // with their GPU.
     assert_eq!(
         device(&devices, "gpu-3").attributes["resource.kubernetes.io/pcieRoot"],
         string("pci0000:80")
     );
+    assert_eq!(
+        l4.attributes["resource.kubernetes.io/numaNode"],
+        Attribute::Int(0)
+    );
+    for d in devices.iter().filter(|d| d.name.starts_with("gpu-3")) {
+        assert_eq!(
+            d.attributes["resource.kubernetes.io/numaNode"],
+            Attribute::Int(1),
+            "{}",
+            d.name
+        );
+    }
 }
 
 /// The memory slices a device's counters take.
