@@ -8,6 +8,12 @@
 #     the chart (it names the release that owns the driver);
 #  4. the seed demo (hack/demo.sh) runs on it: pod0 sees 8 distinct devices; the plugin's
 #     /metrics, through the chart's metrics Service, answers in OpenMetrics;
+#  4b. the opt-ins: helm upgrade --set kubeletPlugin.deviceMetadata=true,
+#     kubeletPlugin.seamlessUpgrade=true, its rollout sampled every 0.2 s: two plugin pods
+#     side by side at some point (maxSurge 1), the node's ResourceSlice in every sample;
+#     then a pod prints the device metadata file of its claim
+#     (deploy/examples/structured/features/device-metadata.yaml) where upstream's layout
+#     puts it (the times are printed);
 #  5. helm uninstall leaves nothing of the release: no object labelled with it in any
 #     namespace, no CRD, class, cluster role, admission policy, and (after the kubelet's
 #     wiping delay) no ResourceSlice of the driver; the CRDs are templates of the chart, so
@@ -106,6 +112,53 @@ metrics="$(kubectl get --raw "/api/v1/namespaces/fake-dra/services/http:fake-dra
   || die "reading /metrics through the Service failed: $metrics"
 contains_line "$metrics" "# EOF" || die "/metrics through the Service is not OpenMetrics text:"$'\n'"$metrics"
 echo "the metrics Service answers: $(grep -c '^fake_dra_kubelet_plugin' <<<"$metrics") samples"
+
+echo "== 4b. the opt-ins: device metadata files, seamless upgrade"
+# The upgrade's own rollout runs under the new strategy (maxSurge 1, maxUnavailable 0),
+# sampled every 0.2 s: the node's slices and the plugin's pods. It runs while no claim is
+# being prepared: the old instance (one-instance sockets, no lock) overlaps the new one.
+samples="$(mktemp)"
+(
+  while :; do
+    n_slices="$(kubectl get resourceslices --field-selector "spec.nodeName=$NODE_NAME,spec.driver=$driver" -o name 2>/dev/null | grep -c . || true)"
+    n_pods="$(kubectl -n fake-dra get pods -l app.kubernetes.io/name=fake-dra-kubelet-plugin -o name 2>/dev/null | grep -c . || true)"
+    echo "$SECONDS $n_slices $n_pods"
+    sleep 0.2
+  done
+) >"$samples" &
+sampler=$!
+t_rollout=$SECONDS
+"$helm" upgrade fake-dra "$chart" -n fake-dra --reuse-values \
+  --set kubeletPlugin.deviceMetadata=true,kubeletPlugin.seamlessUpgrade=true --wait --timeout 180s
+kubectl -n fake-dra rollout status daemonset/fake-dra-kubelet-plugin --timeout=180s
+kill "$sampler" 2>/dev/null || true
+wait "$sampler" 2>/dev/null || true
+read -r n_samples max_gap max_pods < <(awk '
+  { n++; if ($2 == 0) { gap++; if (gap > max) max = gap } else gap = 0; if ($3 > pods) pods = $3 }
+  END { print n + 0, max + 0, pods + 0 }' "$samples")
+echo "rollout of $((SECONDS - t_rollout)) s sampled $n_samples times: at most $max_pods plugin pods at once; longest run without the node's slice: $max_gap samples"
+((n_samples > 0)) || die "the rollout was not sampled: $(cat "$samples")"
+((max_pods >= 2)) || die "the plugin pods never ran side by side (maxSurge 1 under seamlessUpgrade); samples: $(tail -n 20 "$samples")"
+((max_gap == 0)) || die "the node had no ResourceSlice for $max_gap samples during the rollout; samples: $(cat "$samples")"
+rm -f "$samples"
+t_pod=$SECONDS
+kubectl apply -f "$ROOT/deploy/examples/structured/features/device-metadata.yaml"
+pod_running() {
+  local phase
+  phase="$(kubectl -n "$1" get pod "$2" -o jsonpath='{.status.phase}' 2>&1)" || { echo "$phase"; return 1; }
+  [[ "$phase" == Running ]] || { echo "phase: ${phase:-none}"; return 1; }
+}
+wait_for "metadata-demo/pod0 to run" 120 pod_running metadata-demo pod0 \
+  || { kubectl -n metadata-demo describe pod pod0 >&2 || true; die "metadata-demo/pod0 did not run"; }
+echo "a pod with a claim ran $((SECONDS - t_pod)) s after it was created, $((SECONDS - t_rollout)) s after the rollout began"
+log="$(kubectl -n metadata-demo logs pod0)" || die "kubectl logs metadata-demo/pod0 failed: $log"
+for want in '"apiVersion": "metadata.resource.k8s.io/v1beta1"' '"apiVersion": "metadata.resource.k8s.io/v1alpha1"' \
+  '"podClaimName": "gpu"' '"name": "devices"' "\"pool\": \"$NODE_NAME\""; do
+  [[ "$log" == *"$want"* ]] || die "pod0's device metadata file lacks $want; pod0 printed:"$'\n'"$log"
+done
+echo "pod0 read its device metadata file: $(grep -c '"driver"' <<<"$log") device entries over both versions; its first object:"
+sed -n '1,/^}/p' <<<"$log"
+kubectl delete namespace metadata-demo --wait=true --timeout=120s
 
 echo "== 5. helm uninstall"
 "$helm" uninstall fake-dra -n fake-dra --wait --timeout 120s

@@ -840,6 +840,47 @@ fn the_helm_chart_renders_what_the_overlays_render() {
 /// namespace (objects, binding subjects, the admission policies' user), the driver name
 /// (plugin env and directories, the class), the kubelet directory, devices, image, log
 /// format, scheduling; and a bad mode is refused.
+/// The opt-ins reach the plugin: its pod UID and the rollout strategy that lets two
+/// instances overlap, and the device metadata switch; neither is there by default.
+#[test]
+fn the_helm_opt_ins_reach_the_plugin() {
+    let Some(helm) = helm() else { return };
+    let plugin = |values: &[&str]| {
+        let objects = helm_template(helm, "fake-dra", values);
+        find(&objects, "DaemonSet", PLUGIN_SA).clone()
+    };
+    let ds = plugin(&[
+        "mode=structured",
+        "kubeletPlugin.seamlessUpgrade=true",
+        "kubeletPlugin.deviceMetadata=true",
+    ]);
+    let c = &ds["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        env(c, "FAKE_DRA_POD_UID")["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.uid"
+    );
+    assert_eq!(env(c, "FAKE_DRA_DEVICE_METADATA")["value"], "true");
+    assert_eq!(
+        ds["spec"]["updateStrategy"],
+        serde_json::json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}})
+    );
+    let ds = plugin(&["mode=structured"]);
+    let names: Vec<&str> = ds["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert!(
+        !names.contains(&"FAKE_DRA_POD_UID") && !names.contains(&"FAKE_DRA_DEVICE_METADATA"),
+        "{names:?}"
+    );
+    assert_eq!(
+        ds["spec"]["updateStrategy"],
+        serde_json::json!({"type": "RollingUpdate"})
+    );
+}
+
 #[test]
 fn the_helm_values_reach_every_place() {
     let Some(helm) = helm() else { return };
@@ -986,6 +1027,14 @@ fn the_helm_values_reach_every_place() {
     refused(
         &["mode=classic", "kubeletPlugin.profile=nvidia"],
         "kubeletPlugin.profile=nvidia needs mode=structured",
+    );
+    refused(
+        &["mode=classic", "kubeletPlugin.seamlessUpgrade=true"],
+        "kubeletPlugin.seamlessUpgrade needs mode=structured",
+    );
+    refused(
+        &["kubeletPlugin.deviceMetadata=yes"],
+        "/kubeletPlugin/deviceMetadata",
     );
     refused(
         &["kubeletPlugin.nvidiaGpus=A100-80GB:8:partitioned"],

@@ -70,6 +70,9 @@ labels:
 {{- if and (has .Values.kubeletPlugin.profile (list "gpu" "nvidia")) (eq .Values.mode "classic") -}}
 {{- fail (printf "kubeletPlugin.profile=%s needs mode=structured: the %s profile is structured DRA only (Kubernetes 1.32+)" .Values.kubeletPlugin.profile .Values.kubeletPlugin.profile) -}}
 {{- end -}}
+{{- if and .Values.kubeletPlugin.seamlessUpgrade (eq .Values.mode "classic") -}}
+{{- fail "kubeletPlugin.seamlessUpgrade needs mode=structured: classic kubelets (1.27-1.30) know one plugin instance per driver, and two pods of the rollout would take each other's sockets" -}}
+{{- end -}}
 {{- .Values.mode -}}
 {{- end }}
 
