@@ -26,20 +26,7 @@ fn bench(c: &mut Criterion) {
         .build()
         .unwrap();
     let api = rt.block_on(start_api());
-    // FAKE_DRA_BENCH_DIR puts the plugin's files elsewhere, e.g. on a tmpfs such as
-    // /dev/shm (which /var/run/cdi is on a real node) to separate fsync cost from the rest.
-    let dirs = match std::env::var_os("FAKE_DRA_BENCH_DIR") {
-        Some(dir) => {
-            let root = tempfile::tempdir_in(dir).unwrap();
-            let cdi_root = root.path().join("cdi");
-            Dirs {
-                root,
-                cdi_root,
-                driver: DRIVER,
-            }
-        }
-        None => Dirs::new(),
-    };
+    let dirs = Dirs::for_bench();
     let plugin = rt.block_on(Plugin::start(
         &dirs,
         Options {

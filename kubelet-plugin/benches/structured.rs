@@ -4,6 +4,10 @@
 //!
 //! `cargo bench -p fake-dra-kubelet-plugin --bench structured`
 //!
+//! With `FAKE_DRA_BENCH_DEVICE_METADATA=1` the plugin also writes device metadata files
+//! (`--device-metadata`): one more file and CDI spec per request of each claim. With
+//! `FAKE_DRA_BENCH_DIR=/dev/shm` its files are on a tmpfs.
+//!
 //! The plugin is the real binary against the emulated apiserver of Kubernetes 1.34; each
 //! structured prepare includes the plugin's GET of the claim over HTTP. The slice
 //! benchmark deletes the node's slice and times until the plugin has published a new one
@@ -86,19 +90,20 @@ fn bench(c: &mut Criterion) {
         .build()
         .unwrap();
     let api = rt.block_on(start_api_1_34());
-    let dirs = Dirs::new();
+    let dirs = Dirs::for_bench();
+    let mut extra_args: Vec<String> = ["--num-devices", "128", "--mode", "structured"]
+        .map(String::from)
+        .into();
+    if std::env::var_os("FAKE_DRA_BENCH_DEVICE_METADATA").is_some_and(|v| v == "1") {
+        extra_args.push("--device-metadata".into());
+    }
     let plugin = rt.block_on(Plugin::start(
         &dirs,
         Options {
             node: NODE,
             kubeconfig: api.kubeconfig(),
             env: vec![],
-            extra_args: vec![
-                "--num-devices".into(),
-                "128".into(),
-                "--mode".into(),
-                "structured".into(),
-            ],
+            extra_args,
         },
     ));
     let channel = rt

@@ -250,8 +250,10 @@ impl MetadataWriter {
         Ok(ids)
     }
 
-    /// Removes the claim's files and specs; nothing there is not an error, and a claim
+    /// Removes the claim's files and their specs (one per request directory found, so the
+    /// cost does not grow with the CDI dir); nothing there is not an error, and a claim
     /// whose names could never have been written (unsafe as a path) has nothing to remove.
+    /// A spec whose file went missing some other way is left to [`Self::reconcile`].
     pub fn remove(&self, claim: &ClaimRef) -> Result<(), ClaimError> {
         let io = |action, path: &Path| {
             let path = path.display().to_string();
@@ -262,28 +264,22 @@ impl MetadataWriter {
                 error: e.to_string(),
             }
         };
-        if check_path_names(claim).is_ok() {
-            let dir = self.claim_dir(claim);
-            match std::fs::remove_dir_all(&dir) {
-                Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                    return Err(io("remove", &dir)(e));
-                }
-                _ => {}
-            }
+        if check_path_names(claim).is_err() {
+            return Ok(());
         }
-        let prefix = self.spec_prefix(&claim.uid);
-        let entries = match std::fs::read_dir(&self.cdi_root) {
+        let dir = self.claim_dir(claim);
+        let requests = match std::fs::read_dir(&dir) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            other => other.map_err(io("list", &self.cdi_root))?,
+            other => other.map_err(io("list", &dir))?,
         };
-        for entry in entries.flatten() {
-            let file = entry.file_name();
-            let file = file.to_string_lossy();
-            if file.starts_with(&prefix) && file.ends_with(".json") {
-                fsutil::remove_if_exists(&entry.path()).map_err(io("remove", &entry.path()))?;
-            }
+        for request in requests.flatten() {
+            let base = request.file_name().to_string_lossy().into_owned();
+            let spec = self
+                .cdi_root
+                .join(format!("{}{base}.json", self.spec_prefix(&claim.uid)));
+            fsutil::remove_if_exists(&spec).map_err(io("remove", &spec))?;
         }
-        Ok(())
+        std::fs::remove_dir_all(&dir).map_err(io("remove", &dir))
     }
 
     /// At start: the CDI specs of the files of claims still prepared are written again
@@ -317,7 +313,33 @@ impl MetadataWriter {
                 Ok(false) | Err(_) => {}
             }
         }
+        if remove_stale {
+            self.remove_orphan_specs(prepared)?;
+        }
         Ok((kept, removed))
+    }
+
+    /// Removes the specs of ours (`<driver>_metadata_<uid>_*.json`) whose claim is not
+    /// prepared: what a metadata directory removed behind the plugin's back left.
+    fn remove_orphan_specs(&self, prepared: &BTreeSet<ClaimUid>) -> io::Result<()> {
+        let prefix = format!("{}_metadata_", self.driver);
+        let entries = match std::fs::read_dir(&self.cdi_root) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            other => other?,
+        };
+        for entry in entries.flatten() {
+            let file = entry.file_name();
+            let file = file.to_string_lossy();
+            let Some(rest) = file.strip_prefix(&prefix) else {
+                continue;
+            };
+            let uid = rest.split('_').next().unwrap_or_default();
+            let held = ClaimUid::parse(uid).is_ok_and(|uid| prepared.contains(&uid));
+            if !held && file.ends_with(".json") {
+                fsutil::remove_if_exists(&entry.path())?;
+            }
+        }
+        Ok(())
     }
 
     /// Writes the specs of one claim's files if the claim is still prepared.

@@ -43,6 +43,23 @@ impl Dirs {
             driver: DRIVER,
         }
     }
+    /// For a benchmark: under `FAKE_DRA_BENCH_DIR` if set (e.g. a tmpfs such as /dev/shm,
+    /// which /var/run/cdi is on a real node, to separate file-system cost from the rest),
+    /// else as [`Dirs::new`].
+    pub fn for_bench() -> Self {
+        match std::env::var_os("FAKE_DRA_BENCH_DIR") {
+            Some(dir) => {
+                let root = tempfile::tempdir_in(dir).unwrap();
+                let cdi_root = root.path().join("cdi");
+                Self {
+                    root,
+                    cdi_root,
+                    driver: DRIVER,
+                }
+            }
+            None => Self::new(),
+        }
+    }
     /// With CDI specs in `cdi_root` (e.g. /var/run/cdi for podman), for a plugin started
     /// with `--driver-name driver`.
     pub fn shared_cdi_root(cdi_root: PathBuf, driver: &'static str) -> Self {
