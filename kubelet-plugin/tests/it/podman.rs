@@ -18,6 +18,9 @@ use fake_dra_kubelet_plugin::fake::devices::children;
 const NODE: &str = "podman-node";
 /// Short enough for classic mode's CDI annotation key (≤ 26 characters).
 const TEST_DRIVER: &str = "podman.fake-dra.test";
+/// The metadata test's own: the tests run at once, and a plugin that finds another
+/// plugin's claim specs of its driver in /var/run/cdi refuses to start.
+const METADATA_DRIVER: &str = "podman-md.fake-dra.test";
 
 fn find(name: &str) -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|paths| {
@@ -149,7 +152,7 @@ async fn podman_mounts_the_device_metadata_file() {
         return;
     };
     let api = start_api_version((1, 34)).await;
-    let dirs = Dirs::shared_cdi_root(PathBuf::from("/var/run/cdi"), TEST_DRIVER);
+    let dirs = Dirs::shared_cdi_root(PathBuf::from("/var/run/cdi"), METADATA_DRIVER);
     let plugin = Plugin::start(
         &dirs,
         Options {
@@ -158,7 +161,7 @@ async fn podman_mounts_the_device_metadata_file() {
             env: vec![],
             extra_args: vec![
                 "--driver-name".into(),
-                TEST_DRIVER.into(),
+                METADATA_DRIVER.into(),
                 "--mode".into(),
                 "structured".into(),
                 "--device-metadata".into(),
@@ -171,7 +174,7 @@ async fn podman_mounts_the_device_metadata_file() {
         &api,
         "v1",
         "meta",
-        TEST_DRIVER,
+        METADATA_DRIVER,
         NODE,
         &devices,
         Some(claim_config(serde_json::json!({"count": 1, "split": 1}))),
@@ -188,7 +191,7 @@ async fn podman_mounts_the_device_metadata_file() {
         .collect();
 
     let path = format!(
-        "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/meta/req/{TEST_DRIVER}-metadata.json"
+        "/var/run/kubernetes.io/dra-device-attributes/resourceclaims/meta/req/{METADATA_DRIVER}-metadata.json"
     );
     // The file, then proof that it is read-only.
     let script = format!("cat {path} && ! (echo x >> {path}) 2>/dev/null && echo read-only");

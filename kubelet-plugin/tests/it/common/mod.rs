@@ -199,7 +199,7 @@ impl Plugin {
         let deadline = Instant::now() + STARTUP_LIMIT;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("plugin exited during startup: {status}");
+                panic!("plugin exited during startup: {status} (its error is on stderr, above)");
             }
             if dirs.reg_socket().exists()
                 && let Ok(mut c) = registration(dirs).await
