@@ -191,8 +191,8 @@ pub mod slices {
     };
     #[cfg(feature = "fleet")]
     pub use crate::slice_controller::{
-        Accepted, PoolWriter, ReconcileError, Reconciled, counter_layout, node_owner,
-        node_slices_selector,
+        Accepted, PoolController, PoolScope, PoolStats, PoolWriter, ReconcileError, Reconciled,
+        counter_layout, node_owner, node_slices_selector,
     };
 }
 

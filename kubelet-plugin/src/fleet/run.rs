@@ -1,13 +1,10 @@
 //! Fleet mode's adapter: creates the nodes it is asked to (and keeps their heartbeat
-//! Leases fresh), follows the nodes its label selector picks, and keeps one pool of
-//! slices per node published through [`PoolWriter`] — many nodes at a time, each written
-//! only when what it should publish differs from what it last wrote.
-//!
-//! What was last written is kept per node, so a steady fleet costs no requests; a watch
-//! of the driver's slices notices what someone else changed or deleted (that node is
-//! listed again and rewritten), and a write refused for a stale resourceVersion re-lists.
+//! Leases fresh), follows the nodes its label selector picks, and tells the library's
+//! [`PoolController`] what each node's pool holds (the profile's devices with the
+//! faults). The controller publishes them, as it does the node plugin's one pool: many
+//! at a time, each written only when it differs from what was last written.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -17,7 +14,6 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::resource::{v1, v1beta1};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, ResourceExt};
@@ -33,10 +29,8 @@ use crate::faults::{Fault, NodeFaults, claim_status};
 use crate::registry::NodeProfile;
 use dra_kubelet_plugin::device::SliceDevice;
 use dra_kubelet_plugin::device::{CounterLayout, SliceSplit};
-use dra_kubelet_plugin::mode::ResourceApi;
 use dra_kubelet_plugin::slices;
-use dra_kubelet_plugin::slices::{Accepted, PoolWriter, ReconcileError};
-use dra_kubelet_plugin::slices::{Desired, PublishedSlice};
+use dra_kubelet_plugin::slices::{Desired, PoolController, PoolScope, PoolWriter};
 
 /// Everything fleet mode is configured with.
 #[derive(Debug, Clone)]
@@ -91,13 +85,6 @@ struct NodeState {
     uid: String,
     /// The profile's devices, before faults; `Err` when the inventory refuses the node.
     devices: Option<Result<PoolDevices, String>>,
-    /// The slices as last written (or listed).
-    record: Vec<PublishedSlice>,
-    /// Someone else changed the node's slices: list them before writing.
-    needs_list: bool,
-    last_generation: i64,
-    accepted: Accepted,
-    in_sync: bool,
 }
 
 /// The fleet's counters, for /metrics and the end-of-sync log.
@@ -131,31 +118,72 @@ impl FleetMetrics {
 /// The devices fleet mode publishes for a node.
 pub type Profiles = Arc<dyn Fn(&str) -> Result<Box<dyn NodeProfile>, String> + Send + Sync>;
 
-/// Shared between the publishing loop and the watches.
-struct Shared {
+/// The fleet's nodes, and what turns each into the pool the controller publishes.
+struct Fleet {
     nodes: Mutex<BTreeMap<String, NodeState>>,
-    dirty: Mutex<BTreeSet<String>>,
-    wake: Notify,
+    pools: PoolController,
+    driver: String,
+    layout: CounterLayout,
+    profiles: Profiles,
+    faults: fault_watch::Faults,
+    device_names: DeviceNames,
 }
 
-impl Shared {
-    fn mark(&self, node: &str) {
-        if let Ok(mut d) = self.dirty.lock() {
-            d.insert(node.to_owned());
-        }
-        self.wake.notify_one();
+impl Fleet {
+    /// Tells the controller what `node`'s pool holds now: its profile's devices (asked
+    /// for once) with the faults.
+    fn publish(&self, node: &str) {
+        let (uid, (base, counter_sets, split)) = {
+            let mut nodes = lock(&self.nodes);
+            let Some(state) = nodes.get_mut(node) else {
+                return;
+            };
+            let built = state.devices.get_or_insert_with(|| {
+                let built = (self.profiles)(node)
+                    .map(|p| (p.slice_devices(), p.counter_sets(), p.slice_split()));
+                match &built {
+                    Ok((devices, _, _)) => {
+                        if let Ok(mut names) = self.device_names.write() {
+                            names.insert(
+                                node.to_owned(),
+                                devices.iter().map(|d| d.name.clone()).collect(),
+                            );
+                        }
+                    }
+                    Err(e) => {
+                        error!(%node, error = %e, "no devices for this node: its inventory is refused");
+                    }
+                }
+                built
+            });
+            match built {
+                Ok(devices) => (state.uid.clone(), devices.clone()),
+                Err(_) => return,
+            }
+        };
+        let names: Vec<String> = base.iter().map(|d| d.name.clone()).collect();
+        let node_faults = NodeFaults::resolve(node, &names, &self.faults.borrow());
+        let desired = Desired {
+            driver: self.driver.clone(),
+            node_name: node.to_owned(),
+            devices: node_faults.overlay(
+                &base,
+                &self.driver,
+                dra_kubelet_plugin::device::TaintRules::of(self.layout),
+            ),
+            counter_sets,
+            layout: self.layout,
+            split,
+        };
+        let owner = (!uid.is_empty()).then(|| node_owner(node, &uid));
+        self.pools.set(desired, owner);
     }
 
-    fn mark_all(&self) {
-        let names: Vec<String> = self
-            .nodes
-            .lock()
-            .map(|n| n.keys().cloned().collect())
-            .unwrap_or_default();
-        if let Ok(mut d) = self.dirty.lock() {
-            d.extend(names);
+    fn publish_all(&self) {
+        let names: Vec<String> = lock(&self.nodes).keys().cloned().collect();
+        for node in names {
+            self.publish(&node);
         }
-        self.wake.notify_one();
     }
 }
 
@@ -269,14 +297,19 @@ async fn run_until(
         }
         return creation;
     }
-    // The slices as they are now, grouped by node: one list for the whole fleet. Listed
-    // before any watch or writer starts: a failure here is the fleet's last word (it was
-    // followed by the DeviceFault watch's warning) and takes back the nodes it created.
-    let all = match writer
-        .list(&format!("spec.driver={}", config.driver_name))
-        .await
+    // The slices as they are now: one list for the whole fleet, before any watch starts,
+    // so a failure here is the fleet's last word (it was followed by the DeviceFault
+    // watch's warning) and takes back the nodes it created.
+    let pools = match PoolController::start(
+        client.clone(),
+        api,
+        config.driver_name.clone(),
+        PoolScope::AllNodes,
+        config.concurrency,
+    )
+    .await
     {
-        Ok(all) => all,
+        Ok(pools) => pools,
         Err(e) => {
             if let Some(h) = http {
                 h.abort();
@@ -296,13 +329,17 @@ async fn run_until(
         ))
     });
 
-    let shared = Arc::new(Shared {
-        nodes: Mutex::new(BTreeMap::new()),
-        dirty: Mutex::new(BTreeSet::new()),
-        wake: Notify::new(),
-    });
     let (faults, fault_task) = fault_watch::start(client.clone());
     let device_names: DeviceNames = Arc::default();
+    let fleet = Arc::new(Fleet {
+        nodes: Mutex::new(BTreeMap::new()),
+        pools,
+        driver: config.driver_name.clone(),
+        layout,
+        profiles,
+        faults: faults.clone(),
+        device_names: device_names.clone(),
+    });
     // Woken when a node leaves, so the faults' status stops naming it.
     let fleet_changed = Arc::new(Notify::new());
 
@@ -310,26 +347,12 @@ async fn run_until(
     let nodes_task = tokio::spawn(watch_nodes(
         client.clone(),
         config.node_selector.clone(),
-        shared.clone(),
-        writer.clone(),
-        config.driver_name.clone(),
+        fleet.clone(),
         Leaving {
             device_names: device_names.clone(),
             changed: fleet_changed.clone(),
             slice_deletions: Arc::new(tokio::sync::Semaphore::new(config.concurrency)),
         },
-    ));
-    let mut by_node: BTreeMap<String, Vec<PublishedSlice>> = BTreeMap::new();
-    for s in all {
-        if let Some(n) = s.node_name.clone() {
-            by_node.entry(n).or_default().push(s);
-        }
-    }
-    let slices_task = tokio::spawn(watch_slices(
-        client.clone(),
-        api,
-        config.driver_name.clone(),
-        shared.clone(),
     ));
     let reporter = tokio::spawn(report_faults(
         client.clone(),
@@ -364,56 +387,24 @@ async fn run_until(
     };
     let fault_changes = {
         let mut changes = faults.clone();
-        let shared = shared.clone();
+        let fleet = fleet.clone();
         tokio::spawn(async move {
             while changes.changed().await.is_ok() {
-                shared.mark_all();
+                fleet.publish_all();
             }
         })
     };
 
-    let publisher = NodePublisher {
-        config: config.clone(),
-        nodes: Api::all(client.clone()),
-        writer,
-        layout,
-        profiles,
-        faults,
-        device_names,
-        metrics: metrics.clone(),
-        shared: shared.clone(),
-    };
     let mut shutdown = std::pin::pin!(stopped(stop));
     let mut announced = false;
-    let mut seeded: BTreeSet<String> = BTreeSet::new();
+    let mut stats = fleet.pools.stats();
     loop {
-        // Hand the listed slices to nodes as they join.
-        {
-            let mut nodes = lock(&shared.nodes);
-            for (name, state) in nodes.iter_mut() {
-                if seeded.insert(name.clone()) {
-                    state.record = by_node.remove(name).unwrap_or_default();
-                    state.last_generation =
-                        state.record.iter().map(|s| s.generation).max().unwrap_or(0);
-                }
-            }
-            metrics.nodes.store(nodes.len() as u64, Ordering::Relaxed);
-        }
-        let batch: Vec<String> = std::mem::take(&mut *lock(&shared.dirty))
-            .into_iter()
-            .collect();
-        if !batch.is_empty() {
-            futures::stream::iter(batch.into_iter().map(|n| publisher.publish(n)))
-                .buffer_unordered(config.concurrency.max(1))
-                .collect::<Vec<()>>()
-                .await;
-        }
-        let (total, synced) = {
-            let nodes = lock(&shared.nodes);
-            (nodes.len(), nodes.values().filter(|s| s.in_sync).count())
-        };
-        metrics.in_sync.store(synced as u64, Ordering::Relaxed);
-        if !announced && total > 0 && synced == total && total >= config.create_nodes {
+        let now = *stats.borrow_and_update();
+        let total = lock(&fleet.nodes).len();
+        metrics.nodes.store(total as u64, Ordering::Relaxed);
+        metrics.in_sync.store(now.in_sync as u64, Ordering::Relaxed);
+        metrics.pool_writes.store(now.writes, Ordering::Relaxed);
+        if !announced && total > 0 && now.in_sync == total && total >= config.create_nodes {
             announced = true;
             ready.store(true, Ordering::SeqCst);
             let requests = metrics.requests.total();
@@ -426,22 +417,14 @@ async fn run_until(
             );
         }
         tokio::select! {
-            _ = shared.wake.notified() => {}
-            _ = tokio::time::sleep(Duration::from_secs(30)) => shared.mark_all(),
+            changed = stats.changed() => if changed.is_err() {
+                break;
+            },
             _ = &mut shutdown => break,
         }
-        // Let a burst of events gather into one batch.
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     info!("fleet mode shutting down");
-    for task in [
-        nodes_task,
-        slices_task,
-        reporter,
-        claim_task,
-        fault_changes,
-        fault_task,
-    ] {
+    for task in [nodes_task, reporter, claim_task, fault_changes, fault_task] {
         task.abort();
     }
     if let Some(h) = heartbeat {
@@ -454,185 +437,6 @@ async fn run_until(
         delete_nodes(&client, &created, config.concurrency).await;
     }
     Ok(())
-}
-
-/// Publishes the slices of one simulated node at a time (the nodes of the fleet).
-struct NodePublisher {
-    config: FleetConfig,
-    nodes: Api<Node>,
-    writer: PoolWriter,
-    layout: CounterLayout,
-    profiles: Profiles,
-    faults: fault_watch::Faults,
-    device_names: DeviceNames,
-    metrics: Arc<FleetMetrics>,
-    shared: Arc<Shared>,
-}
-
-impl NodePublisher {
-    /// One round for `node`: the profile's devices with the faults, written if they
-    /// differ from what was last written.
-    async fn publish(&self, node: String) {
-        // Take what is needed out of the state; the lock is never held across a request.
-        let (uid, devices, record, needs_list, last_generation, mut accepted) = {
-            let mut nodes = lock(&self.shared.nodes);
-            let Some(state) = nodes.get_mut(&node) else {
-                return;
-            };
-            if state.devices.is_none() {
-                let built = (self.profiles)(&node)
-                    .map(|p| (p.slice_devices(), p.counter_sets(), p.slice_split()));
-                if let Ok((devices, _, _)) = &built
-                    && let Ok(mut names) = self.device_names.write()
-                {
-                    names.insert(
-                        node.clone(),
-                        devices.iter().map(|d| d.name.clone()).collect(),
-                    );
-                }
-                if let Err(e) = &built {
-                    error!(%node, error = %e, "no devices for this node: its inventory is refused");
-                }
-                state.devices = Some(built);
-            }
-            let devices = match &state.devices {
-                Some(Ok(d)) => d.clone(),
-                _ => return,
-            };
-            (
-                state.uid.clone(),
-                devices,
-                state.record.clone(),
-                state.needs_list,
-                state.last_generation,
-                std::mem::take(&mut state.accepted),
-            )
-        };
-        let (base, counter_sets, split) = devices;
-        let names: Vec<String> = base.iter().map(|d| d.name.clone()).collect();
-        let node_faults = NodeFaults::resolve(&node, &names, &self.faults.borrow());
-        let desired = Desired {
-            driver: self.config.driver_name.clone(),
-            node_name: node.clone(),
-            devices: node_faults.overlay(
-                &base,
-                &self.config.driver_name,
-                dra_kubelet_plugin::device::TaintRules::of(self.layout),
-            ),
-            counter_sets,
-            layout: self.layout,
-            split,
-        };
-        let existing = if needs_list {
-            match self
-                .writer
-                .list(&slices::node_slices_selector(
-                    &self.config.driver_name,
-                    &node,
-                ))
-                .await
-            {
-                Ok(found) => found
-                    .into_iter()
-                    .filter(|s| slices::is_ours(s, &self.config.driver_name, &node))
-                    .collect(),
-                Err(e) => {
-                    warn!(%node, error = %e, "listing the node's slices failed; retrying");
-                    self.retry(&node, accepted);
-                    return;
-                }
-            }
-        } else {
-            record.clone()
-        };
-        if existing.is_empty() && !record.is_empty() && self.node_is_gone(&node, &uid).await {
-            if let Some(state) = lock(&self.shared.nodes).get_mut(&node) {
-                state.accepted = accepted;
-            }
-            return;
-        }
-        let owner = (!uid.is_empty()).then(|| node_owner(&node, &uid));
-        let result = self
-            .writer
-            .reconcile(
-                &desired,
-                &existing,
-                last_generation,
-                owner.as_ref(),
-                &mut accepted,
-            )
-            .await;
-        let mut nodes = lock(&self.shared.nodes);
-        let Some(state) = nodes.get_mut(&node) else {
-            return;
-        };
-        state.accepted = accepted;
-        match result {
-            Ok(r) => {
-                state.last_generation = r.generation;
-                state.needs_list = false;
-                state.in_sync = true;
-                state.record = match r.written {
-                    Some(written) => {
-                        self.metrics.pool_writes.fetch_add(1, Ordering::Relaxed);
-                        written
-                    }
-                    None => existing,
-                };
-            }
-            Err(ReconcileError::Api(kube::Error::Api(s))) if s.code == 409 => {
-                state.needs_list = true;
-                state.in_sync = false;
-                drop(nodes);
-                self.shared.mark(&node);
-            }
-            Err(ReconcileError::Pack(e)) => {
-                state.in_sync = false;
-                error!(%node, error = %e, "the node's devices cannot be published");
-            }
-            Err(e) => {
-                state.in_sync = false;
-                state.needs_list = true;
-                warn!(%node, error = %e, "publishing the node's slices failed; retrying");
-                drop(nodes);
-                let shared = self.shared.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    shared.mark(&node);
-                });
-            }
-        }
-    }
-
-    /// Whether `node` (of `uid`) is gone from the API server. Asked when every slice the
-    /// fleet wrote for the node has vanished: the garbage collector removes a deleted
-    /// Node's slices, often before the node watch has told the fleet that the Node is
-    /// gone, and publishing them again would only feed it. The node watch still forgets
-    /// the node (and its devices in the faults' status) when its event comes.
-    async fn node_is_gone(&self, node: &str, uid: &str) -> bool {
-        let gone = match self.nodes.get_opt(node).await {
-            Ok(None) => true,
-            Ok(Some(n)) => !uid.is_empty() && n.uid().as_deref() != Some(uid),
-            // Unknown: publish, as before.
-            Err(_) => false,
-        };
-        if gone {
-            info!(%node, "the node is gone and its slices collected; not publishing for it");
-        }
-        gone
-    }
-
-    fn retry(&self, node: &str, accepted: Accepted) {
-        if let Some(state) = lock(&self.shared.nodes).get_mut(node) {
-            state.accepted = accepted;
-        }
-        let shared = self.shared.clone();
-        let node = node.to_owned();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            shared.mark(&node);
-        });
-    }
 }
 
 /// Deletes the nodes an earlier run with a larger `--create-nodes` left (the fleet's
@@ -698,7 +502,9 @@ async fn delete_stale_nodes(client: &Client, writer: &PoolWriter, config: &Fleet
     .into_iter()
     .sum();
     // Likewise the slices: deleted rather than left to the garbage collector.
-    drop_slices(writer, &config.driver_name, &stale).await;
+    for node in &stale {
+        writer.delete_pool(&config.driver_name, node).await;
+    }
     info!(
         deleted,
         prefix = %config.node_name_prefix,
@@ -888,14 +694,7 @@ impl Leaving {
 
 /// Follows the selected nodes: joins, leaves (its slices deleted, its devices no longer
 /// reported), uid changes.
-async fn watch_nodes(
-    client: Client,
-    selector: String,
-    shared: Arc<Shared>,
-    writer: PoolWriter,
-    driver: String,
-    leaving: Leaving,
-) {
+async fn watch_nodes(client: Client, selector: String, fleet: Arc<Fleet>, leaving: Leaving) {
     let api: Api<Node> = Api::all(client.clone());
     let config = watcher::Config::default().labels(&selector);
     let mut events = std::pin::pin!(watcher(api, config).default_backoff());
@@ -912,7 +711,7 @@ async fn watch_nodes(
             Ok(watcher::Event::InitDone) => {
                 let seen = listing.take().unwrap_or_default();
                 let gone: Vec<String> = {
-                    let mut nodes = lock(&shared.nodes);
+                    let mut nodes = lock(&fleet.nodes);
                     let gone: Vec<String> = nodes
                         .keys()
                         .filter(|k| !seen.contains_key(*k))
@@ -929,15 +728,17 @@ async fn watch_nodes(
                 };
                 info!(nodes = seen.len(), selector = %selector, "fleet nodes listed");
                 for name in seen.keys() {
-                    shared.mark(name);
+                    fleet.publish(name);
                 }
                 leaving.forget(&gone);
-                drop_slices(&writer, &driver, &gone).await;
+                for node in &gone {
+                    fleet.pools.remove(node).await;
+                }
             }
             Ok(watcher::Event::Apply(n)) => {
                 let name = n.name_any();
                 let joined = {
-                    let mut nodes = lock(&shared.nodes);
+                    let mut nodes = lock(&fleet.nodes);
                     let state = nodes.entry(name.clone()).or_default();
                     let uid = n.uid().unwrap_or_default();
                     let changed = state.uid != uid;
@@ -945,25 +746,24 @@ async fn watch_nodes(
                     changed
                 };
                 if joined {
-                    shared.mark(&name);
+                    fleet.publish(&name);
                 }
             }
             Ok(watcher::Event::Delete(n)) => {
                 let name = n.name_any();
-                let was = lock(&shared.nodes).remove(&name).is_some();
+                let was = lock(&fleet.nodes).remove(&name).is_some();
                 if was {
                     info!(node = %name, "node left the fleet");
-                    let name = [name];
-                    leaving.forget(&name);
+                    leaving.forget(std::slice::from_ref(&name));
                     // Not awaited here: while one node's slices are listed and deleted,
                     // the garbage collector removes those of the nodes deleted after it,
                     // and a node still in the fleet's state would get them published
                     // again (kwok's 1,000-node deletion: up to 21 generations a pool).
-                    let (writer, driver) = (writer.clone(), driver.clone());
+                    let pools = fleet.pools.clone();
                     let permits = leaving.slice_deletions.clone();
                     tokio::spawn(async move {
                         let _permit = permits.acquire_owned().await;
-                        drop_slices(&writer, &driver, &name).await;
+                        pools.remove(&name).await;
                     });
                 }
             }
@@ -990,132 +790,6 @@ async fn watch_nodes(
                 }
             }
         }
-    }
-}
-
-/// Deletes the driver's slices of nodes that left the fleet (when the Node itself is
-/// gone its owner reference removes them as well; a node that only lost the label keeps
-/// its Node, and the slices must go).
-async fn drop_slices(writer: &PoolWriter, driver: &str, nodes: &[String]) {
-    for node in nodes {
-        match writer
-            .list(&slices::node_slices_selector(driver, node))
-            .await
-        {
-            Ok(found) => {
-                for s in found.iter().filter(|s| slices::is_ours(s, driver, node)) {
-                    if let Err(e) = writer.delete(&s.name).await {
-                        warn!(%node, slice = %s.name, error = %e, "deleting a slice of a node that left failed");
-                    }
-                }
-            }
-            Err(e) => warn!(%node, error = %e, "listing the slices of a node that left failed"),
-        }
-    }
-}
-
-/// Marks a node for listing and rewriting when its slices change other than by our own
-/// writes.
-async fn watch_slices(client: Client, api: ResourceApi, driver: String, shared: Arc<Shared>) {
-    let fields = format!("spec.driver={driver}");
-    let config = watcher::Config::default().fields(&fields);
-    macro_rules! pump {
-        ($ty:ty, $from:path) => {{
-            let mut events =
-                std::pin::pin!(watcher(Api::<$ty>::all(client.clone()), config).default_backoff());
-            // The first list seeds nothing here (the publisher listed the slices itself);
-            // a later one, after the watch was lost, is compared with the records.
-            let mut first_list = true;
-            let mut relisted: Option<Vec<PublishedSlice>> = None;
-            while let Some(event) = events.next().await {
-                match event {
-                    Ok(watcher::Event::Apply(s)) => external_change(&shared, &$from(&s), false),
-                    Ok(watcher::Event::Delete(s)) => external_change(&shared, &$from(&s), true),
-                    Ok(watcher::Event::Init) => {
-                        relisted = (!first_list).then(Vec::new);
-                    }
-                    Ok(watcher::Event::InitApply(s)) => {
-                        if let Some(seen) = relisted.as_mut() {
-                            seen.push($from(&s));
-                        }
-                    }
-                    Ok(watcher::Event::InitDone) => {
-                        if let Some(seen) = relisted.take() {
-                            resync_after_relist(&shared, &seen);
-                        }
-                        first_list = false;
-                    }
-                    Err(_) => {}
-                }
-            }
-        }};
-    }
-    match api {
-        ResourceApi::V1 => pump!(v1::ResourceSlice, slices::from_v1),
-        ResourceApi::V1beta1 => pump!(v1beta1::ResourceSlice, slices::from_v1beta1),
-    }
-}
-
-fn external_change(shared: &Shared, slice: &PublishedSlice, deleted: bool) {
-    let Some(node) = slice.node_name.clone() else {
-        return;
-    };
-    let ours = {
-        let mut nodes = lock(&shared.nodes);
-        let Some(state) = nodes.get_mut(&node) else {
-            return;
-        };
-        let echo = state
-            .record
-            .iter()
-            .any(|r| r.name == slice.name && r.resource_version == slice.resource_version);
-        let held = state.record.iter().any(|r| r.name == slice.name);
-        if deleted && !held || !deleted && echo {
-            true
-        } else {
-            state.needs_list = true;
-            state.in_sync = false;
-            false
-        }
-    };
-    if !ours {
-        shared.mark(&node);
-    }
-}
-
-/// After the slice watch was lost and listed again, a change made while it was away
-/// (a slice deleted by hand or by the garbage collector) comes as no event: marks every
-/// node whose listed slices are not the ones last written, so it is listed and written.
-fn resync_after_relist(shared: &Shared, listed: &[PublishedSlice]) {
-    let mut seen: BTreeMap<&str, BTreeSet<(&str, Option<&str>)>> = BTreeMap::new();
-    for slice in listed {
-        if let Some(node) = slice.node_name.as_deref() {
-            seen.entry(node)
-                .or_default()
-                .insert((slice.name.as_str(), slice.resource_version.as_deref()));
-        }
-    }
-    let stale: Vec<String> = {
-        let mut nodes = lock(&shared.nodes);
-        nodes
-            .iter_mut()
-            .filter_map(|(name, state)| {
-                let recorded: BTreeSet<(&str, Option<&str>)> = state
-                    .record
-                    .iter()
-                    .map(|r| (r.name.as_str(), r.resource_version.as_deref()))
-                    .collect();
-                let listed = seen.remove(name.as_str()).unwrap_or_default();
-                (recorded != listed).then(|| {
-                    state.needs_list = true;
-                    state.in_sync = false;
-                    name.clone()
-                })
-            })
-            .collect()
-    };
-    for node in stale {
-        shared.mark(&node);
     }
 }
 
@@ -1188,63 +862,6 @@ async fn report_faults(
                 return;
             },
             _ = fleet_changed.notified() => {}
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use dra_kubelet_plugin::slices::SliceContent;
-
-    fn slice(node: &str, name: &str, rv: &str) -> PublishedSlice {
-        PublishedSlice {
-            name: name.into(),
-            resource_version: Some(rv.into()),
-            driver: "fake.resource.3-shake.com".into(),
-            node_name: Some(node.into()),
-            pool: node.into(),
-            generation: 1,
-            slice_count: 1,
-            content: SliceContent {
-                devices: Vec::new(),
-                counter_sets: Vec::new(),
-            },
-        }
-    }
-
-    #[test]
-    fn a_relist_marks_the_nodes_whose_slices_changed_unseen() {
-        let shared = Shared {
-            nodes: Mutex::new(BTreeMap::new()),
-            dirty: Mutex::new(BTreeSet::new()),
-            wake: Notify::new(),
-        };
-        for (node, record) in [
-            ("kept", vec![slice("kept", "kept-a", "1")]),
-            ("deleted", vec![slice("deleted", "deleted-a", "2")]),
-            ("rewritten", vec![slice("rewritten", "rewritten-a", "3")]),
-            ("added", vec![]),
-        ] {
-            let state = NodeState {
-                record,
-                in_sync: true,
-                ..NodeState::default()
-            };
-            lock(&shared.nodes).insert(node.into(), state);
-        }
-        let listed = [
-            slice("kept", "kept-a", "1"),
-            slice("rewritten", "rewritten-a", "9"),
-            slice("added", "added-x", "4"),
-        ];
-        resync_after_relist(&shared, &listed);
-        let dirty: Vec<String> = lock(&shared.dirty).iter().cloned().collect();
-        assert_eq!(dirty, ["added", "deleted", "rewritten"]);
-        let nodes = lock(&shared.nodes);
-        assert!(nodes["kept"].in_sync && !nodes["kept"].needs_list);
-        for node in ["added", "deleted", "rewritten"] {
-            assert!(!nodes[node].in_sync && nodes[node].needs_list, "{node}");
         }
     }
 }

@@ -1,12 +1,14 @@
 //! Publishes the node's ResourceSlices (structured mode) and keeps them there, as
-//! upstream's `resourceslice.Controller` does. Thin: lists this node's slices of our
-//! driver, asks [`crate::pool::plan`] what to change, writes.
+//! upstream's `resourceslice.Controller` does. [`PoolWriter`] writes one pool (asking
+//! [`crate::pool::plan`] what to change); [`PoolController`] keeps any number of pools
+//! published with it; [`SliceController`] gives it this node's pool, the driver's devices
+//! with the hook's taints, again whenever either changes.
 //!
 //! Why a watch rather than polling: a slice deleted by hand (or by a confused tool) must
 //! come back before the scheduler misses the node's devices, and a watch with the field
 //! selector `spec.nodeName=<node>,spec.driver=<driver>` sees exactly our slices at no cost
-//! while nothing happens. Every event (including our own writes, which then plan to
-//! nothing) triggers a reconcile; a slow resync covers a watch that silently stalls.
+//! while nothing happens. Our own writes' echoes are recognised and cost nothing; a slow
+//! resync covers a watch that silently stalls.
 //!
 //! On shutdown the slices are left in place: a restart (upgrade, crash) must not make the
 //! node's devices vanish from the scheduler's view and reappear. They go with the Node
@@ -22,9 +24,7 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::{v1, v1beta1};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{DeleteParams, ListParams, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
-use tokio::sync::Notify;
 use tokio_stream::StreamExt;
 use tracing::{debug, error, info, warn};
 
@@ -35,11 +35,12 @@ use crate::hooks::FaultHook;
 use crate::model::{CounterLayout, CounterSet, HealthStatus, SliceDevice, TaintRules};
 use crate::pool::{self, Desired, PublishedSlice, SliceContent, SlicePlan};
 
+mod pools;
+#[cfg_attr(not(feature = "fleet"), allow(unused_imports))]
+pub use pools::{PoolController, PoolScope, PoolStats};
+
 /// A resync even without events, in case a watch stalls without an error.
 const RESYNC: Duration = Duration::from_secs(30);
-
-/// Coalesces a burst of events (ours included) into one reconcile.
-const DEBOUNCE: Duration = Duration::from_millis(100);
 
 /// Where the node's devices come from, read again at every reconcile: what the driver
 /// says now.
@@ -199,6 +200,21 @@ impl PoolWriter {
         }
     }
 
+    /// Deletes every slice of `node`'s pool of `driver`; failures are logged, not
+    /// retried (the Node's owner reference removes them when the Node goes).
+    pub async fn delete_pool(&self, driver: &str, node: &str) {
+        match self.list(&node_slices_selector(driver, node)).await {
+            Ok(found) => {
+                for s in found.iter().filter(|s| pool::is_ours(s, driver, node)) {
+                    if let Err(e) = self.delete(&s.name).await {
+                        warn!(%node, slice = %s.name, error = %e, "deleting a slice of a pool that is gone failed");
+                    }
+                }
+            }
+            Err(e) => warn!(%node, error = %e, "listing the slices of a pool that is gone failed"),
+        }
+    }
+
     /// One round for one pool, given its slices as listed (`existing`, ours only): plan,
     /// write, delete.
     pub async fn reconcile(
@@ -341,112 +357,55 @@ impl SliceController {
         desired
     }
 
-    /// The field selector of this node's slices of our driver (both fields are selectable
-    /// on ResourceSlices).
-    fn field_selector(&self) -> String {
-        node_slices_selector(&self.desired.driver, &self.desired.node_name)
-    }
-
-    /// One round: list, plan, write. Returns the generation now published.
-    pub async fn reconcile(
-        &self,
-        last_generation: i64,
-        owner: Option<&OwnerReference>,
-        accepted: &mut Accepted,
-    ) -> Result<i64, ReconcileError> {
-        let writer = PoolWriter::new(self.client.clone(), self.api);
-        let existing: Vec<PublishedSlice> = writer
-            .list(&self.field_selector())
-            .await?
-            .into_iter()
-            .filter(|s| pool::is_ours(s, &self.desired.driver, &self.desired.node_name))
-            .collect();
-        writer
-            .reconcile(
-                &self.effective(),
-                &existing,
-                last_generation,
-                owner,
-                accepted,
-            )
-            .await
-            .map(|r| r.generation)
-    }
-
-    /// Watches this node's slices and wakes `notify` on every event.
-    async fn watch(self, notify: Arc<Notify>) {
-        let config = watcher::Config::default().fields(&self.field_selector());
-        macro_rules! pump {
-            ($ty:ty) => {{
-                let api = Api::<$ty>::all(self.client.clone());
-                let mut events = std::pin::pin!(watcher(api, config).default_backoff());
-                let mut warned = false;
-                while let Some(event) = events.next().await {
-                    match event {
-                        Ok(_) => notify.notify_one(),
-                        Err(e) if !warned => {
-                            warned = true;
-                            warn!(error = %e, "watching ResourceSlices failed; retrying (resync every {RESYNC:?} meanwhile)");
-                        }
-                        Err(e) => debug!(error = %e, "watching ResourceSlices"),
-                    }
-                }
-            }};
-        }
-        match self.api {
-            ResourceApi::V1 => pump!(v1::ResourceSlice),
-            ResourceApi::V1beta1 => pump!(v1beta1::ResourceSlice),
-        }
-    }
-
-    /// Publishes the slice (retrying with backoff until it works), marks the plugin ready,
-    /// then keeps it published. Never returns on its own.
+    /// Publishes the node's pool (retrying with backoff until the first list works),
+    /// marks the plugin ready once it is published, then keeps it published. Never
+    /// returns on its own.
     pub async fn run(self, ready: Arc<AtomicBool>) {
-        let owner = match node_owner(&self.client, &self.desired.node_name).await {
+        let node = self.desired.node_name.clone();
+        let owner = match node_owner(&self.client, &node).await {
             Ok(owner) => owner,
             Err(e) => {
                 warn!(error = %e, "cannot read our Node; publishing ResourceSlices without an owner reference");
                 None
             }
         };
-        let notify = Arc::new(Notify::new());
-        // Stops the watch when this task is aborted (shutdown).
-        let _watch = AbortOnDrop(tokio::spawn(self.clone().watch(notify.clone())));
-        // What the hook changes (a fault added or removed) and what the driver changes (a
-        // device plugged in or out, one failing) change the slices at once.
-        let mut changes = futures::stream::select(self.hook.changes(), self.inventory.changes());
-        let hook_notify = notify.clone();
-        let _hook = AbortOnDrop(tokio::spawn(async move {
-            while changes.next().await.is_some() {
-                hook_notify.notify_one();
-            }
-        }));
-        let mut generation = 0;
-        let mut accepted = Accepted::default();
         let mut backoff = Duration::from_millis(200);
-        loop {
-            match self
-                .reconcile(generation, owner.as_ref(), &mut accepted)
-                .await
+        let controller = loop {
+            match PoolController::start(
+                self.client.clone(),
+                self.api,
+                self.desired.driver.clone(),
+                PoolScope::Node(node.clone()),
+                1,
+            )
+            .await
             {
-                Ok(g) => {
-                    generation = g;
-                    backoff = Duration::from_millis(200);
-                    if !ready.swap(true, Ordering::SeqCst) {
-                        info!(node = %self.desired.node_name, "ResourceSlice published, ready");
-                    }
-                    let _ = tokio::time::timeout(RESYNC, notify.notified()).await;
-                    tokio::time::sleep(DEBOUNCE).await;
-                }
-                Err(ReconcileError::Pack(e)) => {
-                    // Nothing to retry: the devices themselves do not fit.
-                    error!(error = %e, "cannot publish the node's devices; fix the inventory and restart");
-                    let _ = tokio::time::timeout(RESYNC, notify.notified()).await;
-                }
+                Ok(controller) => break controller,
                 Err(e) => {
-                    warn!(error = %e, "publishing ResourceSlice failed; retrying");
+                    warn!(error = %e, "listing the node's ResourceSlices failed; retrying");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(30));
+                }
+            }
+        };
+        controller.set(self.effective(), owner.clone());
+        // What the hook changes (a fault added or removed) and what the driver changes (a
+        // device plugged in or out, one failing) change the slices at once; the driver is
+        // asked again at every resync besides.
+        let mut changes = futures::stream::select(self.hook.changes(), self.inventory.changes())
+            .chain(futures::stream::pending());
+        let mut stats = controller.stats();
+        let mut resync = tokio::time::interval(RESYNC);
+        loop {
+            tokio::select! {
+                _ = changes.next() => controller.set(self.effective(), owner.clone()),
+                _ = resync.tick() => controller.set(self.effective(), owner.clone()),
+                changed = stats.changed(), if !ready.load(Ordering::SeqCst) => {
+                    if changed.is_ok() && stats.borrow_and_update().in_sync > 0
+                        && !ready.swap(true, Ordering::SeqCst)
+                    {
+                        info!(node = %node, "ResourceSlice published, ready");
+                    }
                 }
             }
         }
