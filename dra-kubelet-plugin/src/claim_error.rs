@@ -25,6 +25,19 @@ pub enum ClaimError {
         /// Why.
         reason: String,
     },
+    /// A name that becomes a path (device metadata files) is not what the API allows, so
+    /// no file can be named after it.
+    #[error(
+        "claim {claim}: device metadata: the claim's {field} {value:?} is not a DNS label as the API requires, so it names no metadata file"
+    )]
+    NotAPathName {
+        /// The claim, as `namespace/name (uid)`.
+        claim: String,
+        /// `namespace`, `name` or `request`.
+        field: &'static str,
+        /// The name, shortened.
+        value: String,
+    },
     /// The API's claim is another object than the kubelet meant.
     #[error(
         "claim {claim}: the ResourceClaim in the API has uid {found:?}; the kubelet asked for {wanted:?} (deleted and recreated?)"
@@ -160,6 +173,7 @@ impl ClaimError {
             Self::InvalidUid(_) => "invalid_uid",
             Self::Duplicate(_) => "duplicate",
             Self::Read { .. } => "read_failed",
+            Self::NotAPathName { .. } => "not_a_path_name",
             Self::UidMismatch { .. } => "uid_mismatch",
             Self::NotAllocated { .. } => "not_allocated",
             Self::NoDevices { .. } => "no_devices",

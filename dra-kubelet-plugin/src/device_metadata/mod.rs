@@ -190,9 +190,30 @@ impl MetadataWriter {
             .join(format!("{}_{}", claim.namespace, claim.name))
     }
 
-    /// `<driver>_metadata_<uid>_`: what the spec files of one claim start with.
-    fn spec_prefix(&self, uid: &ClaimUid) -> String {
-        format!("{}_metadata_{}_", self.driver, uid.as_str())
+    /// `<cdi root>/<driver>_metadata_<uid>_<request>.json`: the spec of one request's file.
+    fn spec_path(&self, uid: &ClaimUid, base_request: &str) -> PathBuf {
+        self.cdi_root.join(format!(
+            "{}_metadata_{}_{base_request}.json",
+            self.driver,
+            uid.as_str()
+        ))
+    }
+
+    /// Writes the spec that mounts `host`, the file of request `base_request`; returns the
+    /// CDI device name.
+    fn write_spec(
+        &self,
+        claim: &ClaimRef,
+        pod_claim_name: Option<&str>,
+        base_request: &str,
+        host: &Path,
+    ) -> io::Result<String> {
+        let name = format!("{}_{base_request}", claim.uid.as_str());
+        let container = self.container_path(&claim.name, pod_claim_name, base_request);
+        let spec = self.spec(&name, host, &container);
+        let path = self.spec_path(&claim.uid, base_request);
+        fsutil::write_atomic(&path, &spec.to_bytes(), SPEC_MODE, Durability::Visible)?;
+        Ok(name)
     }
 
     /// Writes the file and the CDI spec of every request of the claim, and returns the CDI
@@ -238,13 +259,9 @@ impl MetadataWriter {
             fsutil::create_dir(&self.cdi_root).map_err(io("create", &self.cdi_root))?;
             fsutil::write_atomic(&host, &bytes, SPEC_MODE, Durability::Visible)
                 .map_err(io("write", &host))?;
-            let name = format!("{}_{base}", m.claim.uid.as_str());
-            let spec = self.spec(&name, &host, &self.container_path(m, base));
-            let spec_path = self
-                .cdi_root
-                .join(format!("{}{base}.json", self.spec_prefix(&m.claim.uid)));
-            fsutil::write_atomic(&spec_path, &spec.to_bytes(), SPEC_MODE, Durability::Visible)
-                .map_err(io("write", &spec_path))?;
+            let name = self
+                .write_spec(m.claim, m.pod_claim_name, base, &host)
+                .map_err(io("write", &self.spec_path(&m.claim.uid, base)))?;
             ids.insert(base.to_owned(), format!("{}/metadata={name}", self.driver));
         }
         Ok(ids)
@@ -274,9 +291,7 @@ impl MetadataWriter {
         };
         for request in requests.flatten() {
             let base = request.file_name().to_string_lossy().into_owned();
-            let spec = self
-                .cdi_root
-                .join(format!("{}{base}.json", self.spec_prefix(&claim.uid)));
+            let spec = self.spec_path(&claim.uid, &base);
             fsutil::remove_if_exists(&spec).map_err(io("remove", &spec))?;
         }
         std::fs::remove_dir_all(&dir).map_err(io("remove", &dir))
@@ -368,19 +383,8 @@ impl MetadataWriter {
                 namespace: doc.metadata.namespace.clone(),
                 name: doc.metadata.name.clone(),
             };
-            let m = ClaimMetadata {
-                claim: &claim,
-                pod_claim_name: doc.pod_claim_name.as_deref(),
-                pool: "",
-                devices: Vec::new(),
-            };
-            let name = format!("{}_{base}", uid.as_str());
-            let spec = self.spec(&name, &host, &self.container_path(&m, &base));
-            let spec_path = self
-                .cdi_root
-                .join(format!("{}{base}.json", self.spec_prefix(&uid)));
             fsutil::create_dir(&self.cdi_root)?;
-            fsutil::write_atomic(&spec_path, &spec.to_bytes(), SPEC_MODE, Durability::Visible)?;
+            self.write_spec(&claim, doc.pod_claim_name.as_deref(), &base, &host)?;
             restored = true;
         }
         Ok(restored)
@@ -421,16 +425,18 @@ impl MetadataWriter {
     }
 
     /// Where the container sees a request's file.
-    fn container_path(&self, m: &ClaimMetadata<'_>, base_request: &str) -> String {
+    fn container_path(
+        &self,
+        claim_name: &str,
+        pod_claim_name: Option<&str>,
+        base_request: &str,
+    ) -> String {
         let file = format!("{}-metadata.json", self.driver);
-        match m.pod_claim_name.filter(|n| !n.is_empty()) {
+        match pod_claim_name.filter(|n| !n.is_empty()) {
             Some(pod_claim) => {
                 format!("{CONTAINER_DIR}/resourceclaimtemplates/{pod_claim}/{base_request}/{file}")
             }
-            None => format!(
-                "{CONTAINER_DIR}/resourceclaims/{}/{base_request}/{file}",
-                m.claim.name
-            ),
+            None => format!("{CONTAINER_DIR}/resourceclaims/{claim_name}/{base_request}/{file}"),
         }
     }
 
@@ -463,13 +469,11 @@ fn check_path_names(claim: &ClaimRef) -> Result<(), ClaimError> {
     Ok(())
 }
 
-fn bad_name(claim: &ClaimRef, field: &str, value: &str) -> ClaimError {
-    ClaimError::Read {
+fn bad_name(claim: &ClaimRef, field: &'static str, value: &str) -> ClaimError {
+    ClaimError::NotAPathName {
         claim: claim.to_string(),
-        reason: format!(
-            "device metadata: the claim's {field} {:?} is not a DNS label as the API requires, so it names no metadata file",
-            crate::claim_data::shorten(value)
-        ),
+        field,
+        value: crate::claim_data::shorten(value).to_string(),
     }
 }
 

@@ -150,6 +150,7 @@ fn names_unsafe_as_paths_are_refused_and_name_the_field() {
         })
         .unwrap_err();
     assert!(e.to_string().contains("namespace \"../..\""), "{e}");
+    assert_eq!(e.reason(), "not_a_path_name");
     let bad_request = AllocatedDevice::new("../gpu", "gpu-0");
     let c = claim("c");
     let e = w

@@ -183,13 +183,20 @@ impl<D: DeviceProfile> DraPluginService<D> {
             .zip(allocated)
             .map(|(o, a)| o.as_ref().ok().map(|(claim, _)| (claim.clone(), a.clone())))
             .collect();
-        // The attributes as published now, looked up once for the batch.
+        // The attributes of the allocated devices as published now, looked up once for
+        // the batch (only theirs are kept of a pool that may hold thousands).
+        let wanted: std::collections::BTreeSet<&str> = claims
+            .iter()
+            .flatten()
+            .flat_map(|(_, (devices, _))| devices.iter().map(|d| d.device.as_str()))
+            .collect();
         let published: BTreeMap<String, BTreeMap<String, crate::model::Attribute>> = self
             .node
             .store
             .profile()
             .slice_devices()
             .into_iter()
+            .filter(|d| wanted.contains(d.name.as_str()))
             .map(|d| (d.name, d.attributes))
             .collect();
         let pool = self.node_name.clone();

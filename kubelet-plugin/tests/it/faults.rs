@@ -64,46 +64,16 @@ async fn slice_devices(
     .await
 }
 
-async fn v1_client(
-    dirs: &Dirs,
-) -> dra_v1::dra_plugin_client::DraPluginClient<tonic::transport::Channel> {
-    dra_v1::dra_plugin_client::DraPluginClient::new(
-        dra_kubelet_proto::connect_unix(dirs.dra_socket())
-            .await
-            .unwrap(),
-    )
-}
-
 async fn prepare(dirs: &Dirs, uid: &str, name: &str) -> dra_v1::NodePrepareResourceResponse {
-    let claims = vec![dra_v1::Claim {
-        namespace: CLAIM_NS.into(),
-        uid: uid.into(),
-        name: name.into(),
-    }];
-    v1_client(dirs)
+    prepare_v1(dirs, vec![v1_claim(uid, name)])
         .await
-        .node_prepare_resources(dra_v1::NodePrepareResourcesRequest { claims })
-        .await
-        .unwrap()
-        .into_inner()
-        .into_map()
         .remove(uid)
         .unwrap()
 }
 
 async fn unprepare(dirs: &Dirs, uid: &str, name: &str) -> String {
-    let claims = vec![dra_v1::Claim {
-        namespace: CLAIM_NS.into(),
-        uid: uid.into(),
-        name: name.into(),
-    }];
-    v1_client(dirs)
+    unprepare_v1(dirs, vec![v1_claim(uid, name)])
         .await
-        .node_unprepare_resources(dra_v1::NodeUnprepareResourcesRequest { claims })
-        .await
-        .unwrap()
-        .into_inner()
-        .into_map()
         .remove(uid)
         .unwrap()
         .error

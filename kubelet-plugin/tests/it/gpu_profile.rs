@@ -5,12 +5,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::{CLAIM_NS, inject, start_api_version, validate_schema};
+use common::{CLAIM_NS, inject, prepare_v1_at, start_api_version, v1_claim, validate_schema};
 use dra_kubelet_plugin::ModeFlag;
-use dra_kubelet_proto::dra_v1;
 use fake_dra_emulator::apiserver::ApiServer;
 use fake_dra_kubelet_plugin::gpu::groups::parse_gpus;
 use fake_dra_kubelet_plugin::gpu::{Catalog, GpuProfile};
@@ -177,28 +176,6 @@ async fn claim(api: &ApiServer, name: &str, results: Vec<Value>, config: Vec<Val
         .unwrap()
 }
 
-fn v1_claim(uid: &str, name: &str) -> dra_v1::Claim {
-    dra_v1::Claim {
-        namespace: CLAIM_NS.into(),
-        uid: uid.into(),
-        name: name.into(),
-    }
-}
-
-async fn prepare(
-    socket: &Path,
-    claims: Vec<dra_v1::Claim>,
-) -> std::collections::HashMap<String, dra_v1::NodePrepareResourceResponse> {
-    dra_v1::dra_plugin_client::DraPluginClient::new(
-        dra_kubelet_proto::connect_unix(socket).await.unwrap(),
-    )
-    .node_prepare_resources(dra_v1::NodePrepareResourcesRequest { claims })
-    .await
-    .unwrap()
-    .into_inner()
-    .into_map()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gpus_partitions_and_shares_on_kubernetes_1_34() {
     let api = start_api_version((1, 34)).await;
@@ -274,7 +251,7 @@ async fn gpus_partitions_and_shares_on_kubernetes_1_34() {
     .await;
     let unknown = claim(&api, "unknown", vec![json!({"device": "gpu-4"})], vec![]).await;
 
-    let answers = prepare(
+    let answers = prepare_v1_at(
         &plugin.socket,
         vec![v1_claim(&whole, "whole"), v1_claim(&mixed, "mixed")],
     )
@@ -369,7 +346,7 @@ async fn gpus_partitions_and_shares_on_kubernetes_1_34() {
 
     // Refusals reach the kubelet: a partition of a GPU another claim has whole, an opaque
     // config, a device the node does not have.
-    let answers = prepare(
+    let answers = prepare_v1_at(
         &plugin.socket,
         vec![
             v1_claim(&part_of_held, "part-of-held"),
@@ -433,7 +410,7 @@ async fn eight_partitioned_gpus_span_slices_on_kubernetes_1_35() {
         vec![],
     )
     .await;
-    let answers = prepare(&plugin.socket, vec![v1_claim(&uid, "part")]).await;
+    let answers = prepare_v1_at(&plugin.socket, vec![v1_claim(&uid, "part")]).await;
     assert_eq!(answers[&uid].error, "");
     let spec: Value =
         serde_json::from_slice(&std::fs::read(plugin.spec_path(&uid)).unwrap()).unwrap();

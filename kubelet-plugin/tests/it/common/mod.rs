@@ -305,10 +305,15 @@ pub fn v1_claim(uid: &str, name: &str) -> dra_v1::Claim {
 
 /// A `dra.v1` client on the plugin's DRA socket, as kubelets 1.34+ call it.
 pub async fn v1_client(dirs: &Dirs) -> dra_v1::dra_plugin_client::DraPluginClient<Channel> {
+    v1_client_at(&dirs.dra_socket()).await
+}
+
+/// A `dra.v1` client on the DRA socket `socket`.
+pub async fn v1_client_at(
+    socket: &std::path::Path,
+) -> dra_v1::dra_plugin_client::DraPluginClient<Channel> {
     dra_v1::dra_plugin_client::DraPluginClient::new(
-        dra_kubelet_proto::connect_unix(dirs.dra_socket())
-            .await
-            .unwrap(),
+        dra_kubelet_proto::connect_unix(socket).await.unwrap(),
     )
 }
 
@@ -317,7 +322,15 @@ pub async fn prepare_v1(
     dirs: &Dirs,
     claims: Vec<dra_v1::Claim>,
 ) -> std::collections::HashMap<String, dra_v1::NodePrepareResourceResponse> {
-    v1_client(dirs)
+    prepare_v1_at(&dirs.dra_socket(), claims).await
+}
+
+/// `dra.v1` `NodePrepareResources` on the DRA socket `socket`.
+pub async fn prepare_v1_at(
+    socket: &std::path::Path,
+    claims: Vec<dra_v1::Claim>,
+) -> std::collections::HashMap<String, dra_v1::NodePrepareResourceResponse> {
+    v1_client_at(socket)
         .await
         .node_prepare_resources(dra_v1::NodePrepareResourcesRequest { claims })
         .await
