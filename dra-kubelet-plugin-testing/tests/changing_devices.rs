@@ -22,11 +22,13 @@ const DRIVER: &str = "card.example.com";
 const NODE: &str = "node-1";
 const LIMIT: Duration = Duration::from_secs(20);
 
-/// What the node has now: card names, and the bad ones with why.
+/// What the node has now: card names, the bad ones with why, and the pool of those not
+/// in the node's own.
 #[derive(Debug, Default)]
 struct Cards {
     present: Vec<String>,
     bad: BTreeMap<String, String>,
+    pools: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone)]
@@ -42,7 +44,7 @@ impl HotPlug {
         Self {
             cards: Arc::new(Mutex::new(Cards {
                 present,
-                bad: BTreeMap::new(),
+                ..Cards::default()
             })),
             changed: tokio::sync::watch::Sender::new(0),
             taint,
@@ -92,6 +94,10 @@ impl DeviceProfile for HotPlug {
 
     fn unhealthy_taint(&self) -> Option<TaintEffect> {
         self.taint
+    }
+
+    fn device_pool(&self, device: &str) -> Option<String> {
+        self.cards.lock().unwrap().pools.get(device).cloned()
     }
 
     fn prepare_allocation(
@@ -296,5 +302,131 @@ async fn a_pool_of_ten_thousand_devices_is_published_in_slices_of_the_api_limit(
     api.wait_for_slices(LIMIT, |s| published(s).len() == 10_001)
         .await
         .unwrap();
+    running.stop().await.unwrap();
+}
+
+/// The published devices by pool, and each pool's slices' names and generation.
+fn pools(slices: &[ResourceSlice]) -> BTreeMap<String, (Vec<String>, BTreeMap<String, i64>)> {
+    let mut pools: BTreeMap<String, (Vec<String>, BTreeMap<String, i64>)> = BTreeMap::new();
+    for s in slices {
+        let pool = pools.entry(s.spec.pool.name.clone()).or_default();
+        pool.0
+            .extend(s.spec.devices.iter().flatten().map(|d| d.name.clone()));
+        pool.0.sort();
+        pool.1.insert(
+            s.metadata.name.clone().unwrap_or_default(),
+            s.spec.pool.generation,
+        );
+    }
+    pools
+}
+
+fn devices_by_pool(slices: &[ResourceSlice]) -> BTreeMap<String, Vec<String>> {
+    pools(slices)
+        .into_iter()
+        .map(|(p, (d, _))| (p, d))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_s_pools_on_one_node_come_and_go_apart_and_serve_claims() {
+    let api = ApiServer::start().await.unwrap();
+    let node = TestNode::new(NODE).unwrap();
+    let profile = HotPlug::new(&["card-0", "nic-0", "nic-1"], None);
+    profile.update(|c| {
+        c.pools.insert("nic-0".into(), "nics".into());
+        c.pools.insert("nic-1".into(), "nics".into());
+    });
+    let plugin = node.plugin(DRIVER, api.client().unwrap());
+    let running = node.start(DRIVER, plugin, profile.clone()).await.unwrap();
+    let mut kubelet = running.kubelet();
+    kubelet.register().await.unwrap();
+    let both = BTreeMap::from([
+        (NODE.to_owned(), vec!["card-0".to_owned()]),
+        (
+            format!("{NODE}/nics"),
+            vec!["nic-0".to_owned(), "nic-1".to_owned()],
+        ),
+    ]);
+    let first = api
+        .wait_for_slices(LIMIT, |s| devices_by_pool(s) == both)
+        .await
+        .unwrap();
+    let node_pool = pools(&first)[NODE].1.clone();
+
+    // A claim of a card and a NIC, one from each pool: prepared, each device named with
+    // its pool.
+    let claim = Claim::of(
+        &api.create_claim(
+            &ClaimBuilder::new(DRIVER, NODE, "default", "card-and-nic")
+                .device("card", "card-0")
+                .result(serde_json::json!({"request": "nic", "driver": DRIVER, "pool": format!("{NODE}/nics"), "device": "nic-1"}))
+                .build(),
+        )
+        .unwrap(),
+    );
+    let prepared = kubelet.prepare_one(&claim).await.unwrap();
+    let mut got: Vec<(String, String)> = prepared
+        .iter()
+        .map(|d| (d.pool.clone(), d.device.clone()))
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            (NODE.to_owned(), "card-0".to_owned()),
+            (format!("{NODE}/nics"), "nic-1".to_owned())
+        ]
+    );
+    // A pool of another node whose name starts with this one's: refused.
+    let other = Claim::of(
+        &api.create_claim(
+            &ClaimBuilder::new(DRIVER, NODE, "default", "elsewhere")
+                .result(serde_json::json!({"request": "nic", "driver": DRIVER, "pool": format!("{NODE}0/nics"), "device": "nic-1"}))
+                .build(),
+        )
+        .unwrap(),
+    );
+    let refused = kubelet.prepare_one(&other).await.unwrap_err().to_string();
+    assert!(
+        refused.contains(&format!("allocated from pool \"{NODE}0/nics\"")),
+        "{refused}"
+    );
+
+    // The NICs pulled out: their pool's slices are deleted; the node's pool is left as
+    // it was (same slices, same generation). The claim stays prepared.
+    profile.update(|c| c.present.retain(|n| !n.starts_with("nic")));
+    let after = api
+        .wait_for_slices(LIMIT, |s| {
+            devices_by_pool(s) == BTreeMap::from([(NODE.to_owned(), vec!["card-0".to_owned()])])
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        pools(&after)[NODE].1,
+        node_pool,
+        "the node's pool untouched"
+    );
+    let again = kubelet.prepare_one(&claim).await.unwrap();
+    assert_eq!(again.len(), 2, "answered from the checkpoint");
+
+    // A pool name the API would refuse is refused (the pool unit tests say how); the next
+    // good inventory is published, the NIC pool back.
+    profile.update(|c| {
+        c.present.push("nic-0".into());
+        c.pools.insert("nic-0".into(), "Bad_Name".into());
+    });
+    profile.update(|c| {
+        c.pools.insert("nic-0".into(), "nics".into());
+    });
+    api.wait_for_slices(LIMIT, |s| {
+        devices_by_pool(s)
+            == BTreeMap::from([
+                (NODE.to_owned(), vec!["card-0".to_owned()]),
+                (format!("{NODE}/nics"), vec!["nic-0".to_owned()]),
+            ])
+    })
+    .await
+    .unwrap();
     running.stop().await.unwrap();
 }

@@ -82,7 +82,7 @@ pub fn ours(
     };
     let mut devices = Vec::new();
     for r in allocation.results.iter().filter(|r| r.driver == driver) {
-        if r.pool != node {
+        if !is_node_pool(&r.pool, node) {
             return Err(ClaimError::WrongPool {
                 claim: who,
                 request: r.request.clone(),
@@ -92,6 +92,7 @@ pub fn ours(
             });
         }
         let mut device = AllocatedDevice::new(r.request.clone(), r.device.clone());
+        device.pool = r.pool.clone();
         device.admin_access = r.admin_access;
         device.share_id = r.share_id.clone();
         device.consumed_capacity = r.consumed_capacity.clone();
@@ -118,6 +119,13 @@ pub fn ours(
     // Stable: each source keeps the API's order.
     configs.sort_by_key(|c| c.source);
     Ok(DriverAllocation::new(devices, configs))
+}
+
+/// Whether `pool` is one of `node`'s: the node's own, or `<node>/<name>`
+/// (`DeviceProfile::device_pool`).
+pub(crate) fn is_node_pool(pool: &str, node: &str) -> bool {
+    pool.strip_prefix(node)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 /// What the plugin makes of `claim` (as the API returns it) for `driver` on `node`
@@ -248,5 +256,14 @@ mod tests {
         });
         assert!(e.to_string().contains("no device of driver"), "{e}");
         assert_eq!(e.reason(), "no_devices");
+    }
+
+    #[test]
+    fn a_node_s_pools_are_its_own_and_those_under_its_name() {
+        assert!(is_node_pool("node-1", "node-1"));
+        assert!(is_node_pool("node-1/nics", "node-1"));
+        assert!(!is_node_pool("node-10", "node-1"));
+        assert!(!is_node_pool("node-10/nics", "node-1"));
+        assert!(!is_node_pool("node", "node-1"));
     }
 }

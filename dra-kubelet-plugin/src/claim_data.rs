@@ -171,6 +171,9 @@ pub struct AllocatedDevice {
     pub request: String,
     /// The device name in the pool (a [`crate::model::SliceDevice::name`]).
     pub device: String,
+    /// The pool: the node's name, or `<node>/<name>` for a device the driver put in a
+    /// pool of its own (`DeviceProfile::device_pool`); empty when not known.
+    pub pool: String,
     /// `adminAccess`: the claim may use a device other claims hold (monitoring); it
     /// holds nothing itself.
     pub admin_access: bool,

@@ -66,7 +66,7 @@ pub enum ClaimError {
     },
     /// A device of this driver from another node's pool.
     #[error(
-        "claim {claim}: device {device:?} of request {request:?} is allocated from pool {pool:?}; this is node {node:?} (pool {node:?})"
+        "claim {claim}: device {device:?} of request {request:?} is allocated from pool {pool:?}; this is node {node:?} (pools {node:?} and {node:?}/…)"
     )]
     WrongPool {
         /// The claim, as `namespace/name (uid)`.

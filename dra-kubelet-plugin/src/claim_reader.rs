@@ -210,9 +210,19 @@ pub(crate) fn is_dns_label(s: &str) -> bool {
         && !s.ends_with('-')
 }
 
-/// RFC 1123 subdomain, as object names are: dot-separated labels, 253 at most.
-fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_dns_label)
+/// RFC 1123 subdomain, as object names are: dot-separated parts of `[a-z0-9-]`,
+/// alphanumeric at both ends, 253 at most in all (`IsDNS1123Subdomain` checks no length
+/// per part).
+pub(crate) fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253
+        && s.split('.').all(|part| {
+            !part.is_empty()
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
 }
 
 #[cfg(test)]

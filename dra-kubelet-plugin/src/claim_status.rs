@@ -19,7 +19,7 @@ pub enum WriteError {
     Invalid(#[from] StatusError),
     /// A device the claim was not allocated from this driver's pool on this node.
     #[error(
-        "status.devices[{index}].device: {device:?} is not a device the claim was allocated from pool {pool:?}"
+        "status.devices[{index}].device: {device:?} is not a device the claim was allocated from the pools of node {pool:?}"
     )]
     NotAllocated {
         /// Its index.
@@ -105,9 +105,10 @@ fn chrono_now() -> String {
     format!("{y:04}-{mo:02}-{d:02}T{h:02}:{m:02}:{s:02}Z")
 }
 
-/// Writes `statuses` as the claim's `status.devices` entries of `driver`'s `pool`,
-/// replacing that driver and pool's entries and keeping everyone else's; nothing is
-/// written when they are already so. Retries a conflict (another writer in between).
+/// Writes `statuses` as the claim's `status.devices` entries of `driver`'s pools on node
+/// `pool` (its own, and `<pool>/<name>`), each with its device's pool, replacing that
+/// driver and those pools' entries and keeping everyone else's; nothing is written when
+/// they are already so. Retries a conflict (another writer in between).
 pub async fn write(
     client: &kube::Client,
     api: ResourceApi,
@@ -139,45 +140,49 @@ pub async fn write(
         }
         let ours = |d: &Value| {
             d.get("driver").and_then(Value::as_str) == Some(driver)
-                && d.get("pool").and_then(Value::as_str) == Some(pool)
+                && d.get("pool")
+                    .and_then(Value::as_str)
+                    .is_some_and(|p| crate::allocation::is_node_pool(p, pool))
         };
-        let allocated: Vec<(String, Option<String>)> =
-            object.data["status"]["allocation"]["devices"]["results"]
-                .as_array()
-                .map(|rs| {
-                    rs.iter()
-                        .filter(|r| ours(r))
-                        .map(|r| {
-                            (
-                                r["device"].as_str().unwrap_or_default().to_owned(),
-                                r.get("shareID").and_then(Value::as_str).map(str::to_owned),
-                            )
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
+        let allocated: Vec<(String, Option<String>, String)> = object.data["status"]["allocation"]
+            ["devices"]["results"]
+            .as_array()
+            .map(|rs| {
+                rs.iter()
+                    .filter(|r| ours(r))
+                    .map(|r| {
+                        (
+                            r["device"].as_str().unwrap_or_default().to_owned(),
+                            r.get("shareID").and_then(Value::as_str).map(str::to_owned),
+                            r["pool"].as_str().unwrap_or_default().to_owned(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         let old: Vec<Value> = object.data["status"]["devices"]
             .as_array()
             .cloned()
             .unwrap_or_default();
         let mut devices: Vec<Value> = old.iter().filter(|d| !ours(d)).cloned().collect();
         for (index, s) in statuses.iter().enumerate() {
-            if !allocated
+            let Some((_, _, device_pool)) = allocated
                 .iter()
-                .any(|(d, share)| *d == s.device && *share == s.share_id)
-            {
+                .find(|(d, share, _)| *d == s.device && *share == s.share_id)
+            else {
                 return Err(WriteError::NotAllocated {
                     index,
                     device: s.device.clone(),
                     pool: pool.to_owned(),
                 });
-            }
+            };
             let before = old.iter().find(|d| {
                 ours(d)
+                    && d.get("pool").and_then(Value::as_str) == Some(device_pool.as_str())
                     && d.get("device").and_then(Value::as_str) == Some(s.device.as_str())
                     && d.get("shareID").and_then(Value::as_str) == s.share_id.as_deref()
             });
-            devices.push(entry(driver, pool, s, before));
+            devices.push(entry(driver, device_pool, s, before));
         }
         let unchanged = {
             let mut a = old.clone();

@@ -149,6 +149,18 @@ pub trait DeviceProfile: Debug + Send + Sync + 'static {
         None
     }
 
+    /// The pool of `device` (a [`SliceDevice::name`]) when the driver publishes more than
+    /// the node's own pool: `Some(name)` puts it in pool `<node>/<name>` (DNS subdomains
+    /// joined by `/`), as a driver does whose devices are unrelated (GPUs and NICs) or
+    /// change generation apart. `None` (the default) is the node's pool, named after the
+    /// node. A counter set goes with the devices that consume it, so they must be of one
+    /// pool; device names stay unique over all the node's pools. A claim may be allocated
+    /// devices of any of them.
+    fn device_pool(&self, device: &str) -> Option<String> {
+        let _ = device;
+        None
+    }
+
     /// How the devices are spread over the node's ResourceSlices; as few slices as the
     /// limits allow by default.
     fn slice_split(&self) -> SliceSplit {

@@ -155,6 +155,10 @@ impl<D: DeviceProfile> slice_controller::Inventory for ProfileInventory<D> {
         self.store.profile().counter_sets()
     }
 
+    fn device_pool(&self, device: &str) -> Option<String> {
+        self.store.profile().device_pool(device)
+    }
+
     fn health(&self, device: &str) -> (crate::model::HealthStatus, Option<String>) {
         self.store.profile().health(device)
     }
@@ -353,6 +357,7 @@ pub async fn run<D: DeviceProfile>(
             let desired = pool::Desired {
                 driver: plugin.driver_name.clone(),
                 node_name: plugin.node_name.clone(),
+                pool: plugin.node_name.clone(),
                 devices: store.profile().slice_devices(),
                 counter_sets: store.profile().counter_sets(),
                 layout,
@@ -360,7 +365,9 @@ pub async fn run<D: DeviceProfile>(
             };
             // Refused before anything is served: a pool that cannot be published is an
             // inventory error the operator must fix.
-            pool::pack(&desired)?;
+            for pool in pool::node_pools(desired.clone(), |d| store.profile().device_pool(d))? {
+                pool::pack(&pool)?;
+            }
             let controller = slice_controller::SliceController::new(
                 client.clone(),
                 api,

@@ -120,7 +120,7 @@ pub(crate) struct ClaimMetadata<'a> {
     pub claim: &'a ClaimRef,
     /// The claim's [`POD_CLAIM_NAME_ANNOTATION`].
     pub pod_claim_name: Option<&'a str>,
-    /// The pool (this node).
+    /// The pool of a device whose own is not known (this node's).
     pub pool: &'a str,
     /// The devices of this driver allocated to the claim, with their attributes.
     pub devices: Vec<(&'a AllocatedDevice, BTreeMap<String, Attribute>)>,
@@ -231,7 +231,11 @@ impl MetadataWriter {
             }
             by_request.entry(full).or_default().push(MetadataDevice {
                 driver: self.driver.clone(),
-                pool: m.pool.to_owned(),
+                pool: if device.pool.is_empty() {
+                    m.pool.to_owned()
+                } else {
+                    device.pool.clone()
+                },
                 name: device.device.clone(),
                 attributes: attributes
                     .iter()

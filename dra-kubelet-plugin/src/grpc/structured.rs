@@ -15,7 +15,7 @@ pub(crate) struct DeviceOutcome {
     pub request: String,
     /// The share of a device that allows multiple allocations.
     pub share_id: Option<String>,
-    /// The pool (this node).
+    /// The pool (this node's, or one of its own the driver put the device in).
     pub pool: String,
     /// The device name in the pool.
     pub device: String,
@@ -338,7 +338,11 @@ impl<D: DeviceProfile> DraPluginService<D> {
                 Ok(DeviceOutcome {
                     request: d.base_request().to_owned(),
                     share_id: d.share_id.clone(),
-                    pool: self.node_name.clone(),
+                    pool: if d.pool.is_empty() {
+                        self.node_name.clone()
+                    } else {
+                        d.pool
+                    },
                     device: d.device,
                     cdi_device_ids,
                 })

@@ -302,7 +302,7 @@ pub fn to_v1(
             driver: desired.driver.clone(),
             node_name: Some(desired.node_name.clone()),
             pool: v1::ResourcePool {
-                name: desired.node_name.clone(),
+                name: desired.pool.clone(),
                 generation,
                 resource_slice_count: i64::try_from(slice_count).unwrap_or(i64::MAX),
             },
@@ -356,7 +356,7 @@ pub fn to_v1beta1(
             driver: desired.driver.clone(),
             node_name: Some(desired.node_name.clone()),
             pool: v1beta1::ResourcePool {
-                name: desired.node_name.clone(),
+                name: desired.pool.clone(),
                 generation,
                 resource_slice_count: i64::try_from(slice_count).unwrap_or(i64::MAX),
             },

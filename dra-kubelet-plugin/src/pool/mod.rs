@@ -4,7 +4,8 @@
 //! adapter is [`crate::slice_controller`], and a node simulator (feature `fleet`)
 //! publishes the same slices for many nodes.
 //!
-//! One pool per node, named after the node. A pool is as many slices as its devices and
+//! A node's devices are in its own pool, named after the node, unless the driver puts
+//! some in pools of their own, `<node>/<name>` ([`node_pools`]). A pool is as many slices as its devices and
 //! counter sets need under the API's per-slice limits (`resourceSliceCount` says how
 //! many); the pool generation goes up whenever what is published changes, so the
 //! scheduler never mixes an old slice with a new one.
@@ -102,13 +103,15 @@ pub struct PublishedSlice {
     pub content: SliceContent,
 }
 
-/// What to publish for one node.
+/// What to publish for one pool of a node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Desired {
     /// The driver name.
     pub driver: String,
-    /// The node (and pool) name.
+    /// The node.
     pub node_name: String,
+    /// The pool: the node's name, or `<node>/<name>` for another pool of the node.
+    pub pool: String,
     /// The devices.
     pub devices: Vec<SliceDevice>,
     /// The counter sets the devices consume from.
@@ -120,9 +123,9 @@ pub struct Desired {
 }
 
 impl Desired {
-    /// `generateName` of our slices: `<node>-<driver>-`.
+    /// `generateName` of our slices: `<pool>-<driver>-`, with `-` for `/`.
     pub fn generate_name(&self) -> String {
-        format!("{}-{}-", self.node_name, self.driver)
+        format!("{}-{}-", self.pool.replace('/', "-"), self.driver)
     }
 }
 
@@ -180,6 +183,28 @@ pub enum PackError {
         /// The counter.
         counter: String,
     },
+    /// A pool name the API would refuse.
+    #[error(
+        "device {device:?}: pool {pool:?} is not a DNS subdomain (lowercase letters, digits, '-' and '.', at most 253 characters with the node's name and '/')"
+    )]
+    BadPoolName {
+        /// A device the driver put in it.
+        device: String,
+        /// The name the driver gave.
+        pool: String,
+    },
+    /// A counter set whose consumers are in more than one pool.
+    #[error(
+        "counter set {set:?} is consumed by devices of pools {first:?} and {second:?}; counters are shared within one pool only"
+    )]
+    CounterSetAcrossPools {
+        /// The counter set.
+        set: String,
+        /// One pool of its consumers.
+        first: String,
+        /// Another.
+        second: String,
+    },
     /// More than the layout allows.
     #[error(
         "{what} {name:?} has {count} {items}; the Kubernetes release serving this pool allows at most {max}"
@@ -196,6 +221,93 @@ pub enum PackError {
         /// `max`.
         max: usize,
     },
+}
+
+/// Splits a node's devices and counter sets (`node`, with the node's name as its pool)
+/// into the pools the driver asks for: `pool_of` names a device's pool other than the
+/// node's (`Some(name)`: pool `<node>/<name>`). A counter set goes with the devices that
+/// consume it. The node's pool is kept, empty, when no device is in it and no other pool
+/// has any, so the scheduler sees that the node has none. Device names stay unique over
+/// all the node's pools, so a claim's device names say which devices it holds.
+pub fn node_pools(
+    node: Desired,
+    pool_of: impl Fn(&str) -> Option<String>,
+) -> Result<Vec<Desired>, PackError> {
+    let mut seen = std::collections::BTreeSet::new();
+    for d in &node.devices {
+        if !seen.insert(d.name.as_str()) {
+            return Err(PackError::Duplicate {
+                what: "device",
+                name: d.name.clone(),
+            });
+        }
+    }
+    let mut pools: std::collections::BTreeMap<String, Desired> = std::collections::BTreeMap::new();
+    let mut set_pool: std::collections::BTreeMap<String, String> =
+        std::collections::BTreeMap::new();
+    let template = Desired {
+        devices: Vec::new(),
+        counter_sets: Vec::new(),
+        ..node.clone()
+    };
+    for d in node.devices {
+        let pool = match pool_of(&d.name) {
+            None => node.pool.clone(),
+            Some(name) => {
+                let full = format!("{}/{name}", node.node_name);
+                if !is_pool_name(&full) || name.is_empty() {
+                    return Err(PackError::BadPoolName {
+                        device: d.name,
+                        pool: name,
+                    });
+                }
+                full
+            }
+        };
+        for c in &d.consumes_counters {
+            if let Some(other) = set_pool.insert(c.counter_set.clone(), pool.clone())
+                && other != pool
+            {
+                return Err(PackError::CounterSetAcrossPools {
+                    set: c.counter_set.clone(),
+                    first: other,
+                    second: pool,
+                });
+            }
+        }
+        pools
+            .entry(pool.clone())
+            .or_insert_with(|| Desired {
+                pool,
+                ..template.clone()
+            })
+            .devices
+            .push(d);
+    }
+    for set in node.counter_sets {
+        let pool = set_pool
+            .get(&set.name)
+            .cloned()
+            .unwrap_or_else(|| node.pool.clone());
+        pools
+            .entry(pool.clone())
+            .or_insert_with(|| Desired {
+                pool,
+                ..template.clone()
+            })
+            .counter_sets
+            .push(set);
+    }
+    if pools.is_empty() {
+        pools.insert(node.pool.clone(), template);
+    }
+    Ok(pools.into_values().collect())
+}
+
+/// `ResourcePool.name` as the API validates it (`validatePoolName`): DNS subdomains
+/// joined by `/`, at most 253 characters in all.
+fn is_pool_name(name: &str) -> bool {
+    name.len() <= 253 && name.split('/').all(crate::claim_reader::is_dns_subdomain)
 }
 
 fn is_advanced(d: &SliceDevice) -> bool {

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use super::{PublishedSlice, SliceContent};
+use super::{Desired, PublishedSlice, SliceContent};
 use crate::model::SliceDevice;
 
 /// An existing slice to overwrite: its name and resourceVersion.
@@ -21,7 +21,7 @@ pub enum SlicePlan {
         /// Each slice: the existing one to overwrite (name, resourceVersion), or `None`
         /// to create one; and its content.
         slices: Vec<(Option<Existing>, SliceContent)>,
-        /// Slices of this node and driver the pool no longer needs.
+        /// Slices the pool no longer needs.
         delete: Vec<String>,
     },
 }
@@ -30,7 +30,7 @@ pub enum SlicePlan {
 /// `last_generation`), the right slice count and node, and the same contents in any
 /// order.
 fn is_current(
-    node_name: &str,
+    desired: &Desired,
     expected: &[SliceContent],
     existing: &[PublishedSlice],
     last_generation: i64,
@@ -44,8 +44,8 @@ fn is_current(
     let mut unmatched: Vec<&SliceContent> = expected.iter().collect();
     for s in existing {
         if s.generation != first.generation
-            || s.pool != node_name
-            || s.node_name.as_deref() != Some(node_name)
+            || s.pool != desired.pool
+            || s.node_name.as_deref() != Some(desired.node_name.as_str())
             || usize::try_from(s.slice_count).ok() != Some(expected.len())
         {
             return false;
@@ -60,19 +60,19 @@ fn is_current(
     unmatched.is_empty()
 }
 
-/// Decides what to do given this node's slices of our driver (`existing`, already
+/// Decides what to do given this pool's slices of our driver (`existing`, already
 /// filtered). `packed` is what [`super::pack`] made of the desired devices; `expected` what the
 /// API server stores when given them (the same, unless it drops fields whose feature
 /// gate is off: see [`dropped_features`]). `last_generation` is the highest generation
 /// this process published, so a pool deleted and recreated never goes back.
 pub fn plan(
-    node_name: &str,
+    desired: &Desired,
     packed: &[SliceContent],
     expected: &[SliceContent],
     existing: &[PublishedSlice],
     last_generation: i64,
 ) -> SlicePlan {
-    if is_current(node_name, expected, existing, last_generation) {
+    if is_current(desired, expected, existing, last_generation) {
         return SlicePlan::UpToDate;
     }
     let top = existing
@@ -102,10 +102,11 @@ pub fn plan(
     }
 }
 
-/// Whether an API slice belongs to this node and driver (a server that ignores the field
-/// selector must not make us delete someone else's slices).
-pub fn is_ours(slice: &PublishedSlice, driver: &str, node_name: &str) -> bool {
-    slice.driver == driver && slice.node_name.as_deref() == Some(node_name)
+/// Whether an API slice belongs to this pool of this node and driver (a server that
+/// ignores the field selector must not make us delete someone else's slices, nor a
+/// pool's round another pool's).
+pub fn is_ours(slice: &PublishedSlice, driver: &str, node_name: &str, pool: &str) -> bool {
+    slice.driver == driver && slice.node_name.as_deref() == Some(node_name) && slice.pool == pool
 }
 
 /// The feature gates whose fields the API server dropped from a slice we wrote (`sent`,

@@ -16,6 +16,7 @@ fn desired(n: usize) -> Desired {
     Desired {
         driver: "fake.resource.3-shake.com".into(),
         node_name: "node-1".into(),
+        pool: "node-1".into(),
         devices: crate::testing::TestProfile::new(n).slice_devices(),
         counter_sets: Vec::new(),
         layout: CounterLayout::Separate,
@@ -49,7 +50,7 @@ fn one(d: &Desired, name: &str, generation: i64) -> PublishedSlice {
 
 fn plan_of(d: &Desired, existing: &[PublishedSlice], last: i64) -> SlicePlan {
     let packed = pack(d).unwrap();
-    plan(&d.node_name, &packed, &packed, existing, last)
+    plan(d, &packed, &packed, existing, last)
 }
 
 /// A partitionable GPU: a counter set and `parts` partitions consuming from it.
@@ -143,14 +144,11 @@ fn a_pool_of_many_slices_is_current_only_when_whole_and_of_one_generation() {
         .enumerate()
         .map(|(i, c)| published(&format!("s{i}"), &d, c.clone(), 3, n))
         .collect();
-    assert_eq!(
-        plan(&d.node_name, &packed, &packed, &whole, 3),
-        SlicePlan::UpToDate
-    );
+    assert_eq!(plan(&d, &packed, &packed, &whole, 3), SlicePlan::UpToDate);
     let mut reversed = whole.clone();
     reversed.reverse();
     assert_eq!(
-        plan(&d.node_name, &packed, &packed, &reversed, 3),
+        plan(&d, &packed, &packed, &reversed, 3),
         SlicePlan::UpToDate
     );
     // One missing, one of another generation, a wrong count: all rewritten.
@@ -164,7 +162,7 @@ fn a_pool_of_many_slices_is_current_only_when_whole_and_of_one_generation() {
             generation,
             slices,
             delete,
-        } = plan(&d.node_name, &packed, &packed, existing, 3)
+        } = plan(&d, &packed, &packed, existing, 3)
         else {
             panic!("not current: {existing:?}");
         };
@@ -400,11 +398,11 @@ fn fields_a_disabled_gate_drops_are_named() {
     let packed = vec![sent];
     let existing = [published("a", &d, stored.clone(), 1, 1)];
     assert!(matches!(
-        plan(&d.node_name, &packed, &packed, &existing, 1),
+        plan(&d, &packed, &packed, &existing, 1),
         SlicePlan::Write { .. }
     ));
     assert_eq!(
-        plan(&d.node_name, &packed, &[stored], &existing, 1),
+        plan(&d, &packed, &[stored], &existing, 1),
         SlicePlan::UpToDate
     );
 }
@@ -459,4 +457,96 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn a_node_s_devices_go_to_the_pools_the_driver_names_with_their_counter_sets() {
+    let mut node = partitioned(2, 2, CounterLayout::Separate);
+    node.devices.push(SliceDevice::new("nic-0"));
+    node.counter_sets.push(CounterSet {
+        name: "unused".into(),
+        counters: BTreeMap::new(),
+    });
+    // gpu-1's partitions and the NIC in pools of their own; gpu-0 stays in the node's.
+    let pool_of = |d: &str| {
+        if d.starts_with("gpu-1") {
+            Some("gpu-1".to_owned())
+        } else if d.starts_with("nic") {
+            Some("nics.example".to_owned())
+        } else {
+            None
+        }
+    };
+    let pools = node_pools(node.clone(), pool_of).unwrap();
+    let shape: Vec<(&str, Vec<&str>, Vec<&str>, String)> = pools
+        .iter()
+        .map(|p| {
+            (
+                p.pool.as_str(),
+                p.devices.iter().map(|d| d.name.as_str()).collect(),
+                p.counter_sets.iter().map(|s| s.name.as_str()).collect(),
+                p.generate_name(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            (
+                "node-1",
+                vec!["gpu-0-part-0", "gpu-0-part-1"],
+                vec!["gpu-0-counters", "unused"],
+                "node-1-fake.resource.3-shake.com-".to_owned()
+            ),
+            (
+                "node-1/gpu-1",
+                vec!["gpu-1-part-0", "gpu-1-part-1"],
+                vec!["gpu-1-counters"],
+                "node-1-gpu-1-fake.resource.3-shake.com-".to_owned()
+            ),
+            (
+                "node-1/nics.example",
+                vec!["nic-0"],
+                vec![],
+                "node-1-nics.example-fake.resource.3-shake.com-".to_owned()
+            ),
+        ]
+    );
+    assert!(pools.iter().all(|p| p.node_name == "node-1"));
+    for p in &pools {
+        pack(p).unwrap();
+    }
+    // Every device elsewhere: no empty pool of the node's own.
+    let pools = node_pools(desired(2), |_| Some("all".to_owned())).unwrap();
+    assert_eq!(pools.len(), 1);
+    assert_eq!(pools[0].pool, "node-1/all");
+    // No devices at all: the node's pool, empty.
+    let mut empty = desired(0);
+    empty.devices.clear();
+    let pools = node_pools(empty, |_| None).unwrap();
+    assert_eq!(pools.len(), 1);
+    assert_eq!(pools[0].pool, "node-1");
+}
+
+#[test]
+fn pools_the_api_would_refuse_are_refused_naming_the_device() {
+    let node = partitioned(1, 2, CounterLayout::Separate);
+    for bad in ["", "Upper", "a//b", "-a", "a/", &"x".repeat(250)] {
+        let e = node_pools(node.clone(), |_| Some(bad.to_owned())).unwrap_err();
+        assert!(
+            matches!(&e, PackError::BadPoolName { device, pool } if device == "gpu-0-part-0" && pool == bad),
+            "{bad:?}: {e}"
+        );
+    }
+    // One counter set consumed from two pools.
+    let e = node_pools(node.clone(), |d| d.ends_with('1').then(|| "b".to_owned())).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "counter set \"gpu-0-counters\" is consumed by devices of pools \"node-1\" and \"node-1/b\"; counters are shared within one pool only"
+    );
+    // Two devices of one name in two pools.
+    let mut twice = desired(1);
+    twice.devices.push(twice.devices[0].clone());
+    let e = node_pools(twice, |_| None).unwrap_err();
+    assert!(e.to_string().contains("listed twice"), "{e}");
 }

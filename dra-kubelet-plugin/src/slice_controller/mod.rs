@@ -49,6 +49,8 @@ pub(crate) trait Inventory: Send + Sync + 'static {
     fn devices(&self) -> Vec<SliceDevice>;
     /// The counter sets.
     fn counter_sets(&self) -> Vec<CounterSet>;
+    /// A device's pool other than the node's (see `DeviceProfile::device_pool`).
+    fn device_pool(&self, device: &str) -> Option<String>;
     /// A device's health as the driver reports it.
     fn health(&self, device: &str) -> (HealthStatus, Option<String>);
     /// Yields whenever any of them may have changed.
@@ -200,12 +202,16 @@ impl PoolWriter {
         }
     }
 
-    /// Deletes every slice of `node`'s pool of `driver`; failures are logged, not
-    /// retried (the Node's owner reference removes them when the Node goes).
-    pub async fn delete_pool(&self, driver: &str, node: &str) {
+    /// Deletes every slice of `driver` on `node`, whatever its pool; failures are logged,
+    /// not retried (the Node's owner reference removes them when the Node goes).
+    #[cfg(feature = "fleet")]
+    pub async fn delete_node_pools(&self, driver: &str, node: &str) {
         match self.list(&node_slices_selector(driver, node)).await {
             Ok(found) => {
-                for s in found.iter().filter(|s| pool::is_ours(s, driver, node)) {
+                let on_node = |s: &&PublishedSlice| {
+                    s.driver == driver && s.node_name.as_deref() == Some(node)
+                };
+                for s in found.iter().filter(on_node) {
                     if let Err(e) = self.delete(&s.name).await {
                         warn!(%node, slice = %s.name, error = %e, "deleting a slice of a pool that is gone failed");
                     }
@@ -227,7 +233,7 @@ impl PoolWriter {
     ) -> Result<Reconciled, ReconcileError> {
         let packed = pool::pack(desired)?;
         let plan = pool::plan(
-            &desired.node_name,
+            desired,
             &packed,
             accepted.expected(&packed),
             existing,
@@ -239,7 +245,7 @@ impl PoolWriter {
             delete,
         } = plan
         else {
-            debug!(node = %desired.node_name, "ResourceSlices up to date");
+            debug!(pool = %desired.pool, "ResourceSlices up to date");
             return Ok(Reconciled {
                 generation: existing.first().map_or(last_generation, |s| s.generation),
                 written: None,
@@ -267,7 +273,7 @@ impl PoolWriter {
             .collect();
         if !dropped.is_empty() && accepted.sent != packed {
             error!(
-                node = %desired.node_name,
+                pool = %desired.pool,
                 dropped = ?dropped,
                 "the API server dropped fields of the ResourceSlices without an error: turn on these feature gates (kube-apiserver and kube-scheduler), or the scheduler sees devices without them"
             );
@@ -279,7 +285,7 @@ impl PoolWriter {
         info!(
             slices = ?names,
             api = self.api.version(),
-            pool = %desired.node_name,
+            pool = %desired.pool,
             generation,
             devices = desired.devices.len(),
             counter_sets = desired.counter_sets.len(),
@@ -334,8 +340,8 @@ impl SliceController {
     }
 
     /// What to publish now: the profile's devices with the hook's overlay, without the
-    /// taints the serving release would refuse the whole slice for.
-    fn effective(&self) -> Desired {
+    /// taints the serving release would refuse the whole slice for, in their pools.
+    fn effective(&self) -> Result<Vec<Desired>, pool::PackError> {
         let mut desired = self.desired.clone();
         let rules = TaintRules::of(desired.layout);
         desired.counter_sets = self.inventory.counter_sets();
@@ -354,7 +360,18 @@ impl SliceController {
                 );
             }
         }
-        desired
+        pool::node_pools(desired, |d| self.inventory.device_pool(d))
+    }
+
+    /// Gives the controller the pools there are now; keeps the last ones published when
+    /// the driver's devices cannot be split into pools.
+    fn publish(&self, controller: &PoolController, owner: &Option<OwnerReference>) {
+        match self.effective() {
+            Ok(pools) => controller.set_all(pools, owner.clone()),
+            Err(e) => {
+                error!(error = %e, "cannot publish the node's devices; the pools published last stay");
+            }
+        }
     }
 
     /// Publishes the node's pool (retrying with backoff until the first list works),
@@ -388,7 +405,7 @@ impl SliceController {
                 }
             }
         };
-        controller.set(self.effective(), owner.clone());
+        self.publish(&controller, &owner);
         // What the hook changes (a fault added or removed) and what the driver changes (a
         // device plugged in or out, one failing) change the slices at once; the driver is
         // asked again at every resync besides.
@@ -398,13 +415,14 @@ impl SliceController {
         let mut resync = tokio::time::interval(RESYNC);
         loop {
             tokio::select! {
-                _ = changes.next() => controller.set(self.effective(), owner.clone()),
-                _ = resync.tick() => controller.set(self.effective(), owner.clone()),
+                _ = changes.next() => self.publish(&controller, &owner),
+                _ = resync.tick() => self.publish(&controller, &owner),
                 changed = stats.changed(), if !ready.load(Ordering::SeqCst) => {
-                    if changed.is_ok() && stats.borrow_and_update().in_sync > 0
+                    let now = *stats.borrow_and_update();
+                    if changed.is_ok() && now.pools > 0 && now.in_sync == now.pools
                         && !ready.swap(true, Ordering::SeqCst)
                     {
-                        info!(node = %node, "ResourceSlice published, ready");
+                        info!(node = %node, pools = now.pools, "ResourceSlices published, ready");
                     }
                 }
             }

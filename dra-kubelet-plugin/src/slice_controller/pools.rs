@@ -1,9 +1,10 @@
-//! Keeps any number of pools of one driver published, one pool per node, as upstream's
+//! Keeps any number of node pools of one driver published, as upstream's
 //! `resourceslice.Controller` does for a driver's `DriverResources`: the node plugin
-//! runs it with its own node's pool, a node simulator (fake-dra's fleet mode) with
-//! thousands. The caller says what each pool should hold ([`PoolController::set`]); the
-//! controller writes a pool only when that differs from what it last wrote, so a steady
-//! set of pools costs no requests.
+//! runs it with its own node's pools, a node simulator (fake-dra's fleet mode) with
+//! thousands of nodes' pools. The caller says what each pool should hold
+//! ([`PoolController::set`], [`PoolController::set_all`]); the controller writes a pool
+//! only when that differs from what it last wrote, so a steady set of pools costs no
+//! requests, and deletes the slices of a pool it is told to drop.
 //!
 //! What was last written is kept per pool. A watch of the driver's slices (in the
 //! controller's scope) notices what someone else changed or deleted: that pool is listed
@@ -29,6 +30,7 @@ use tracing::{debug, error, info, warn};
 use super::{AbortOnDrop, Accepted, PoolWriter, RESYNC, ReconcileError, node_slices_selector};
 use crate::dra_mode::ResourceApi;
 use crate::pool::{self, Desired, PublishedSlice};
+use events::{external_change, stale_after_relist};
 
 /// Lets a burst of changes gather into one round.
 const DEBOUNCE: Duration = Duration::from_millis(50);
@@ -60,7 +62,10 @@ pub struct PoolStats {
 /// What the controller knows about one pool.
 #[derive(Debug, Default)]
 struct PoolState {
+    /// What to publish; `None` for a pool to delete (listed, or dropped by the caller).
     desired: Option<Desired>,
+    /// The pool's node.
+    node: String,
     owner: Option<OwnerReference>,
     /// The slices as last written (or listed).
     record: Vec<PublishedSlice>,
@@ -73,12 +78,22 @@ struct PoolState {
 }
 
 impl PoolState {
-    fn seeded(record: Vec<PublishedSlice>) -> Self {
+    fn seeded(node: String, record: Vec<PublishedSlice>) -> Self {
         Self {
+            node,
             last_generation: record.iter().map(|s| s.generation).max().unwrap_or(0),
             record,
             ..Self::default()
         }
+    }
+
+    /// A pool found at the start that nobody publishes: to delete.
+    fn leftover(slices: Vec<PublishedSlice>) -> Self {
+        let node = slices
+            .first()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default();
+        Self::seeded(node, slices)
     }
 }
 
@@ -88,8 +103,9 @@ struct Inner {
     driver: String,
     scope: PoolScope,
     concurrency: usize,
+    /// By pool name.
     pools: Mutex<BTreeMap<String, PoolState>>,
-    /// Listed at the start, for pools not given yet.
+    /// Listed at the start, by pool name, for pools not given yet.
     listed: Mutex<BTreeMap<String, Vec<PublishedSlice>>>,
     dirty: Mutex<BTreeSet<String>>,
     wake: Notify,
@@ -132,10 +148,8 @@ impl PoolController {
         let fields = field_selector(&driver, &scope);
         let mut listed: BTreeMap<String, Vec<PublishedSlice>> = BTreeMap::new();
         for s in writer.list(&fields).await? {
-            if let Some(node) = s.node_name.clone()
-                && s.driver == driver
-            {
-                listed.entry(node).or_default().push(s);
+            if s.node_name.is_some() && s.driver == driver {
+                listed.entry(s.pool.clone()).or_default().push(s);
             }
         }
         let (stats, _) = watch::channel(PoolStats::default());
@@ -160,36 +174,98 @@ impl PoolController {
         })
     }
 
-    /// What the pool of `desired.node_name` should hold from now on, with `owner` as its
-    /// slices' owner (the Node, so they go with it). Written at the next round if it
-    /// differs from what was last written.
+    /// What the pool `desired.pool` of `desired.node_name` should hold from now on, with
+    /// `owner` as its slices' owner (the Node, so they go with it). Written at the next
+    /// round if it differs from what was last written.
+    #[cfg(feature = "fleet")]
     pub fn set(&self, desired: Desired, owner: Option<OwnerReference>) {
-        let node = desired.node_name.clone();
+        if self.update(desired, owner) {
+            self.inner.wake.notify_one();
+        }
+    }
+
+    /// The pools there are now, all of them: each is [`Self::set`], and every other pool
+    /// the controller published or found in its scope at the start is deleted (a pool
+    /// the driver no longer has).
+    pub fn set_all(&self, pools: Vec<Desired>, owner: Option<OwnerReference>) {
+        let keep: std::collections::BTreeSet<String> =
+            pools.iter().map(|d| d.pool.clone()).collect();
+        let mut changed = false;
+        for desired in pools {
+            changed |= self.update(desired, owner.clone());
+        }
+        let listed: Vec<(String, Vec<PublishedSlice>)> = {
+            let mut listed = lock(&self.inner.listed);
+            let gone: Vec<String> = listed
+                .keys()
+                .filter(|p| !keep.contains(*p))
+                .cloned()
+                .collect();
+            gone.into_iter()
+                .filter_map(|p| listed.remove(&p).map(|slices| (p, slices)))
+                .collect()
+        };
+        {
+            let mut states = lock(&self.inner.pools);
+            let mut dirty = lock(&self.inner.dirty);
+            for (pool, slices) in listed {
+                states.insert(pool.clone(), PoolState::leftover(slices));
+                dirty.insert(pool);
+                changed = true;
+            }
+            for (pool, state) in states.iter_mut() {
+                if !keep.contains(pool) && state.desired.is_some() {
+                    state.desired = None;
+                    state.in_sync = false;
+                    dirty.insert(pool.clone());
+                    changed = true;
+                }
+            }
+        }
+        if changed {
+            self.inner.wake.notify_one();
+        }
+    }
+
+    /// Records `desired` and marks its pool if it changed; whether it did.
+    fn update(&self, desired: Desired, owner: Option<OwnerReference>) -> bool {
+        let pool = desired.pool.clone();
         {
             let mut pools = lock(&self.inner.pools);
-            let state = pools.entry(node.clone()).or_insert_with(|| {
-                PoolState::seeded(lock(&self.inner.listed).remove(&node).unwrap_or_default())
+            let state = pools.entry(pool.clone()).or_insert_with(|| {
+                let listed = lock(&self.inner.listed).remove(&pool).unwrap_or_default();
+                PoolState::seeded(desired.node_name.clone(), listed)
             });
             if state.in_sync && state.desired.as_ref() == Some(&desired) && state.owner == owner {
-                return;
+                return false;
             }
+            state.node = desired.node_name.clone();
             state.desired = Some(desired);
             state.owner = owner;
         }
-        self.inner.mark(&node);
+        lock(&self.inner.dirty).insert(pool);
+        true
     }
 
-    /// Stops publishing `node`'s pool and deletes its slices (a node that left; when the
-    /// Node itself is deleted, its owner reference removes them as well).
-    #[cfg_attr(not(feature = "fleet"), allow(dead_code))]
-    pub async fn remove(&self, node: &str) {
-        lock(&self.inner.pools).remove(node);
-        lock(&self.inner.listed).remove(node);
-        self.inner
-            .writer
-            .delete_pool(&self.inner.driver, node)
-            .await;
-        self.inner.publish_stats();
+    /// Stops publishing `pool` and deletes its slices at the next round (a node that
+    /// left; when the Node itself is deleted, its owner reference removes them as well).
+    #[cfg(feature = "fleet")]
+    pub fn remove(&self, pool: &str) {
+        let listed = lock(&self.inner.listed).remove(pool);
+        {
+            let mut pools = lock(&self.inner.pools);
+            if let Some(slices) = listed {
+                pools
+                    .entry(pool.to_owned())
+                    .or_insert_with(|| PoolState::leftover(slices));
+            }
+            let Some(state) = pools.get_mut(pool) else {
+                return;
+            };
+            state.desired = None;
+            state.in_sync = false;
+        }
+        self.inner.mark(pool);
     }
 
     /// The pools' progress, updated after every round.
@@ -220,7 +296,11 @@ impl Inner {
     fn publish_stats(&self) {
         let (pools, in_sync) = {
             let p = lock(&self.pools);
-            (p.len(), p.values().filter(|s| s.in_sync).count())
+            let published = || p.values().filter(|s| s.desired.is_some());
+            (
+                published().count(),
+                published().filter(|s| s.in_sync).count(),
+            )
         };
         self.stats.send_replace(PoolStats {
             pools,
@@ -252,19 +332,18 @@ impl Inner {
         }
     }
 
-    /// One round for one pool: written if it differs from what was last written.
-    async fn publish(self: &Arc<Self>, node: String) {
+    /// One round for one pool: written if it differs from what was last written, or its
+    /// slices deleted if it is to go.
+    async fn publish(self: &Arc<Self>, pool: String) {
         // Taken out of the state: the lock is never held across a request.
-        let (desired, owner, record, needs_list, last_generation, mut accepted) = {
+        let (desired, node, owner, record, needs_list, last_generation, mut accepted) = {
             let mut pools = lock(&self.pools);
-            let Some(state) = pools.get_mut(&node) else {
-                return;
-            };
-            let Some(desired) = state.desired.clone() else {
+            let Some(state) = pools.get_mut(&pool) else {
                 return;
             };
             (
-                desired,
+                state.desired.clone(),
+                state.node.clone(),
                 state.owner.clone(),
                 state.record.clone(),
                 state.needs_list,
@@ -280,22 +359,26 @@ impl Inner {
             {
                 Ok(found) => found
                     .into_iter()
-                    .filter(|s| pool::is_ours(s, &self.driver, &node))
+                    .filter(|s| pool::is_ours(s, &self.driver, &node, &pool))
                     .collect(),
                 Err(e) => {
-                    warn!(%node, error = %e, "listing the pool's slices failed; retrying");
-                    if let Some(state) = lock(&self.pools).get_mut(&node) {
+                    warn!(%pool, error = %e, "listing the pool's slices failed; retrying");
+                    if let Some(state) = lock(&self.pools).get_mut(&pool) {
                         state.accepted = accepted;
                     }
-                    self.failed(&node);
+                    self.failed(&pool);
                     return;
                 }
             }
         } else {
             record.clone()
         };
-        if existing.is_empty() && !record.is_empty() && self.owner_is_gone(&node, &owner).await {
-            if let Some(state) = lock(&self.pools).get_mut(&node) {
+        let Some(desired) = desired else {
+            self.delete(&pool, &existing).await;
+            return;
+        };
+        if existing.is_empty() && !record.is_empty() && self.owner_is_gone(&pool, &owner).await {
+            if let Some(state) = lock(&self.pools).get_mut(&pool) {
                 state.accepted = accepted;
             }
             return;
@@ -311,7 +394,7 @@ impl Inner {
             )
             .await;
         let mut pools = lock(&self.pools);
-        let Some(state) = pools.get_mut(&node) else {
+        let Some(state) = pools.get_mut(&pool) else {
             return;
         };
         state.accepted = accepted;
@@ -332,28 +415,47 @@ impl Inner {
             }
             Err(ReconcileError::Pack(e)) => {
                 state.in_sync = false;
-                error!(%node, error = %e, "the pool's devices cannot be published; fix the inventory");
+                error!(%pool, error = %e, "the pool's devices cannot be published; fix the inventory");
             }
             Err(ReconcileError::Api(kube::Error::Api(s))) if s.code == 409 => {
                 // Someone else wrote in between: list and write again at once.
                 state.in_sync = false;
                 state.needs_list = true;
                 drop(pools);
-                self.mark(&node);
+                self.mark(&pool);
             }
             Err(e) => {
-                warn!(%node, error = %e, "publishing the pool's slices failed; retrying");
+                warn!(%pool, error = %e, "publishing the pool's slices failed; retrying");
                 drop(pools);
-                self.failed(&node);
+                self.failed(&pool);
             }
         }
     }
 
-    /// Lists and writes `node` again after its backoff.
-    fn failed(self: &Arc<Self>, node: &str) {
+    /// Deletes the slices of a pool that is to go; forgets it once they are gone, unless
+    /// it was given again meanwhile.
+    async fn delete(self: &Arc<Self>, pool: &str, existing: &[PublishedSlice]) {
+        for s in existing {
+            if let Err(e) = self.writer.delete(&s.name).await {
+                warn!(%pool, slice = %s.name, error = %e, "deleting a slice of a pool that is gone failed; retrying");
+                self.failed(pool);
+                return;
+            }
+        }
+        let mut pools = lock(&self.pools);
+        if pools.get(pool).is_some_and(|s| s.desired.is_none()) {
+            pools.remove(pool);
+            if !existing.is_empty() {
+                info!(%pool, slices = existing.len(), "ResourceSlices of a pool that is gone deleted");
+            }
+        }
+    }
+
+    /// Lists and writes `pool` again after its backoff.
+    fn failed(self: &Arc<Self>, pool: &str) {
         let wait = {
             let mut pools = lock(&self.pools);
-            let Some(state) = pools.get_mut(node) else {
+            let Some(state) = pools.get_mut(pool) else {
                 return;
             };
             state.in_sync = false;
@@ -362,12 +464,12 @@ impl Inner {
             state.backoff = Some((wait * 2).min(MAX_BACKOFF));
             wait
         };
-        let node = node.to_owned();
+        let pool = pool.to_owned();
         let inner = Arc::downgrade(self);
         tokio::spawn(async move {
             tokio::time::sleep(wait).await;
             if let Some(inner) = inner.upgrade() {
-                inner.mark(&node);
+                inner.mark(&pool);
             }
         });
     }
@@ -376,7 +478,7 @@ impl Inner {
     /// slice written for the pool has vanished: the garbage collector removes a deleted
     /// Node's slices, often before whoever manages the pools has heard that the Node is
     /// gone, and publishing them again would only feed it.
-    async fn owner_is_gone(&self, node: &str, owner: &Option<OwnerReference>) -> bool {
+    async fn owner_is_gone(&self, pool: &str, owner: &Option<OwnerReference>) -> bool {
         let Some(owner) = owner.as_ref().filter(|o| o.kind == "Node") else {
             return false;
         };
@@ -390,7 +492,7 @@ impl Inner {
             Err(_) => false,
         };
         if gone {
-            info!(%node, "the pool's Node is gone and its slices collected; not publishing it");
+            info!(%pool, "the pool's Node is gone and its slices collected; not publishing it");
         }
         gone
     }
@@ -442,78 +544,20 @@ impl Inner {
 
     fn external_change(&self, slice: &PublishedSlice, deleted: bool) {
         let changed = external_change(&mut lock(&self.pools), &self.driver, slice, deleted);
-        if let Some(node) = changed {
-            self.mark(&node);
+        if let Some(pool) = changed {
+            self.mark(&pool);
         }
     }
 
     fn resync_after_relist(&self, listed: &[PublishedSlice]) {
         let stale = stale_after_relist(&mut lock(&self.pools), &self.driver, listed);
-        for node in stale {
-            self.mark(&node);
+        for pool in stale {
+            self.mark(&pool);
         }
     }
 }
 
-/// A slice event: our own write's echo (nothing), or a change to list and write over
-/// (the pool's node).
-fn external_change(
-    pools: &mut BTreeMap<String, PoolState>,
-    driver: &str,
-    slice: &PublishedSlice,
-    deleted: bool,
-) -> Option<String> {
-    let node = slice
-        .node_name
-        .as_deref()
-        .filter(|_| slice.driver == driver)?;
-    let state = pools.get_mut(node)?;
-    let echo = state
-        .record
-        .iter()
-        .any(|r| r.name == slice.name && r.resource_version == slice.resource_version);
-    let held = state.record.iter().any(|r| r.name == slice.name);
-    if deleted && !held || !deleted && echo {
-        return None;
-    }
-    state.needs_list = true;
-    state.in_sync = false;
-    Some(node.to_owned())
-}
-
-/// After the watch was lost and listed again, a change made while it was away (a slice
-/// deleted by hand or by the garbage collector) comes as no event: every pool whose
-/// listed slices are not the ones last written, set to be listed and written.
-fn stale_after_relist(
-    pools: &mut BTreeMap<String, PoolState>,
-    driver: &str,
-    listed: &[PublishedSlice],
-) -> Vec<String> {
-    let mut seen: BTreeMap<&str, BTreeSet<(&str, Option<&str>)>> = BTreeMap::new();
-    for slice in listed.iter().filter(|s| s.driver == driver) {
-        if let Some(node) = slice.node_name.as_deref() {
-            seen.entry(node)
-                .or_default()
-                .insert((slice.name.as_str(), slice.resource_version.as_deref()));
-        }
-    }
-    pools
-        .iter_mut()
-        .filter_map(|(name, state)| {
-            let recorded: BTreeSet<(&str, Option<&str>)> = state
-                .record
-                .iter()
-                .map(|r| (r.name.as_str(), r.resource_version.as_deref()))
-                .collect();
-            let listed = seen.remove(name.as_str()).unwrap_or_default();
-            (recorded != listed).then(|| {
-                state.needs_list = true;
-                state.in_sync = false;
-                name.clone()
-            })
-        })
-        .collect()
-}
+mod events;
 
 #[cfg(test)]
 mod tests;

@@ -592,12 +592,24 @@ fn resource_slice(slice: &Value, causes: &mut Vec<FieldCause>) {
     {
         causes.push(FieldCause::required("spec.driver", ""));
     }
-    if spec
-        .pointer("/pool/name")
-        .and_then(Value::as_str)
-        .is_none_or(str::is_empty)
-    {
-        causes.push(FieldCause::required("spec.pool.name", ""));
+    match spec.pointer("/pool/name").and_then(Value::as_str) {
+        None | Some("") => causes.push(FieldCause::required("spec.pool.name", "")),
+        // `validatePoolName`: at most `PoolNameMaxLength` (253), DNS subdomains joined by
+        // `/`, each checked alone.
+        Some(name) => {
+            if name.len() > 253 {
+                causes.push(FieldCause::too_long("spec.pool.name", 253));
+            }
+            for part in name.split('/') {
+                if let Some(problem) = name_problem(part, false) {
+                    causes.push(FieldCause::invalid(
+                        "spec.pool.name",
+                        &Value::String(part.into()),
+                        problem,
+                    ));
+                }
+            }
+        }
     }
     if spec
         .pointer("/pool/resourceSliceCount")

@@ -324,6 +324,31 @@ async fn admission_rejects_broken_structured_objects() {
         matches!(&err, kube::Error::Api(s) if s.code == 422 && s.message.contains("nodeName") && s.message.contains("spec.devices[0].name")),
         "{err}"
     );
+    // Pool names (`validatePoolName`): DNS subdomains joined by `/`, 253 at most.
+    let pool_slice = |name: &str, pool: &str| {
+        object(json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": name},
+            "spec": {"driver": DRIVER, "nodeName": "node-1", "pool": {"name": pool, "generation": 1, "resourceSliceCount": 1}, "devices": []}
+        }))
+    };
+    api(&client, "v1", "ResourceSlice", None)
+        .create(
+            &PostParams::default(),
+            &pool_slice("nics", "node-1/nics.example"),
+        )
+        .await
+        .unwrap();
+    let long = format!("node-1/{}", "a".repeat(250));
+    for bad in ["node-1//nics", "Node_1", "node-1/-nics", long.as_str()] {
+        let err = api(&client, "v1", "ResourceSlice", None)
+            .create(&PostParams::default(), &pool_slice("bad", bad))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, kube::Error::Api(s) if s.code == 422 && s.message.contains("spec.pool.name")),
+            "{bad}: {err}"
+        );
+    }
     let claim = object(json!({
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "c"},
         "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": CLASS, "count": 0}}]}}

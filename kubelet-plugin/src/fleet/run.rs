@@ -166,6 +166,7 @@ impl Fleet {
         let desired = Desired {
             driver: self.driver.clone(),
             node_name: node.to_owned(),
+            pool: node.to_owned(),
             devices: node_faults.overlay(
                 &base,
                 &self.driver,
@@ -351,7 +352,6 @@ async fn run_until(
         Leaving {
             device_names: device_names.clone(),
             changed: fleet_changed.clone(),
-            slice_deletions: Arc::new(tokio::sync::Semaphore::new(config.concurrency)),
         },
     ));
     let reporter = tokio::spawn(report_faults(
@@ -503,7 +503,7 @@ async fn delete_stale_nodes(client: &Client, writer: &PoolWriter, config: &Fleet
     .sum();
     // Likewise the slices: deleted rather than left to the garbage collector.
     for node in &stale {
-        writer.delete_pool(&config.driver_name, node).await;
+        writer.delete_node_pools(&config.driver_name, node).await;
     }
     info!(
         deleted,
@@ -673,9 +673,6 @@ struct Leaving {
     device_names: DeviceNames,
     /// Wakes the faults' reporter.
     changed: Arc<Notify>,
-    /// Bounds the slice deletions of nodes that left, which run beside the node watch so
-    /// that a mass deletion does not hold up the next node's event.
-    slice_deletions: Arc<tokio::sync::Semaphore>,
 }
 
 impl Leaving {
@@ -732,7 +729,7 @@ async fn watch_nodes(client: Client, selector: String, fleet: Arc<Fleet>, leavin
                 }
                 leaving.forget(&gone);
                 for node in &gone {
-                    fleet.pools.remove(node).await;
+                    fleet.pools.remove(node);
                 }
             }
             Ok(watcher::Event::Apply(n)) => {
@@ -755,16 +752,11 @@ async fn watch_nodes(client: Client, selector: String, fleet: Arc<Fleet>, leavin
                 if was {
                     info!(node = %name, "node left the fleet");
                     leaving.forget(std::slice::from_ref(&name));
-                    // Not awaited here: while one node's slices are listed and deleted,
-                    // the garbage collector removes those of the nodes deleted after it,
-                    // and a node still in the fleet's state would get them published
-                    // again (kwok's 1,000-node deletion: up to 21 generations a pool).
-                    let pools = fleet.pools.clone();
-                    let permits = leaving.slice_deletions.clone();
-                    tokio::spawn(async move {
-                        let _permit = permits.acquire_owned().await;
-                        pools.remove(&name).await;
-                    });
+                    // Its pool is dropped at once and its slices deleted in the
+                    // controller's rounds: a node still published while the garbage
+                    // collector removes its slices would get them published again
+                    // (kwok's 1,000-node deletion: up to 21 generations a pool).
+                    fleet.pools.remove(&name);
                 }
             }
             Err(e) => {

@@ -258,6 +258,7 @@ fn packed(p: &GpuProfile, layout: CounterLayout) -> Vec<slices::SliceContent> {
     slices::pack(&Desired {
         driver: DRIVER.into(),
         node_name: NODE.into(),
+        pool: NODE.into(),
         devices: p.slice_devices(),
         counter_sets: p.counter_sets(),
         layout,

@@ -74,6 +74,7 @@ pub fn check_publishable(
         // Only the limits matter here, not the driver's name.
         driver: "check".into(),
         node_name: node_name.to_owned(),
+        pool: node_name.to_owned(),
         devices,
         counter_sets,
         layout: CounterLayout::WithDevices,

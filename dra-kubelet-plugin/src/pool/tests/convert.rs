@@ -63,8 +63,9 @@ fn v1beta1_nests_under_basic() {
     assert!(json["spec"]["devices"][0].get("attributes").is_none());
     let back = from_v1beta1(&slice);
     assert_eq!(back.content.devices, d.devices);
-    assert!(is_ours(&back, &d.driver, "node-1"));
-    assert!(!is_ours(&back, &d.driver, "node-2"));
+    assert!(is_ours(&back, &d.driver, "node-1", "node-1"));
+    assert!(!is_ours(&back, &d.driver, "node-1", "node-1/nics"));
+    assert!(!is_ours(&back, &d.driver, "node-2", "node-1"));
 }
 
 #[test]
@@ -146,7 +147,7 @@ fn the_api_servers_spelling_of_a_quantity_is_the_same_slice() {
         .map(|(i, c)| published(&format!("s{i}"), &d, c, 1, 2))
         .collect();
     assert_eq!(
-        plan(&d.node_name, &packed, &packed, &existing, 1),
+        plan(&d, &packed, &packed, &existing, 1),
         SlicePlan::UpToDate
     );
 }
