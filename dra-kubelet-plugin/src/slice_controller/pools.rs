@@ -443,11 +443,19 @@ impl Inner {
             }
         }
         let mut pools = lock(&self.pools);
-        if pools.get(pool).is_some_and(|s| s.desired.is_none()) {
-            pools.remove(pool);
-            if !existing.is_empty() {
-                info!(%pool, slices = existing.len(), "ResourceSlices of a pool that is gone deleted");
+        match pools.get_mut(pool) {
+            Some(state) if state.desired.is_none() => {
+                pools.remove(pool);
+                if !existing.is_empty() {
+                    info!(%pool, slices = existing.len(), "ResourceSlices of a pool that is gone deleted");
+                }
             }
+            // Given again meanwhile: written from nothing at its next round.
+            Some(state) => {
+                state.record.clear();
+                state.needs_list = false;
+            }
+            None => {}
         }
     }
 
