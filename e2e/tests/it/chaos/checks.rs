@@ -56,6 +56,13 @@ pub fn documented(reason: &str) -> bool {
     reason == "FailedScheduling" || KUBELET_FAILURES.contains(&reason)
 }
 
+/// Warning Event reasons that say nothing about why a pod is not Running: the kubelet
+/// records `MissingClusterDNS` at every sync of a `ClusterFirst` pod on a kubelet without
+/// `clusterDNS` (the local cluster has no DNS; `pkg/kubelet/network/dns/dns.go`,
+/// `GetPodDNS`, 1.37.2), so it is the newest Warning of any pod that waits, and would hide
+/// the failure that does explain it.
+const NOT_WHY: [&str; 1] = ["MissingClusterDNS"];
+
 /// A pod not Running by its deadline (or terminated without running): the Warning
 /// Event that says why, which must be a documented one.
 pub async fn classify_pod(soak: Arc<Soak>, pod: Pod) {
@@ -69,6 +76,7 @@ pub async fn classify_pod(soak: Arc<Soak>, pod: Pod) {
     let mut warnings: Vec<&Event> = events
         .iter()
         .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .filter(|e| !e.reason.as_deref().is_some_and(|r| NOT_WHY.contains(&r)))
         .collect();
     warnings.sort_by_key(|e| {
         e.last_timestamp
@@ -229,9 +237,13 @@ pub async fn failures_after_faults(soak: &Soak) {
         .map(|l| l.items)
         .unwrap_or_default();
     soak.checked(invariant::CREATING, 1);
+    // Pods reported stuck already, and pods deleted before they ran: the kubelet's start
+    // of a pod being deleted fails for that reason (e.g. FailedMount, `failed to fetch
+    // token: pod ... not found`: the TokenRequest of a deleted pod), which is no fault's
+    // effect; the pod's outcome is checked on its own (a scale-down's, or a violation).
     let reported: HashSet<String> = lock(&soak.pods)
         .iter()
-        .filter(|(_, t)| t.stuck_reported)
+        .filter(|(_, t)| t.stuck_reported || (t.deleted || t.gone) && !t.running)
         .map(|(name, _)| name.clone())
         .collect();
     for e in events {
