@@ -29,7 +29,7 @@ use std::time::Instant;
 use real::backend::{Backend, Emulated};
 use real::cluster::RealCluster;
 use real::protocol::{self, Outcome, Protocol, Release};
-use real::{access, features, filters, rules, scenarios};
+use real::{access, features, filters, rules, scenarios, taint_rules};
 
 const REQUIRE_ENV: &str = "FAKE_DRA_REQUIRE_REAL_K8S";
 /// `0` turns the real-cluster test off (a SKIPPED line), e.g. for a `cargo test --workspace`
@@ -115,6 +115,8 @@ fn all_scenarios<B: Backend>(rt: &tokio::runtime::Runtime, b: &mut B, p: &mut Pr
             features::extended_resource,
             features::gpu_profile,
             features::device_taints,
+            taint_rules::device_taint_rules,
+            taint_rules::taint_rule_api,
             features::device_health,
             features::prepare_fault,
             features::binding_conditions,

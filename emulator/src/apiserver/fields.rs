@@ -555,6 +555,9 @@ fn with_type<A: WithType>(
             check!(api::resource::v1::ResourceClaimTemplate)
         }
         ("resource.k8s.io", "v1", "resourceslices") => check!(api::resource::v1::ResourceSlice),
+        ("resource.k8s.io", "v1", "devicetaintrules") => {
+            check!(super::device_taint_rule::DeviceTaintRule)
+        }
         ("resource.k8s.io", "v1beta1", "deviceclasses") => check!(api::resource::v1beta1::DeviceClass),
         ("resource.k8s.io", "v1beta1", "resourceclaims") => {
             check!(api::resource::v1beta1::ResourceClaim)

@@ -3,7 +3,8 @@
 //!
 //! Defaults: `defaultVersionedKubernetesFeatureGates` in pkg/features/kube_features.go of
 //! Kubernetes 1.33.13, 1.34.4, 1.35.4, 1.36.3 and 1.37.2 (a gate is on from the first
-//! release whose entry has `Default: true`). Dropping: the registry strategies'
+//! release whose entry has `Default: true`; `DRADeviceTaintRules`: alpha 1.35, beta and
+//! off 1.36, GA and on 1.37). Dropping: the registry strategies'
 //! `PrepareForCreate`/`PrepareForUpdate` (pkg/registry/resource/{resourceslice,
 //! deviceclass,resourceclaim}/strategy.go and pkg/api/resourceclaimspec/util.go) remove a
 //! disabled feature's fields from the object written, unless the stored object already
@@ -27,6 +28,9 @@ pub enum Gate {
     ConsumableCapacity,
     /// Device taints and tolerations.
     DeviceTaints,
+    /// DeviceTaintRules (served in `resource.k8s.io/v1` from 1.37, where the gate is GA;
+    /// the emulator serves no earlier version of the kind).
+    DeviceTaintRules,
     /// `bindingConditions`, `bindingFailureConditions`, `bindsToNode`.
     DeviceBindingConditions,
     /// `status.devices` of claims.
@@ -36,13 +40,14 @@ pub enum Gate {
 }
 
 impl Gate {
-    pub const ALL: [Gate; 9] = [
+    pub const ALL: [Gate; 10] = [
         Gate::PrioritizedList,
         Gate::AdminAccess,
         Gate::ExtendedResource,
         Gate::PartitionableDevices,
         Gate::ConsumableCapacity,
         Gate::DeviceTaints,
+        Gate::DeviceTaintRules,
         Gate::DeviceBindingConditions,
         Gate::ResourceClaimDeviceStatus,
         Gate::ResourceHealthStatus,
@@ -57,6 +62,7 @@ impl Gate {
             Gate::PartitionableDevices => "DRAPartitionableDevices",
             Gate::ConsumableCapacity => "DRAConsumableCapacity",
             Gate::DeviceTaints => "DRADeviceTaints",
+            Gate::DeviceTaintRules => "DRADeviceTaintRules",
             Gate::DeviceBindingConditions => "DRADeviceBindingConditions",
             Gate::ResourceClaimDeviceStatus => "DRAResourceClaimDeviceStatus",
             Gate::ResourceHealthStatus => "ResourceHealthStatus",
@@ -74,6 +80,7 @@ impl Gate {
             | Gate::DeviceTaints
             | Gate::DeviceBindingConditions
             | Gate::ResourceHealthStatus => 36,
+            Gate::DeviceTaintRules => 37,
         }
     }
 

@@ -7,6 +7,7 @@
 //! transaction under the [`Store`] lock, as `GuaranteedUpdate` over etcd is upstream.
 
 pub mod conversion;
+pub mod device_taint_rule;
 mod error;
 pub mod fields;
 pub mod gates;
@@ -35,7 +36,9 @@ use tokio::task::JoinSet;
 
 pub use error::{ApiError, ApiResult, FieldCause};
 pub(crate) use http::{percent_decode, percent_encode};
-pub use registry::{ResourceKey, ResourceType, is_structured, resource_api_versions};
+pub use registry::{
+    ResourceKey, ResourceType, is_structured, resource_api_versions, serves_device_taint_rules,
+};
 pub use selectors::Selectors;
 pub use store::{
     DeleteOptions, EventKind, Fault, FaultVerb, MAX_REQUEST_BODY_BYTES, PatchType, Store, Target,

@@ -151,6 +151,12 @@ pub fn resource_api_versions(server_version: (u32, u32)) -> Result<Vec<&'static 
     }
 }
 
+/// Whether the release serves `resource.k8s.io/v1` DeviceTaintRules: from 1.37, where
+/// `DRADeviceTaintRules` is GA and on by default (pkg/features/kube_features.go).
+pub fn serves_device_taint_rules(server_version: (u32, u32)) -> bool {
+    server_version >= (1, 37)
+}
+
 /// Whether `resource.k8s.io` is structured DRA (no `v1alpha2`) for this release.
 pub fn is_structured(server_version: (u32, u32)) -> bool {
     resource_api_versions(server_version).is_ok_and(|v| !v.contains(&"v1alpha2"))
@@ -365,6 +371,23 @@ pub fn builtin_types(server_version: (u32, u32)) -> Result<Vec<ResourceType>, St
             ),
             resource("resourceslices", "ResourceSlice", false, false),
         ]);
+    }
+    if serves_device_taint_rules(server_version) {
+        // `v1` only: 1.37 adds the kind to `v1` (and `v1beta2`, not served here); `v1beta1`
+        // never had it. Earlier releases serve it in `v1alpha3` (1.33-1.35) or `v1beta2`
+        // (1.36), off by default, which the emulator does not serve (404).
+        types.push(ResourceType {
+            versions: vec!["v1".into()],
+            ..builtin(
+                "resource.k8s.io",
+                "v1",
+                "devicetaintrules",
+                "DeviceTaintRule",
+                &[],
+                false,
+                true,
+            )
+        });
     }
     Ok(types)
 }

@@ -7,7 +7,9 @@
 //! that changed between releases in [`release`]), pkg/apis/core/validation (Pod claims) and
 //! apimachinery's ObjectMeta validation.
 
+mod names;
 mod release;
+mod taint_rule;
 
 use serde_json::{Value, json};
 
@@ -33,28 +35,15 @@ pub const RESOURCE_HANDLE_DATA_MAX: usize = 16 * 1024;
 /// `PodSchedulingNodeListMaxSize`, for potentialNodes and unsuitableNodes.
 pub const SCHEDULING_NODE_LIST_MAX: usize = 128;
 
-/// An RFC 1123 subdomain (most object names) or, when `label`, an RFC 1123 label (namespaces).
+/// An RFC 1123 subdomain (most object names) or, when `label`, an RFC 1123 label
+/// (namespaces): the first of upstream's messages.
 fn name_problem(name: &str, label: bool) -> Option<String> {
-    let max = if label { 63 } else { 253 };
-    let allowed =
-        |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || (!label && c == '.');
-    let edge_ok = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
-    if name.len() > max {
-        return Some(format!("must be no more than {max} characters"));
-    }
-    if !name.chars().all(allowed) || !edge_ok(name.chars().next()) || !edge_ok(name.chars().last())
-    {
-        let what = if label {
-            "a lowercase RFC 1123 label"
-        } else {
-            "a lowercase RFC 1123 subdomain"
-        };
-        return Some(format!(
-            "{what} must consist of lower case alphanumeric characters, '-'{}, and must start and end with an alphanumeric character",
-            if label { "" } else { " or '.'" }
-        ));
-    }
-    None
+    let problems = if label {
+        names::dns_label(name)
+    } else {
+        names::dns_subdomain(name)
+    };
+    problems.into_iter().next()
 }
 
 pub fn validate_name(rt: &ResourceType, name: &str) -> ApiResult<()> {
@@ -155,6 +144,9 @@ pub fn validate_write(
         ("resource.k8s.io", "resourceslices") => {
             resource_slice(new, &mut causes);
             release::slice(new.get("spec"), server_version, &mut causes);
+        }
+        ("resource.k8s.io", "devicetaintrules") => {
+            taint_rule::device_taint_rule(old, new, &mut causes);
         }
         ("resource.k8s.io", "deviceclasses") => {
             release::opaque_config(

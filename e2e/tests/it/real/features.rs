@@ -89,7 +89,7 @@ fn results_of(claim: &ResourceClaim) -> Vec<String> {
         .collect()
 }
 
-async fn delete_cluster_object<B: Backend, K>(b: &B, name: &str)
+pub(super) async fn delete_cluster_object<B: Backend, K>(b: &B, name: &str)
 where
     K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
         + Clone

@@ -11,3 +11,4 @@ pub mod protocol;
 pub mod resources;
 pub mod rules;
 pub mod scenarios;
+pub mod taint_rules;

@@ -174,6 +174,11 @@ pub const KNOWN_DIFFERENCES: &[(&str, &str, &str)] = &[
         "pod0 after a NoExecute taint on its device",
         "not evicted (DeviceTaintNotEvicted)",
     ),
+    (
+        "device-taint-rules",
+        "pod1 after a NoExecute rule on its device",
+        "not evicted (DeviceTaintNotEvicted)",
+    ),
     // The emulated kubelet opens no health stream (DRAResourceHealth).
     ("device-health", "claim health", "not emulated"),
 ];
@@ -185,6 +190,8 @@ pub const KNOWN_DIFFERENCES: &[(&str, &str, &str)] = &[
 pub const NOT_YET_RECORDED: &[(&str, &[u32])] = &[
     ("node-filters", &[32, 33, 34, 35, 36]),
     ("match-attribute", &[32, 33, 34, 35, 36]),
+    ("device-taint-rules", &[32, 33, 34, 35, 36]),
+    ("taint-rule-api", &[32, 33, 34, 35, 36]),
 ];
 
 /// The scenarios of [`NOT_YET_RECORDED`] for release 1.`minor`. Panics when the release's

@@ -1079,6 +1079,7 @@ pub async fn reset<B: Backend>(b: &mut B) {
         let name = fault.metadata.name.unwrap_or_default();
         let _ = faults.delete(&name, &DeleteParams::default()).await;
     }
+    super::taint_rules::delete_all_rules(b).await;
     let keep = [
         "default",
         "kube-system",

@@ -168,6 +168,9 @@ impl Store {
             }
         }
         apply_create_defaults(&rt, &mut body);
+        if rt.group == "resource.k8s.io" && rt.plural == "devicetaintrules" {
+            device_taint_rule::stamp_time_added(None, &mut body, &now_rfc3339());
+        }
         if rt.group.is_empty() && rt.plural == "pods" {
             validation::prune_pod_claims(&mut body, self.server_version);
         }

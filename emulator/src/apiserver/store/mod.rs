@@ -9,6 +9,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
 use super::conversion;
+use super::device_taint_rule;
 use super::error::{ApiError, ApiResult, FieldCause};
 use super::fields::{self, FieldIssues, FieldPath, FieldValidation};
 use super::gates;

@@ -128,6 +128,9 @@ impl Store {
             validation::prune_pod_claims(&mut new, self.server_version);
         }
         self.drop_disabled_fields(rt, Some(&old.object), &mut new);
+        if rt.group == "resource.k8s.io" && rt.plural == "devicetaintrules" {
+            device_taint_rule::stamp_time_added(Some(&old.object), &mut new, &now_rfc3339());
+        }
         if rt.group.is_empty() && rt.plural == "services" && target.subresource.is_none() {
             Self::admit_service_update(&old.object, &mut new, &name)?;
         }

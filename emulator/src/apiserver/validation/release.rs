@@ -38,7 +38,7 @@ fn map_len(v: &Value, field: &str) -> usize {
         .map_or(0, |m| m.len())
 }
 
-fn unsupported(field: String, value: &str, supported: &[&str]) -> FieldCause {
+pub(super) fn unsupported(field: String, value: &str, supported: &[&str]) -> FieldCause {
     let supported: Vec<String> = supported.iter().map(|s| format!("{s:?}")).collect();
     FieldCause {
         reason: "FieldValueNotSupported",

@@ -20,7 +20,9 @@
 //!   `status.allocation` and `reservedFor` in one status update; Bind.
 //!
 //! Device taints (`NoSchedule`, `NoExecute`) keep a device from new allocations unless the
-//! request tolerates them; nothing is evicted (no device taint eviction controller).
+//! request tolerates them; nothing is evicted (no device taint eviction controller). The
+//! taint of a DeviceTaintRule (1.37+) counts as a taint of every device it selects, as
+//! the scheduler's device tracker adds it to the slices it allocates from upstream.
 //! What the allocator does not implement is refused with an Event, never guessed:
 //! `firstAvailable`, `constraints`, `adminAccess`, capacity requests, devices with
 //! `consumesCounters`, `allowMultipleAllocations` or `bindingConditions`, and slices
@@ -44,6 +46,7 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use super::{Events, level_triggered, object_ref};
+use crate::apiserver::device_taint_rule::DeviceTaintRule;
 use crate::apiserver::{ResourceKey, WatchEvent, conversion, resource_api_versions};
 
 /// `resourceapi.Finalizer`: put on a claim by the scheduler before it writes an allocation,
@@ -154,6 +157,30 @@ impl ResourceClient {
             .items
             .into_iter()
             .map(|o| self.decode(o))
+            .collect()
+    }
+
+    /// The DeviceTaintRules, on a release that serves them (`v1` from 1.37); none before.
+    pub async fn device_taint_rules(&self) -> Result<Vec<DeviceTaintRule>, kube::Error> {
+        if !crate::apiserver::serves_device_taint_rules(self.server_version) {
+            return Ok(Vec::new());
+        }
+        let resource = ApiResource {
+            group: "resource.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "resource.k8s.io/v1".into(),
+            kind: "DeviceTaintRule".into(),
+            plural: "devicetaintrules".into(),
+        };
+        Api::<DynamicObject>::all_with(self.client.clone(), &resource)
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .map(|o| {
+                let value = serde_json::to_value(o).map_err(kube::Error::SerdeError)?;
+                serde_json::from_value(value).map_err(kube::Error::SerdeError)
+            })
             .collect()
     }
 

@@ -73,7 +73,8 @@ pub(super) async fn pass(
         .into_iter()
         .filter_map(|c| Some((c.metadata.name.clone()?, c)))
         .collect();
-    let slices: Vec<ResourceSlice> = api.list(None).await?;
+    let mut slices: Vec<ResourceSlice> = api.list(None).await?;
+    add_rule_taints(&mut slices, &api.device_taint_rules().await?);
     for name in unsupported_slices(&slices) {
         tracing::debug!(slice = %name, "ResourceSlice without spec.nodeName: not used by the emulated scheduler");
     }
@@ -166,6 +167,23 @@ pub(super) async fn pass(
         }
     }
     Ok(())
+}
+
+/// Gives every device the taints of the DeviceTaintRules that select it, after its own.
+fn add_rule_taints(slices: &mut [ResourceSlice], rules: &[DeviceTaintRule]) {
+    if rules.is_empty() {
+        return;
+    }
+    for slice in slices {
+        let (driver, pool) = (&slice.spec.driver, &slice.spec.pool.name);
+        for device in slice.spec.devices.iter_mut().flatten() {
+            let taints = rules
+                .iter()
+                .filter(|r| r.selects(driver, pool, &device.name))
+                .map(|r| r.spec.taint.clone());
+            device.taints.get_or_insert_with(Vec::new).extend(taints);
+        }
+    }
 }
 
 /// Claims allocated a device whose NoExecute taint their result does not tolerate, with
