@@ -3,8 +3,9 @@
 //! plugin (and fleet mode) watches the faults and applies those that select its nodes:
 //!
 //! - `taint`: the devices are published with a device taint (`NoSchedule`, `NoExecute`,
-//!   `None`), so the scheduler keeps new claims off them and (NoExecute) the device taint
-//!   eviction controller evicts the pods using them;
+//!   `None`), or (`via: Rule`) DeviceTaintRules taint them, so the scheduler keeps new
+//!   claims off them and (NoExecute) the device taint eviction controller evicts the pods
+//!   using them;
 //! - `health`: the plugin reports the devices so on the kubelet's health stream
 //!   (`DRAResourceHealth`), which shows in the pods' `allocatedResourcesStatus`;
 //! - `prepare`, `unprepare`: the kubelet's calls for matching claims fail, hang, or take
@@ -116,6 +117,28 @@ pub struct TaintSpec {
     pub value: Option<String>,
     /// `NoSchedule`, `NoExecute` or `None` (`None` needs Kubernetes 1.35+).
     pub effect: TaintEffectSpec,
+    /// Where the taint is put: in the driver's ResourceSlices (default), or in
+    /// DeviceTaintRules the plugin keeps (Kubernetes 1.37+).
+    #[serde(default, skip_serializing_if = "TaintVia::is_slice")]
+    pub via: TaintVia,
+}
+
+/// How a taint reaches the devices.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum TaintVia {
+    /// Published with the devices in the driver's ResourceSlices.
+    #[default]
+    Slice,
+    /// A DeviceTaintRule (`resource.k8s.io/v1`, Kubernetes 1.37+) per node's pool, or per
+    /// device when the fault names devices; the slices stay as they are. This is how an
+    /// administrator's tooling, or a driver such as Intel's Gaudi driver, taints devices.
+    Rule,
+}
+
+impl TaintVia {
+    fn is_slice(&self) -> bool {
+        *self == TaintVia::Slice
+    }
 }
 
 /// A device taint's effect.
@@ -483,6 +506,7 @@ mod tests {
                 key: key.into(),
                 value: value.map(Into::into),
                 effect: TaintEffectSpec::NoSchedule,
+                via: Default::default(),
             }),
             ..Default::default()
         };

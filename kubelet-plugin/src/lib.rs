@@ -96,6 +96,12 @@ pub const API_ACCESS_STRUCTURED: &[(&str, &str, &[&str])] = &[
         "devicefaults/status",
         &["patch"],
     ),
+    // DeviceFault taints `via: Rule` (Kubernetes 1.37+).
+    (
+        "resource.k8s.io",
+        "devicetaintrules",
+        &["list", "create", "patch", "delete"],
+    ),
 ];
 
 /// The Kubernetes API access of fleet mode (`fake-dra-kubelet-plugin fleet`): the nodes
@@ -133,5 +139,11 @@ pub const API_ACCESS_FLEET: &[(&str, &str, &[&str])] = &[
         fake_dra_api::PARAMS_GROUP,
         "devicefaults/status",
         &["patch"],
+    ),
+    // DeviceFault taints `via: Rule` (Kubernetes 1.37+).
+    (
+        "resource.k8s.io",
+        "devicetaintrules",
+        &["list", "create", "patch", "delete"],
     ),
 ];

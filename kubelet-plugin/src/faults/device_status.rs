@@ -181,6 +181,7 @@ mod tests {
             &devices,
             &[Fault {
                 name: "f".into(),
+                uid: "uid-f".into(),
                 generation: 1,
                 spec,
             }],

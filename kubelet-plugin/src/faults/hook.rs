@@ -39,13 +39,29 @@ impl DeviceFaults {
 }
 
 impl FaultHook for DeviceFaults {
-    /// The watch, this node's entries in the faults' status, and the claims' status.
+    /// The watch, this node's entries in the faults' status, the DeviceTaintRules of
+    /// `via: Rule` taints, and the claims' status.
     fn start(&self, context: &HookContext) -> Vec<tokio::task::JoinHandle<()>> {
         let watch = super::watch::feed(context.client.clone(), self.feed.clone());
+        let (rule_objects, rule_objects_seen) = watch::channel(Default::default());
         let reporter = tokio::spawn(super::report(
             context.client.clone(),
             self.view.clone(),
             context.taint_rules,
+            rule_objects_seen,
+        ));
+        let node_faults = {
+            let (view, node) = (self.view.clone(), context.node_name.clone());
+            Arc::new(move || BTreeMap::from([(node.clone(), view.current())]))
+        };
+        let rules = tokio::spawn(super::rules::run(
+            context.client.clone(),
+            self.driver.clone(),
+            super::rules::writer_for_node(&context.node_name),
+            context.field_manager.clone(),
+            self.view.faults(),
+            node_faults,
+            rule_objects,
         ));
         let view = self.view.clone();
         let node = context.node_name.clone();
@@ -57,7 +73,7 @@ impl FaultHook for DeviceFaults {
             self.view.faults(),
             Arc::new(move || BTreeMap::from([(node.clone(), view.current())])),
         ));
-        vec![watch, reporter, claim_status]
+        vec![watch, reporter, rules, claim_status]
     }
 
     fn get_info(&self) -> Result<(), String> {

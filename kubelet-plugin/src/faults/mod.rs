@@ -10,30 +10,39 @@
 pub mod claim_status;
 pub mod device_status;
 pub mod hook;
+pub mod rules;
 pub mod watch;
 
 use std::collections::BTreeSet;
 
 use fake_dra_api::fault::{
     BindingSpec, CallAction, ClaimSelector, DeviceFaultSpec, DeviceStatusSpec, HealthStatus,
-    NodeFaultStatus, TaintEffectSpec,
+    NodeFaultStatus, TaintEffectSpec, TaintSpec, TaintVia,
 };
 
 use dra_kubelet_plugin::device::TaintRules;
 use dra_kubelet_plugin::device::{BindingConditions, DeviceTaint, SliceDevice, TaintEffect};
 
 /// Keeps this node's entries in the faults' status current: after every change of the
-/// faults, what [`NodeFaults::reports`] says. Never returns on its own.
-pub async fn report(client: kube::Client, view: watch::NodeView, taint_rules: TaintRules) {
+/// faults or of what the rule writer found, what [`NodeFaults::reports`] says. Never
+/// returns on its own.
+pub async fn report(
+    client: kube::Client,
+    view: watch::NodeView,
+    taint_rules: TaintRules,
+    mut rule_objects: tokio::sync::watch::Receiver<rules::RuleObjects>,
+) {
     let mut writer = watch::StatusWriter::new(client, view.node());
     let mut changes = view.faults();
     loop {
         let faults: Vec<Fault> = changes.borrow_and_update().as_ref().clone();
+        let served = *rule_objects.borrow_and_update();
         writer
-            .write(&faults, &view.current().reports(taint_rules))
+            .write(&faults, &view.current().reports(taint_rules, served))
             .await;
-        if changes.changed().await.is_err() {
-            return;
+        tokio::select! {
+            changed = changes.changed() => if changed.is_err() { return },
+            changed = rule_objects.changed() => if changed.is_err() { return },
         }
         tokio::time::sleep(watch::REPORT_DEBOUNCE).await;
     }
@@ -44,6 +53,8 @@ pub async fn report(client: kube::Client, view: watch::NodeView, taint_rules: Ta
 pub struct Fault {
     /// `metadata.name`.
     pub name: String,
+    /// `metadata.uid`: the owner of the DeviceTaintRules a `via: Rule` taint makes.
+    pub uid: String,
     /// `metadata.generation`.
     pub generation: i64,
     pub spec: DeviceFaultSpec,
@@ -110,6 +121,15 @@ fn taint_effect(e: TaintEffectSpec) -> TaintEffect {
     }
 }
 
+/// A taint a fault puts on a node's devices through a DeviceTaintRule.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RuleTaint<'a> {
+    pub fault: &'a Fault,
+    /// The device; `None`: every device of the node.
+    pub device: Option<&'a str>,
+    pub taint: &'a TaintSpec,
+}
+
 /// The faults in force on one node with its devices.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NodeFaults {
@@ -163,10 +183,55 @@ impl NodeFaults {
             .filter(move |f| selects_device(&f.spec, device))
     }
 
-    /// The taints of `device`, at most `max` (the first faults' when there are more).
+    /// The node's name.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// The taints faults put on this node's devices through DeviceTaintRules (`via:
+    /// Rule`), in fault name order: `device` `None` for a fault that selects every device.
+    pub fn rule_taints(&self) -> Vec<RuleTaint<'_>> {
+        let mut out = Vec::new();
+        for fault in &self.active {
+            let Some(taint) = fault
+                .spec
+                .taint
+                .as_ref()
+                .filter(|t| t.via == TaintVia::Rule)
+            else {
+                continue;
+            };
+            if fault.spec.devices.is_empty() {
+                out.push(RuleTaint {
+                    fault,
+                    device: None,
+                    taint,
+                });
+            }
+            for device in fault
+                .spec
+                .devices
+                .iter()
+                .filter(|d| self.devices.contains(*d))
+            {
+                out.push(RuleTaint {
+                    fault,
+                    device: Some(device),
+                    taint,
+                });
+            }
+        }
+        out
+    }
+
+    /// The slice taints of `device`, at most `max` (the first faults' when there are more).
     pub fn taints(&self, device: &str, max: usize, rules: TaintRules) -> Vec<DeviceTaint> {
         let mut taints: Vec<DeviceTaint> = Vec::new();
-        for t in self.on_device(device).filter_map(|f| f.spec.taint.as_ref()) {
+        let slice_taints = self
+            .on_device(device)
+            .filter_map(|f| f.spec.taint.as_ref())
+            .filter(|t| t.via == TaintVia::Slice);
+        for t in slice_taints {
             let effect = taint_effect(t.effect);
             if rules.allows(effect)
                 && !taints.iter().any(|x| x.key == t.key && x.effect == effect)
@@ -306,7 +371,11 @@ impl NodeFaults {
 
     /// This node's entry for each fault selecting it (invalid ones included), for the
     /// faults' status: the devices it applies to, the effects in force, the problems.
-    pub fn reports(&self, rules: TaintRules) -> Vec<(String, NodeFaultStatus)> {
+    pub fn reports(
+        &self,
+        rules: TaintRules,
+        rule_objects: rules::RuleObjects,
+    ) -> Vec<(String, NodeFaultStatus)> {
         let mut out = Vec::new();
         for (f, reason) in &self.invalid {
             out.push((
@@ -413,7 +482,14 @@ impl NodeFaults {
                         .find(|o| o.spec.device_status.is_some() && shares_device(o)),
                 );
             }
-            if let Some(t) = &spec.taint
+            if let Some(t) = spec.taint.as_ref().filter(|t| t.via == TaintVia::Rule) {
+                if rule_objects == rules::RuleObjects::NotServed {
+                    problems.push(format!(
+                        "taint {} not applied: this API server serves no DeviceTaintRules (resource.k8s.io/v1 devicetaintrules: Kubernetes 1.37 or later, where DRADeviceTaintRules is on by default)",
+                        t.key
+                    ));
+                }
+            } else if let Some(t) = &spec.taint
                 && !rules.allows(taint_effect(t.effect))
             {
                 problems.push(format!(

@@ -13,6 +13,7 @@ fn devices() -> Vec<String> {
 fn fault(name: &str, spec: DeviceFaultSpec) -> Fault {
     Fault {
         name: name.into(),
+        uid: format!("uid-{name}"),
         generation: 3,
         spec,
     }
@@ -23,6 +24,7 @@ fn taint(key: &str, effect: TaintEffectSpec) -> Option<TaintSpec> {
         key: key.into(),
         value: None,
         effect,
+        via: Default::default(),
     })
 }
 
@@ -160,7 +162,7 @@ fn taints_add_up_and_are_published_within_the_limit() {
     let one = n.overlay(&plain, "drv", rules(1));
     assert_eq!(one[0].taints.len(), 1);
     assert_eq!(one[0].taints[0].key, "k1");
-    let reports = n.reports(rules(1));
+    let reports = n.reports(rules(1), Default::default());
     let b = &reports.iter().find(|(f, _)| f == "b").unwrap().1;
     assert!(
         b.problems[0].contains("not published on fake-0:"),
@@ -210,7 +212,8 @@ fn a_none_taint_is_left_out_where_the_release_refuses_it_and_the_status_says_why
         let effects: Vec<TaintEffect> = d.taints.iter().map(|t| t.effect).collect();
         assert_eq!(effects, vec![TaintEffect::NoSchedule], "{}", d.name);
     }
-    let reports: BTreeMap<String, NodeFaultStatus> = n.reports(on_1_34).into_iter().collect();
+    let reports: BTreeMap<String, NodeFaultStatus> =
+        n.reports(on_1_34, Default::default()).into_iter().collect();
     assert_eq!(
         reports["a-none"].problems,
         vec![
@@ -222,7 +225,7 @@ fn a_none_taint_is_left_out_where_the_release_refuses_it_and_the_status_says_why
     let on_1_35 = TaintRules::of(dra_kubelet_plugin::device::CounterLayout::Separate);
     assert_eq!(n.overlay(&plain, "drv", on_1_35)[0].taints.len(), 2);
     assert!(
-        n.reports(on_1_35)
+        n.reports(on_1_35, Default::default())
             .iter()
             .all(|(_, r)| r.problems.is_empty())
     );
@@ -319,7 +322,10 @@ fn conflicts_unknown_devices_and_invalid_specs_are_reported_per_fault() {
         "GetInfo fails on node n by DeviceFault a"
     );
     assert_eq!(n.device_status("fake-3").unwrap().0, "e");
-    let reports: BTreeMap<String, NodeFaultStatus> = n.reports(rules(4)).into_iter().collect();
+    let reports: BTreeMap<String, NodeFaultStatus> = n
+        .reports(rules(4), Default::default())
+        .into_iter()
+        .collect();
     assert_eq!(reports.len(), 5);
     assert!(reports["a"].problems.is_empty());
     assert_eq!(reports["a"].effects, ["health", "getInfo"]);
@@ -358,6 +364,7 @@ fn a_taint_the_api_server_would_refuse_is_not_applied_and_the_status_says_why() 
                     key: "example.com/rack".into(),
                     value: Some("seven and a half".into()),
                     effect: TaintEffectSpec::NoExecute,
+                    via: Default::default(),
                 }),
                 ..Default::default()
             },
@@ -372,7 +379,10 @@ fn a_taint_the_api_server_would_refuse_is_not_applied_and_the_status_says_why() 
             .all(|d| d.taints.is_empty()),
         "nothing reaches the slice"
     );
-    let reports: BTreeMap<String, NodeFaultStatus> = n.reports(rules(4)).into_iter().collect();
+    let reports: BTreeMap<String, NodeFaultStatus> = n
+        .reports(rules(4), Default::default())
+        .into_iter()
+        .collect();
     let key = &reports["bad-key"].problems;
     assert!(
         key[0].starts_with("not applied: spec.taint.key: \"!!bad key!!\" is not a qualified name"),
@@ -400,7 +410,7 @@ fn names_in_the_status_are_bounded_whatever_the_fault_names() {
             ..Default::default()
         },
     );
-    let reports = NodeFaults::resolve("n", &devices(), &[f]).reports(rules(4));
+    let reports = NodeFaults::resolve("n", &devices(), &[f]).reports(rules(4), Default::default());
     let problems = &reports[0].1.problems;
     assert_eq!(problems.len(), 1, "one problem for every unknown device");
     let p = &problems[0];
@@ -421,7 +431,8 @@ fn names_in_the_status_are_bounded_whatever_the_fault_names() {
             ..Default::default()
         },
     );
-    let reports = NodeFaults::resolve("n", &devices(), &[one]).reports(rules(4));
+    let reports =
+        NodeFaults::resolve("n", &devices(), &[one]).reports(rules(4), Default::default());
     assert!(reports[0].1.problems[0].len() < 300);
 }
 
@@ -444,7 +455,10 @@ fn prepare_faults_conflict_only_when_their_claims_overlap() {
             fault("c", on("x")),
         ],
     );
-    let reports: BTreeMap<String, NodeFaultStatus> = n.reports(rules(4)).into_iter().collect();
+    let reports: BTreeMap<String, NodeFaultStatus> = n
+        .reports(rules(4), Default::default())
+        .into_iter()
+        .collect();
     assert!(reports["b"].problems.is_empty());
     assert!(reports["c"].problems[0].contains("prepare is also set by DeviceFault a"));
 }

@@ -31,6 +31,7 @@ pub fn none() -> Faults {
 fn from_object(f: &DeviceFault) -> Fault {
     Fault {
         name: f.metadata.name.clone().unwrap_or_default(),
+        uid: f.metadata.uid.clone().unwrap_or_default(),
         generation: f.metadata.generation.unwrap_or(0),
         spec: f.spec.clone(),
     }

@@ -354,12 +354,23 @@ async fn run_until(
             changed: fleet_changed.clone(),
         },
     ));
+    let (rule_objects, rule_objects_seen) = tokio::sync::watch::channel(Default::default());
     let reporter = tokio::spawn(report_faults(
         client.clone(),
         faults.clone(),
         device_names.clone(),
         fleet_changed,
         dra_kubelet_plugin::device::TaintRules::of(layout),
+        rule_objects_seen,
+    ));
+    let rules_task = tokio::spawn(crate::faults::rules::run(
+        client.clone(),
+        config.driver_name.clone(),
+        "fleet".into(),
+        "fake-dra/fleet".into(),
+        faults.clone(),
+        fleet_node_faults(faults.clone(), device_names.clone()),
+        rule_objects,
     ));
     let claim_task = {
         let names = device_names.clone();
@@ -370,19 +381,7 @@ async fn run_until(
             config.driver_name.clone(),
             "fake-dra/fleet".into(),
             faults.clone(),
-            Arc::new(move || {
-                let current: Vec<Fault> = faults_now.borrow().as_ref().clone();
-                names
-                    .read()
-                    .map(|n| {
-                        n.iter()
-                            .map(|(node, devices)| {
-                                (node.clone(), NodeFaults::resolve(node, devices, &current))
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default()
-            }),
+            fleet_node_faults(faults_now, names),
         ))
     };
     let fault_changes = {
@@ -424,7 +423,14 @@ async fn run_until(
         }
     }
     info!("fleet mode shutting down");
-    for task in [nodes_task, reporter, claim_task, fault_changes, fault_task] {
+    for task in [
+        nodes_task,
+        reporter,
+        rules_task,
+        claim_task,
+        fault_changes,
+        fault_task,
+    ] {
         task.abort();
     }
     if let Some(h) = heartbeat {
@@ -785,6 +791,23 @@ async fn watch_nodes(client: Client, selector: String, fleet: Arc<Fleet>, leavin
     }
 }
 
+/// The faults of every fleet node, as they are when called.
+fn fleet_node_faults(faults: fault_watch::Faults, names: DeviceNames) -> claim_status::PoolFaults {
+    Arc::new(move || {
+        let current: Vec<Fault> = faults.borrow().as_ref().clone();
+        names
+            .read()
+            .map(|n| {
+                n.iter()
+                    .map(|(node, devices)| {
+                        (node.clone(), NodeFaults::resolve(node, devices, &current))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    })
+}
+
 /// One entry per fault for the whole fleet in the faults' status: what it selects and
 /// what could not be applied, over every node; named nodes the fleet does not have.
 /// Written again when the faults change or a node leaves.
@@ -794,6 +817,7 @@ async fn report_faults(
     device_names: DeviceNames,
     fleet_changed: Arc<Notify>,
     taint_rules: dra_kubelet_plugin::device::TaintRules,
+    mut rule_objects: tokio::sync::watch::Receiver<crate::faults::rules::RuleObjects>,
 ) {
     let mut writer = StatusWriter::new(client, "fleet");
     let mut changes = faults.clone();
@@ -803,7 +827,9 @@ async fn report_faults(
         let names = device_names.read().map(|n| n.clone()).unwrap_or_default();
         let mut reports: BTreeMap<String, fake_dra_api::fault::NodeFaultStatus> = BTreeMap::new();
         for (node, devices) in &names {
-            for (fault, entry) in NodeFaults::resolve(node, devices, &current).reports(taint_rules)
+            let served = *rule_objects.borrow_and_update();
+            for (fault, entry) in
+                NodeFaults::resolve(node, devices, &current).reports(taint_rules, served)
             {
                 let r =
                     reports
@@ -854,6 +880,9 @@ async fn report_faults(
                 return;
             },
             _ = fleet_changed.notified() => {}
+            changed = rule_objects.changed() => if changed.is_err() {
+                return;
+            },
         }
     }
 }

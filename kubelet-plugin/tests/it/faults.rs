@@ -364,3 +364,147 @@ async fn invalid_and_conflicting_faults_are_reported_in_their_status() {
             .is_none_or(|s| s.nodes.is_empty())
     );
 }
+
+/// The plugin in structured mode against the emulated API server of `version`.
+async fn structured_plugin_on(
+    version: (u32, u32),
+) -> (fake_dra_emulator::apiserver::ApiServer, Dirs, Plugin) {
+    let api = start_api_version(version).await;
+    let dirs = Dirs::new();
+    let plugin = Plugin::start(
+        &dirs,
+        Options {
+            node: NODE,
+            kubeconfig: api.kubeconfig(),
+            env: vec![],
+            extra_args: vec!["--mode".into(), "structured".into()],
+        },
+    )
+    .await;
+    (api, dirs, plugin)
+}
+
+/// A taint `via: Rule` on 1.37: a DeviceTaintRule per named device (driver, pool, device)
+/// or per pool, owned by the fault and labelled with the node; nothing in the slice; a
+/// changed fault changes the rules and a deleted one takes them along. On 1.36 (no
+/// DeviceTaintRules served) the fault's status says why nothing was applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taint_via_rule_is_kept_in_device_taint_rules_on_1_37() {
+    use fake_dra_api::upstream::device_taint_rule::DeviceTaintRule;
+    let (api, _dirs, _plugin) = structured_plugin_on((1, 37)).await;
+    let client = api.client().unwrap();
+    let faults: Api<DeviceFault> = Api::all(client.clone());
+    let rules: Api<DeviceTaintRule> = Api::all(client.clone());
+    let slices: Api<v1::ResourceSlice> = Api::all(client);
+    slice_devices(&slices, |d| !d.is_empty()).await;
+    create_fault(
+        &faults,
+        "broken",
+        json!({"devices": ["fake-1", "fake-2"], "taint": {"key": "example.com/broken", "value": "ecc", "effect": "NoExecute", "via": "Rule"}}),
+    )
+    .await;
+    let listed = |count: usize| {
+        let rules = rules.clone();
+        async move {
+            eventually(&format!("{count} DeviceTaintRules"), async || {
+                let list = rules.list(&ListParams::default()).await.ok()?.items;
+                (list.len() == count).then_some(list)
+            })
+            .await
+        }
+    };
+    let two = listed(2).await;
+    let mut devices: Vec<String> = Vec::new();
+    for rule in &two {
+        let selector = rule.spec.device_selector.clone().unwrap();
+        assert_eq!(selector.driver.as_deref(), Some(DRIVER));
+        assert_eq!(selector.pool.as_deref(), Some(NODE));
+        devices.push(selector.device.unwrap());
+        assert_eq!(rule.spec.taint.key, "example.com/broken");
+        assert_eq!(rule.spec.taint.effect, "NoExecute");
+        assert!(rule.spec.taint.time_added.is_some(), "{rule:?}");
+        let labels = rule.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(
+            labels
+                .get("fake.resource.3-shake.com/fault-taint-writer")
+                .map(String::as_str),
+            Some(NODE)
+        );
+        let owner = rule.metadata.owner_references.clone().unwrap_or_default();
+        assert_eq!(owner.first().map(|o| o.name.as_str()), Some("broken"));
+    }
+    devices.sort();
+    assert_eq!(devices, ["fake-1", "fake-2"]);
+    let published = slice_devices(&slices, |d| !d.is_empty()).await;
+    assert!(
+        published.iter().all(|d| d.get("taints").is_none()),
+        "a taint via Rule is not published in the slice: {published:?}"
+    );
+    let status = eventually("the fault's status", async || {
+        let s = faults.get("broken").await.ok()?.status?;
+        s.nodes.first().cloned()
+    })
+    .await;
+    assert!(status.problems.is_empty(), "{status:?}");
+    assert_eq!(status.effects, ["taint"]);
+
+    // Every device: one rule for the pool instead.
+    let patch = json!({"spec": {"devices": null}});
+    faults
+        .patch(
+            "broken",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    let one = eventually("one rule for the pool", async || {
+        let list = rules.list(&ListParams::default()).await.ok()?.items;
+        (list.len() == 1 && list[0].spec.device_selector.as_ref()?.device.is_none()).then_some(list)
+    })
+    .await;
+    assert_eq!(
+        one[0]
+            .spec
+            .device_selector
+            .as_ref()
+            .unwrap()
+            .pool
+            .as_deref(),
+        Some(NODE)
+    );
+    delete_fault(&faults, "broken").await;
+    listed(0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_taint_via_rule_on_1_36_is_reported_not_applied() {
+    let (api, _dirs, _plugin) = structured_plugin_on((1, 36)).await;
+    let client = api.client().unwrap();
+    let faults: Api<DeviceFault> = Api::all(client.clone());
+    let slices: Api<v1::ResourceSlice> = Api::all(client);
+    slice_devices(&slices, |d| !d.is_empty()).await;
+    create_fault(
+        &faults,
+        "broken",
+        json!({"taint": {"key": "example.com/broken", "effect": "NoSchedule", "via": "Rule"}}),
+    )
+    .await;
+    let problems = eventually("the fault's problem", async || {
+        let s = faults.get("broken").await.ok()?.status?;
+        let problems = s.nodes.first()?.problems.clone();
+        (!problems.is_empty()).then_some(problems)
+    })
+    .await;
+    assert_eq!(
+        problems,
+        [
+            "taint example.com/broken not applied: this API server serves no DeviceTaintRules (resource.k8s.io/v1 devicetaintrules: Kubernetes 1.37 or later, where DRADeviceTaintRules is on by default)"
+        ]
+    );
+    let published = slice_devices(&slices, |d| !d.is_empty()).await;
+    assert!(
+        published.iter().all(|d| d.get("taints").is_none()),
+        "{published:?}"
+    );
+}

@@ -119,12 +119,12 @@ pub(super) async fn delete_device_class<B: Backend>(b: &B, name: &str) {
     .await;
 }
 
-async fn delete_fault<B: Backend>(b: &B, name: &str) {
+pub(super) async fn delete_fault<B: Backend>(b: &B, name: &str) {
     delete_cluster_object::<B, fake_dra_api::fault::DeviceFault>(b, name).await;
 }
 
 /// The devices of the node's slices with a taint (or binding conditions, `binding`).
-async fn wait_devices<B: Backend>(
+pub(super) async fn wait_devices<B: Backend>(
     b: &B,
     what: &str,
     want: impl Fn(&[k8s_openapi::api::resource::v1::Device]) -> bool,
@@ -545,7 +545,7 @@ async fn taints_dropped<B: Backend>(b: &mut B, p: &mut Protocol) {
 }
 
 /// What the node's plugin wrote into a fault's status: its effects and problems.
-async fn fault_status<B: Backend>(b: &B, name: &str) -> String {
+pub(super) async fn fault_status<B: Backend>(b: &B, name: &str) -> String {
     let api: Api<fake_dra_api::fault::DeviceFault> = Api::all(b.client());
     let node = b.node();
     wait_until(

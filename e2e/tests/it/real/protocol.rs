@@ -179,6 +179,11 @@ pub const KNOWN_DIFFERENCES: &[(&str, &str, &str)] = &[
         "pod1 after a NoExecute rule on its device",
         "not evicted (DeviceTaintNotEvicted)",
     ),
+    (
+        "device-taint-rules",
+        "pod0 after a NoExecute fault via rule on its device",
+        "not evicted (DeviceTaintNotEvicted)",
+    ),
     // The emulated kubelet opens no health stream (DRAResourceHealth).
     ("device-health", "claim health", "not emulated"),
 ];

@@ -3,16 +3,20 @@
 //! clusters. The example deploy/examples/structured/features/device-taint-rule.yaml runs
 //! as written: a NoSchedule rule on every device of the driver; the pod whose claim
 //! tolerates it runs, the other waits until the rule goes. Beside it, a rule without a
-//! selector (no device) and one for another driver, which must taint nothing of ours.
+//! selector (no device) and one for another driver, which must taint nothing of ours; a
+//! DeviceFault's slice taint beside a rule (taints add up); a DeviceFault taint `via:
+//! Rule`, which the plugin turns into a rule for the device, removed with the fault.
 
 use fake_dra_api::upstream::device_taint_rule::DeviceTaintRule;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use super::backend::Backend;
+use super::features::{delete_fault, fault_status, wait_devices};
 use super::protocol::{Gate, Protocol};
 use super::scenarios::{
-    apply, claim_of, delete_namespaces, events_of, get_pod, held, pending_with, running, wait_until,
+    apply, claim_of, delete_namespaces, events_of, get_pod, held, pending_with, pod_yaml, running,
+    wait_until,
 };
 use crate::common::{DRIVER, devices, examples_dir};
 
@@ -104,6 +108,47 @@ pub async fn device_taint_rules<B: Backend>(b: &mut B, p: &mut Protocol) {
         "pod1 while the rule taints every device",
     )
     .await;
+
+    // A slice taint of a DeviceFault beside the rule: pod2 tolerates the rule's taint
+    // only, so it waits until the fault goes (taints add up, whatever puts them there).
+    apply(
+        b,
+        "apiVersion: fake.resource.3-shake.com/v1alpha1\nkind: DeviceFault\nmetadata: {name: degraded}\nspec:\n  taint: {key: fake.resource.3-shake.com/degraded, effect: NoSchedule}\n",
+    )
+    .await;
+    wait_devices(b, "every device with the fault's taint", |d| {
+        !d.is_empty() && d.iter().all(|x| x.taints.is_some())
+    })
+    .await;
+    apply(
+        b,
+        &pod_yaml(
+            NAMESPACE,
+            "pod2",
+            &[("fake", "resourceClaimTemplateName: tolerant")],
+        ),
+    )
+    .await;
+    pending_with(
+        b,
+        p,
+        (NAMESPACE, "pod2"),
+        "FailedScheduling",
+        "cannot allocate all claims",
+        "pod2 tolerating the rule but not the slice taint",
+    )
+    .await;
+    delete_fault(b, "degraded").await;
+    running(
+        b,
+        p,
+        NAMESPACE,
+        "pod2",
+        "ctr0",
+        "pod2 after the slice taint went",
+    )
+    .await;
+
     delete_rule(b, "fake-maintenance").await;
     running(b, p, NAMESPACE, "pod1", "ctr0", "pod1 after the rule went").await;
 
@@ -147,6 +192,68 @@ pub async fn device_taint_rules<B: Backend>(b: &mut B, p: &mut Protocol) {
             "evicted"
         },
     );
+
+    // A DeviceFault's taint `via: Rule`: the plugin writes the rule, for pod0's device.
+    let claim = claim_of(b, NAMESPACE, "pod0", "fake").await;
+    let (pool, device) = held(&claim).first().cloned().unwrap_or_default();
+    apply(
+        b,
+        &format!(
+            "apiVersion: fake.resource.3-shake.com/v1alpha1\nkind: DeviceFault\nmetadata: {{name: via-rule}}\nspec:\n  devices: [{device}]\n  taint: {{key: fake.resource.3-shake.com/unhealthy, effect: NoExecute, via: Rule}}\n"
+        ),
+    )
+    .await;
+    let written = wait_until("the plugin's DeviceTaintRule for the fault", || async {
+        let list = rules(b).list(&Default::default()).await.ok()?.items;
+        list.into_iter().find(|r| {
+            r.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("fake.resource.3-shake.com/fault"))
+                == Some(&"via-rule".to_string())
+        })
+    })
+    .await;
+    let selector = written.spec.device_selector.clone().unwrap_or_default();
+    p.record(
+        "fault via rule: the rule's selector is pod0's device",
+        selector.driver.as_deref() == Some(DRIVER)
+            && selector.pool.as_deref() == Some(pool.as_str())
+            && selector.device.as_deref() == Some(device.as_str()),
+    );
+    p.record("fault via rule: status", fault_status(b, "via-rule").await);
+    let what = wait_until(
+        "pod0 evicted, or the emulator saying it does not evict",
+        || async {
+            if get_pod(b, NAMESPACE, "pod0")
+                .await
+                .is_none_or(|po| po.metadata.deletion_timestamp.is_some())
+            {
+                return Some("evicted".to_string());
+            }
+            events_of(b, NAMESPACE, "pod0")
+                .await
+                .into_iter()
+                .find(|(r, _)| r == "DeviceTaintNotEvicted")
+                .map(|(r, _)| format!("not evicted ({r})"))
+        },
+    )
+    .await;
+    p.record("pod0 after a NoExecute fault via rule on its device", &what);
+    delete_fault(b, "via-rule").await;
+    wait_until("the fault's rule gone", || async {
+        let list = rules(b).list(&Default::default()).await.ok()?.items;
+        list.iter()
+            .all(|r| {
+                r.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get("fake.resource.3-shake.com/fault"))
+                    != Some(&"via-rule".to_string())
+            })
+            .then_some(())
+    })
+    .await;
     delete_namespaces(b, &[NAMESPACE]).await;
     for name in ["evict", "nothing", "other-driver"] {
         delete_rule(b, name).await;
