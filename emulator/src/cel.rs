@@ -9,6 +9,7 @@
 //! those limits let through ([`with_stack`]).
 
 mod cost;
+pub mod k8s;
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -202,9 +203,8 @@ static DOMAIN_LOOKUP: LazyLock<Option<regex::Regex>> =
 /// map (upstream resolves unknown domains lazily to empty maps, so
 /// `device.attributes["other.example.com"].x` is a "no such key" error, not a type error).
 ///
-/// Deviations, on purpose and documented: `version` attributes are strings (upstream: the
-/// `semver` type, so `isGreaterThan` etc. fail to evaluate here), capacities are their
-/// quantity strings (upstream: `quantity`).
+/// `version` attributes are `semver` values and capacities `quantity` values, as upstream
+/// has them ([`k8s`]: their comparisons, not the rest of those libraries).
 pub fn device_variable(driver: &str, device: &Device, expression: &str) -> cel::Value {
     let mut attributes: HashMap<String, HashMap<String, cel::Value>> = HashMap::new();
     let mut capacity: HashMap<String, HashMap<String, cel::Value>> = HashMap::new();
@@ -228,7 +228,7 @@ pub fn device_variable(driver: &str, device: &Device, expression: &str) -> cel::
         } else if let Some(s) = &attribute.string {
             cel::Value::from(s.clone())
         } else if let Some(v) = &attribute.version {
-            cel::Value::from(v.clone())
+            k8s::version_value(v)
         } else {
             continue;
         };
@@ -240,7 +240,7 @@ pub fn device_variable(driver: &str, device: &Device, expression: &str) -> cel::
         capacity
             .entry(domain)
             .or_default()
-            .insert(id, cel::Value::from(cap.value.0.clone()));
+            .insert(id, k8s::quantity_value(&cap.value.0));
     }
     let mut variable: HashMap<String, cel::Value> = HashMap::new();
     variable.insert("driver".into(), cel::Value::from(driver));
@@ -259,6 +259,7 @@ pub fn evaluate(
 ) -> Result<bool, String> {
     with_stack(|| {
         let mut context = cel::Context::default();
+        k8s::add_functions(&mut context);
         context.add_variable_from_value("device", device_variable(driver, device, expression));
         match program.execute(&context) {
             Ok(cel::Value::Bool(b)) => Ok(b),
