@@ -1,0 +1,216 @@
+//! Differential allocation testing (docs/differential.md): seeded random DRA worlds
+//! ([`generate`]) run through an oracle that schedules them ([`oracle`]: the emulator
+//! today, any cluster's kube-scheduler through the same API calls), every allocation and
+//! every unschedulable pod judged by a checker written from the API's rules ([`check`]),
+//! and each disagreement shrunk ([`shrink`]) to a reproducer written as plain YAML.
+
+pub mod check;
+pub mod generate;
+pub mod oracle;
+pub mod rng;
+pub mod shrink;
+pub mod world;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use check::{PodOutcome, Violation};
+use world::World;
+
+/// What one world came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// The oracle and the checker agree.
+    Agree {
+        scheduled: usize,
+        unschedulable: usize,
+    },
+    /// The API server refused the world: the generator's fault, not a disagreement.
+    Invalid(String),
+    /// The checker's violations of the oracle's outcome.
+    Disagree(Vec<Violation>),
+}
+
+/// Runs `world` on the emulator and judges it.
+pub async fn judge(
+    oracle: &oracle::Emulator,
+    world: &World,
+) -> Result<(Verdict, Vec<PodOutcome>), oracle::OracleError> {
+    let outcomes = match oracle.run(world).await {
+        Ok(o) => o,
+        Err(oracle::OracleError::Refused { what, message }) => {
+            return Ok((Verdict::Invalid(format!("{what}: {message}")), Vec::new()));
+        }
+        Err(e) => return Err(e),
+    };
+    let violations = check::check(world, &outcomes);
+    let verdict = if violations.is_empty() {
+        let scheduled = outcomes
+            .iter()
+            .filter(|o| matches!(o, PodOutcome::Scheduled { .. }))
+            .count();
+        Verdict::Agree {
+            scheduled,
+            unschedulable: outcomes.len() - scheduled,
+        }
+    } else {
+        Verdict::Disagree(violations)
+    };
+    Ok((verdict, outcomes))
+}
+
+/// A shrunk disagreement.
+#[derive(Debug, Clone)]
+pub struct Finding {
+    pub seed: u64,
+    pub kind: &'static str,
+    pub world: World,
+    pub violations: Vec<Violation>,
+    pub outcomes: Vec<PodOutcome>,
+    pub path: Option<PathBuf>,
+}
+
+/// The result of a batch.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub worlds: usize,
+    pub invalid: Vec<(u64, String)>,
+    pub pods_scheduled: usize,
+    pub pods_unschedulable: usize,
+    pub findings: Vec<Finding>,
+    pub seconds: f64,
+}
+
+impl Report {
+    /// Disagreements by kind.
+    pub fn by_kind(&self) -> BTreeMap<&'static str, usize> {
+        let mut out = BTreeMap::new();
+        for f in &self.findings {
+            *out.entry(f.kind).or_default() += 1;
+        }
+        out
+    }
+
+    pub fn text(&self) -> String {
+        let rate = self.worlds as f64 / self.seconds.max(1e-9);
+        let mut s = format!(
+            "worlds: {} in {:.1} s ({rate:.2} worlds/s) against the emulator\npods: {} scheduled, {} unschedulable\ninvalid worlds (refused by the API server): {}\ndisagreements: {}\n",
+            self.worlds,
+            self.seconds,
+            self.pods_scheduled,
+            self.pods_unschedulable,
+            self.invalid.len(),
+            self.findings.len()
+        );
+        for (kind, n) in self.by_kind() {
+            s.push_str(&format!("  {kind}: {n}\n"));
+        }
+        for f in &self.findings {
+            let (pods, nodes, devices, requests, attributes) = shrink::size(&f.world);
+            s.push_str(&format!(
+                "  seed {}: {} — shrunk to {pods} pods, {nodes} nodes, {devices} devices, {requests} requests, {attributes} attributes{}\n",
+                f.seed,
+                f.kind,
+                f.path.as_ref().map(|p| format!(": {}", p.display())).unwrap_or_default()
+            ));
+        }
+        for (seed, why) in &self.invalid {
+            s.push_str(&format!("  invalid world, seed {seed}: {why}\n"));
+        }
+        s
+    }
+}
+
+/// The reproducer of a finding: a header (seed, kind, expected, observed), the world as
+/// the shrinker left it (what the regression test replays), and its Kubernetes objects.
+pub fn reproducer(f: &Finding) -> Result<String, serde_yaml_ng::Error> {
+    let world = serde_yaml_ng::to_string(&f.world)?;
+    let observed = serde_yaml_ng::to_string(&f.outcomes)?;
+    let violations: Vec<String> = f.violations.iter().map(|v| format!("#   {v:?}")).collect();
+    let observed: String = observed.lines().map(|l| format!("#   {l}\n")).collect();
+    Ok(format!(
+        "# fake-dra-differential reproducer: seed {}, {}.\n# Expected (the checker): no violation. Observed (the emulator), per pod:\n{observed}# Violations:\n{}\n# The world (replayed by differential/tests/reproducers.rs):\n{world}",
+        f.seed,
+        f.kind,
+        violations.join("\n"),
+    ))
+}
+
+/// Runs worlds `seed..seed + count`, shrinking each disagreement (within `shrink_budget`
+/// tries) and writing its reproducer into `out` when given.
+pub async fn run_batch(
+    oracle: &oracle::Emulator,
+    seed: u64,
+    count: usize,
+    shrink_budget: usize,
+    out: Option<&Path>,
+) -> Result<Report, oracle::OracleError> {
+    let started = Instant::now();
+    let mut report = Report::default();
+    for s in seed..seed + count as u64 {
+        let world = generate::world(s);
+        report.worlds += 1;
+        match judge(oracle, &world).await? {
+            (
+                Verdict::Agree {
+                    scheduled,
+                    unschedulable,
+                },
+                _,
+            ) => {
+                report.pods_scheduled += scheduled;
+                report.pods_unschedulable += unschedulable;
+            }
+            (Verdict::Invalid(why), _) => report.invalid.push((s, why)),
+            (Verdict::Disagree(violations), outcomes) => {
+                let kind = violations.first().map_or("unknown", Violation::kind);
+                let (world, _) = shrink::shrink(world, shrink_budget, async |candidate: &World| {
+                    matches!(
+                        judge(oracle, candidate).await,
+                        Ok((Verdict::Disagree(v), _)) if v.iter().any(|x| x.kind() == kind)
+                    )
+                })
+                .await;
+                let (violations, outcomes) = match judge(oracle, &world).await? {
+                    (Verdict::Disagree(v), o) => (v, o),
+                    _ => (violations, outcomes),
+                };
+                let mut finding = Finding {
+                    seed: s,
+                    kind,
+                    world,
+                    violations,
+                    outcomes,
+                    path: None,
+                };
+                if let Some(dir) = out {
+                    let slug: String = kind.replace(' ', "-");
+                    let path = dir.join(format!("{slug}-seed-{s}.yaml"));
+                    let written =
+                        reproducer(&finding)
+                            .map_err(|e| e.to_string())
+                            .and_then(|text| {
+                                std::fs::create_dir_all(dir)
+                                    .and_then(|()| std::fs::write(&path, text))
+                                    .map_err(|e| e.to_string())
+                            });
+                    match written {
+                        Ok(()) => finding.path = Some(path),
+                        Err(e) => {
+                            tracing::warn!(path = %path.display(), "writing the reproducer failed: {e}")
+                        }
+                    }
+                }
+                report.findings.push(finding);
+            }
+        }
+    }
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// A reproducer's world (the YAML after the header comments).
+pub fn read_reproducer(text: &str) -> Result<World, serde_yaml_ng::Error> {
+    serde_yaml_ng::from_str(text)
+}

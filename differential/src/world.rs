@@ -1,0 +1,514 @@
+//! A DRA world: nodes with their devices, DeviceClasses, and pods with claims, in a form
+//! the generator writes, the shrinker cuts down, the checker judges directly, and
+//! [`World::objects`] renders as the Kubernetes objects every oracle is given.
+//!
+//! Selectors are [`Pred`]icates: rendered as CEL for the schedulers, evaluated here by the
+//! checker from their meaning, so the checker shares no CEL engine with an oracle.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// The driver of every generated device.
+pub const DRIVER: &str = "diff.example.com";
+/// The namespace of the pods and claims.
+pub const NAMESPACE: &str = "differential";
+
+/// A whole world, as the generator made it (or the shrinker left it).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct World {
+    /// The seed it came from, for the report.
+    pub seed: u64,
+    pub nodes: Vec<NodeSpec>,
+    pub classes: Vec<ClassSpec>,
+    /// Created, and scheduled, one after the other in this order.
+    pub pods: Vec<PodSpec>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeSpec {
+    pub name: String,
+    /// Published in one ResourceSlice, pool = the node's name.
+    pub devices: Vec<DeviceSpec>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeviceSpec {
+    pub name: String,
+    /// By attribute name (in the driver's domain).
+    pub attributes: BTreeMap<String, Attr>,
+    /// By capacity name, as integer quantities.
+    pub capacity: BTreeMap<String, i64>,
+    pub taints: Vec<Taint>,
+}
+
+/// A device attribute's value.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Attr {
+    Int(i64),
+    Str(String),
+    Bool(bool),
+    /// major, minor, patch.
+    Version(u32, u32, u32),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Taint {
+    pub key: String,
+    /// `NoSchedule` or `NoExecute` (both keep new allocations off) or `None`.
+    pub effect: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClassSpec {
+    pub name: String,
+    pub selector: Option<Pred>,
+}
+
+/// A selector, from which its CEL is rendered. Written as a map with its `op` (YAML has no
+/// nested tags), so a reproducer reads as the selector it is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "camelCase")]
+pub enum Pred {
+    /// The attribute is set.
+    Has {
+        attr: String,
+    },
+    /// An int attribute compared: false without it.
+    IntCmp {
+        attr: String,
+        cmp: Cmp,
+        value: i64,
+    },
+    /// A string attribute equal to the value: false without it.
+    StrEq {
+        attr: String,
+        value: String,
+    },
+    /// A bool attribute that is true: false without it.
+    IsTrue {
+        attr: String,
+    },
+    /// A version attribute at least `major.minor.patch`: false without it.
+    VersionAtLeast {
+        attr: String,
+        version: (u32, u32, u32),
+    },
+    /// A capacity of at least this many: false without it.
+    CapacityAtLeast {
+        capacity: String,
+        value: i64,
+    },
+    And {
+        a: Box<Pred>,
+        b: Box<Pred>,
+    },
+    Or {
+        a: Box<Pred>,
+        b: Box<Pred>,
+    },
+    Not {
+        a: Box<Pred>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Cmp {
+    Lt,
+    Le,
+    Eq,
+    Ge,
+    Gt,
+    Ne,
+}
+
+impl Cmp {
+    fn symbol(self) -> &'static str {
+        match self {
+            Cmp::Lt => "<",
+            Cmp::Le => "<=",
+            Cmp::Eq => "==",
+            Cmp::Ge => ">=",
+            Cmp::Gt => ">",
+            Cmp::Ne => "!=",
+        }
+    }
+
+    pub fn holds(self, a: i64, b: i64) -> bool {
+        match self {
+            Cmp::Lt => a < b,
+            Cmp::Le => a <= b,
+            Cmp::Eq => a == b,
+            Cmp::Ge => a >= b,
+            Cmp::Gt => a > b,
+            Cmp::Ne => a != b,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PodSpec {
+    pub name: String,
+    /// Each a standalone ResourceClaim `<pod>-<index>`.
+    pub claims: Vec<ClaimSpec>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClaimSpec {
+    pub requests: Vec<RequestSpec>,
+    /// `matchAttribute` constraints: (attribute, the requests it binds; empty: all).
+    pub match_attributes: Vec<(String, Vec<String>)>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RequestSpec {
+    pub name: String,
+    pub class: String,
+    pub selector: Option<Pred>,
+    pub mode: Mode,
+    /// Taint keys tolerated (operator `Exists`, any effect).
+    pub tolerations: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Mode {
+    /// `ExactCount` with this count.
+    Count(u32),
+    /// Every matching device of the node (at least one).
+    All,
+}
+
+impl Default for Mode {
+    fn default() -> Self {
+        Mode::Count(1)
+    }
+}
+
+fn attr_ref(name: &str) -> String {
+    format!("device.attributes[\"{DRIVER}\"][\"{name}\"]")
+}
+
+fn has_attr(name: &str) -> String {
+    format!("\"{name}\" in device.attributes[\"{DRIVER}\"]")
+}
+
+impl Pred {
+    /// The CEL expression. Guards keep a missing attribute false, not an error (a
+    /// runtime error fails scheduling of the whole pod, which is a different test).
+    pub fn cel(&self) -> String {
+        match self {
+            Pred::Has { attr } => format!("({})", has_attr(attr)),
+            Pred::IntCmp { attr, cmp, value } => format!(
+                "({} && {} {} {value})",
+                has_attr(attr),
+                attr_ref(attr),
+                cmp.symbol()
+            ),
+            Pred::StrEq { attr, value } => {
+                format!("({} && {} == {value:?})", has_attr(attr), attr_ref(attr))
+            }
+            Pred::IsTrue { attr } => format!("({} && {} == true)", has_attr(attr), attr_ref(attr)),
+            Pred::VersionAtLeast {
+                attr,
+                version: (x, y, z),
+            } => format!(
+                "({} && {}.compareTo(semver(\"{x}.{y}.{z}\")) >= 0)",
+                has_attr(attr),
+                attr_ref(attr)
+            ),
+            Pred::CapacityAtLeast { capacity, value } => format!(
+                "(\"{capacity}\" in device.capacity[\"{DRIVER}\"] && device.capacity[\"{DRIVER}\"][\"{capacity}\"].compareTo(quantity(\"{value}\")) >= 0)"
+            ),
+            Pred::And { a, b } => format!("({} && {})", a.cel(), b.cel()),
+            Pred::Or { a, b } => format!("({} || {})", a.cel(), b.cel()),
+            Pred::Not { a } => format!("!{}", a.cel()),
+        }
+    }
+
+    /// Whether `device` satisfies it: the checker's own reading of the rule.
+    pub fn holds(&self, device: &DeviceSpec) -> bool {
+        let get = |a: &str| device.attributes.get(a);
+        match self {
+            Pred::Has { attr } => get(attr).is_some(),
+            Pred::IntCmp { attr, cmp, value } => {
+                matches!(get(attr), Some(Attr::Int(x)) if cmp.holds(*x, *value))
+            }
+            Pred::StrEq { attr, value } => matches!(get(attr), Some(Attr::Str(x)) if x == value),
+            Pred::IsTrue { attr } => matches!(get(attr), Some(Attr::Bool(true))),
+            Pred::VersionAtLeast { attr, version } => {
+                matches!(get(attr), Some(Attr::Version(x, y, z)) if (*x, *y, *z) >= *version)
+            }
+            Pred::CapacityAtLeast { capacity, value } => {
+                device.capacity.get(capacity).is_some_and(|x| x >= value)
+            }
+            Pred::And { a, b } => a.holds(device) && b.holds(device),
+            Pred::Or { a, b } => a.holds(device) || b.holds(device),
+            Pred::Not { a } => !a.holds(device),
+        }
+    }
+}
+
+impl Attr {
+    fn json(&self) -> Value {
+        match self {
+            Attr::Int(v) => json!({"int": v}),
+            Attr::Str(v) => json!({"string": v}),
+            Attr::Bool(v) => json!({"bool": v}),
+            Attr::Version(x, y, z) => json!({"version": format!("{x}.{y}.{z}")}),
+        }
+    }
+}
+
+impl RequestSpec {
+    /// Whether `device` may serve this request: the class's and the request's selectors
+    /// hold, and every taint that keeps allocations off is tolerated.
+    pub fn admits(&self, classes: &[ClassSpec], device: &DeviceSpec) -> bool {
+        let class_ok = classes
+            .iter()
+            .find(|c| c.name == self.class)
+            .is_some_and(|c| c.selector.as_ref().is_none_or(|p| p.holds(device)));
+        let own_ok = self.selector.as_ref().is_none_or(|p| p.holds(device));
+        let tolerated = device
+            .taints
+            .iter()
+            .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+            .all(|t| self.tolerations.contains(&t.key));
+        class_ok && own_ok && tolerated
+    }
+}
+
+impl World {
+    /// The claim names of `pod`, in order.
+    pub fn claim_names(pod: &PodSpec) -> Vec<String> {
+        (0..pod.claims.len())
+            .map(|i| format!("{}-{i}", pod.name))
+            .collect()
+    }
+
+    /// Every object to create, in order: the namespace, the nodes, their slices, the
+    /// classes; the pods' claims and pods come from [`World::pod_objects`], one pod at a
+    /// time.
+    pub fn objects(&self) -> Vec<Value> {
+        let mut out =
+            vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})];
+        for node in &self.nodes {
+            out.push(json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": node.name, "labels": {"kubernetes.io/hostname": node.name}},
+                "status": {
+                    "capacity": {"cpu": "64", "memory": "256Gi", "pods": "110"},
+                    "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"},
+                    "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "differential testing", "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+                }
+            }));
+        }
+        for node in &self.nodes {
+            let devices: Vec<Value> = node
+                .devices
+                .iter()
+                .map(|d| {
+                    let mut device = json!({"name": d.name});
+                    if !d.attributes.is_empty() {
+                        device["attributes"] = d
+                            .attributes
+                            .iter()
+                            .map(|(k, v)| (k.clone(), v.json()))
+                            .collect::<serde_json::Map<_, _>>()
+                            .into();
+                    }
+                    if !d.capacity.is_empty() {
+                        device["capacity"] = d
+                            .capacity
+                            .iter()
+                            .map(|(k, v)| (k.clone(), json!({"value": v.to_string()})))
+                            .collect::<serde_json::Map<_, _>>()
+                            .into();
+                    }
+                    if !d.taints.is_empty() {
+                        device["taints"] = d
+                            .taints
+                            .iter()
+                            .map(|t| json!({"key": t.key, "effect": t.effect}))
+                            .collect();
+                    }
+                    device
+                })
+                .collect();
+            out.push(json!({
+                "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                "metadata": {"name": format!("{}-{DRIVER}", node.name)},
+                "spec": {
+                    "driver": DRIVER, "nodeName": node.name,
+                    "pool": {"name": node.name, "generation": 1, "resourceSliceCount": 1},
+                    "devices": devices
+                }
+            }));
+        }
+        for class in &self.classes {
+            let mut expression = format!("device.driver == \"{DRIVER}\"");
+            if let Some(p) = &class.selector {
+                expression = format!("{expression} && {}", p.cel());
+            }
+            out.push(json!({
+                "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+                "metadata": {"name": class.name},
+                "spec": {"selectors": [{"cel": {"expression": expression}}]}
+            }));
+        }
+        out
+    }
+
+    /// The claims of `pod`, then the pod.
+    pub fn pod_objects(pod: &PodSpec) -> Vec<Value> {
+        let names = Self::claim_names(pod);
+        let mut out = Vec::new();
+        for (claim, name) in pod.claims.iter().zip(&names) {
+            let requests: Vec<Value> = claim
+                .requests
+                .iter()
+                .map(|r| {
+                    let mut exactly = json!({"deviceClassName": r.class});
+                    match r.mode {
+                        Mode::Count(n) => {
+                            exactly["allocationMode"] = json!("ExactCount");
+                            exactly["count"] = json!(n);
+                        }
+                        Mode::All => exactly["allocationMode"] = json!("All"),
+                    }
+                    if let Some(p) = &r.selector {
+                        exactly["selectors"] = json!([{"cel": {"expression": p.cel()}}]);
+                    }
+                    if !r.tolerations.is_empty() {
+                        exactly["tolerations"] = r
+                            .tolerations
+                            .iter()
+                            .map(|k| json!({"key": k, "operator": "Exists"}))
+                            .collect();
+                    }
+                    json!({"name": r.name, "exactly": exactly})
+                })
+                .collect();
+            let mut devices = json!({"requests": requests});
+            if !claim.match_attributes.is_empty() {
+                devices["constraints"] = claim
+                    .match_attributes
+                    .iter()
+                    .map(|(attr, requests)| {
+                        let mut c = json!({"matchAttribute": format!("{DRIVER}/{attr}")});
+                        if !requests.is_empty() {
+                            c["requests"] = json!(requests);
+                        }
+                        c
+                    })
+                    .collect();
+            }
+            out.push(json!({
+                "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                "metadata": {"name": name, "namespace": NAMESPACE},
+                "spec": {"devices": devices}
+            }));
+        }
+        let claims: Vec<Value> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| json!({"name": format!("c{i}"), "resourceClaimName": n}))
+            .collect();
+        let uses: Vec<Value> = (0..names.len())
+            .map(|i| json!({"name": format!("c{i}")}))
+            .collect();
+        out.push(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": pod.name, "namespace": NAMESPACE},
+            "spec": {
+                "terminationGracePeriodSeconds": 0,
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [{"name": "c", "image": "busybox:1.36", "command": ["sleep", "infinity"], "resources": {"claims": uses}}],
+                "resourceClaims": claims
+            }
+        }));
+        out
+    }
+
+    /// Every object, pods included, as one multi-document YAML (a reproducer).
+    pub fn yaml(&self) -> String {
+        let mut all = self.objects();
+        for pod in &self.pods {
+            all.extend(Self::pod_objects(pod));
+        }
+        all.iter()
+            .map(|o| serde_yaml_ng::to_string(o).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("---\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn device(attrs: &[(&str, Attr)]) -> DeviceSpec {
+        DeviceSpec {
+            name: "d".into(),
+            attributes: attrs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_predicate_without_its_attribute_is_false_and_renders_guarded() {
+        let p = Pred::IntCmp {
+            attr: "mem".into(),
+            cmp: Cmp::Ge,
+            value: 8,
+        };
+        assert!(!p.holds(&device(&[])));
+        assert!(!p.holds(&device(&[("mem", Attr::Str("8".into()))])));
+        assert!(p.holds(&device(&[("mem", Attr::Int(8))])));
+        assert_eq!(
+            p.cel(),
+            "(\"mem\" in device.attributes[\"diff.example.com\"] && device.attributes[\"diff.example.com\"][\"mem\"] >= 8)"
+        );
+        let v = Pred::VersionAtLeast {
+            attr: "fw".into(),
+            version: (1, 2, 0),
+        };
+        assert!(v.holds(&device(&[("fw", Attr::Version(1, 10, 0))])));
+        assert!(!v.holds(&device(&[("fw", Attr::Version(1, 1, 9))])));
+        assert!(Pred::Not { a: Box::new(p) }.holds(&device(&[])));
+        assert_eq!(
+            Pred::Not {
+                a: Box::new(Pred::Has { attr: "x".into() })
+            }
+            .cel(),
+            "!(\"x\" in device.attributes[\"diff.example.com\"])"
+        );
+    }
+
+    #[test]
+    fn an_untolerated_taint_keeps_a_device_out() {
+        let classes = [ClassSpec {
+            name: "c".into(),
+            selector: None,
+        }];
+        let mut d = device(&[]);
+        d.taints.push(Taint {
+            key: "k".into(),
+            effect: "NoSchedule".into(),
+        });
+        let mut r = RequestSpec {
+            name: "r".into(),
+            class: "c".into(),
+            ..Default::default()
+        };
+        assert!(!r.admits(&classes, &d));
+        r.tolerations.push("k".into());
+        assert!(r.admits(&classes, &d));
+        d.taints[0].effect = "None".into();
+        r.tolerations.clear();
+        assert!(r.admits(&classes, &d));
+    }
+}
