@@ -26,6 +26,9 @@ pub enum PodOutcome {
     },
     /// Left Pending with this reason (the scheduler's message).
     Unschedulable { message: String },
+    /// Bound, then deleted before the world was done: kube-controller-manager's device
+    /// taint eviction controller, for a device with a `NoExecute` taint.
+    Evicted { node: String },
 }
 
 /// A rule an allocation breaks, or a feasible pod left unschedulable.
@@ -54,6 +57,20 @@ pub enum Violation {
     ConstraintUnmet { pod: String, attribute: String },
     /// The pod had a valid allocation on this node, yet was left unschedulable.
     FeasibleButUnschedulable { pod: String, node: String },
+    /// Two oracles, in the same state so far, did not agree whether the pod fits.
+    OraclesDiffer {
+        pod: String,
+        first: String,
+        second: String,
+    },
+    /// Two oracles differ where a known upstream defect says why (docs/differential.md):
+    /// reported, not counted as a disagreement.
+    KnownUpstream { pod: String, defect: String },
+    /// A violation of the named oracle's outcome (when several run).
+    Of {
+        oracle: String,
+        violation: Box<Violation>,
+    },
 }
 
 impl Violation {
@@ -67,6 +84,9 @@ impl Violation {
             Violation::DeviceTwice { .. } => "device given twice",
             Violation::ConstraintUnmet { .. } => "matchAttribute unmet",
             Violation::FeasibleButUnschedulable { .. } => "feasible but unschedulable",
+            Violation::OraclesDiffer { .. } => "oracles differ",
+            Violation::KnownUpstream { .. } => "known upstream defect",
+            Violation::Of { violation, .. } => violation.kind(),
         }
     }
 }
@@ -117,6 +137,8 @@ pub fn check(world: &World, outcomes: &[PodOutcome]) -> Vec<Violation> {
     let mut out = Vec::new();
     for (pod, outcome) in world.pods.iter().zip(outcomes) {
         match outcome {
+            // What it held is released again; the eviction is compared, not judged.
+            PodOutcome::Evicted { .. } => {}
             PodOutcome::Unschedulable { .. } => {
                 for node in &world.nodes {
                     if feasible(world, node, &pod.claims, &taken) {
@@ -204,6 +226,87 @@ pub fn check(world: &World, outcomes: &[PodOutcome]) -> Vec<Violation> {
         }
     }
     out
+}
+
+fn describe(outcome: &PodOutcome) -> String {
+    match outcome {
+        PodOutcome::Scheduled { node, claims } => {
+            let devices: Vec<String> = claims
+                .iter()
+                .flatten()
+                .map(|(r, _, d)| format!("{r}={d}"))
+                .collect();
+            format!("scheduled on {node}: {}", devices.join(" "))
+        }
+        PodOutcome::Unschedulable { message } => format!("unschedulable: {message}"),
+        PodOutcome::Evicted { node } => format!("bound to {node}, then evicted"),
+    }
+}
+
+/// The defect of Kubernetes 1.37.2 that explains `pod` evicted by one oracle and not by
+/// the other: the device taint eviction controller honours only tolerations whose effect
+/// is `NoExecute` (pkg/controller/devicetainteviction, `claimEvictionTime`), while the
+/// API (and the scheduler's allocator) let a toleration without an effect tolerate every
+/// effect. Every generated toleration has no effect, so any `NoExecute` taint the pod's
+/// requests tolerate explains it.
+fn known_eviction_defect(world: &World, pod: &str) -> Option<String> {
+    let pod = world.pods.iter().find(|p| p.name == pod)?;
+    let tolerated_no_execute = world
+        .nodes
+        .iter()
+        .flat_map(|n| &n.devices)
+        .flat_map(|d| &d.taints)
+        .filter(|t| t.effect == "NoExecute")
+        .any(|t| {
+            pod.claims
+                .iter()
+                .flat_map(|c| &c.requests)
+                .any(|r| r.tolerations.contains(&t.key))
+        });
+    tolerated_no_execute.then(|| {
+        "device-taint-eviction-controller ignores tolerations without an effect (Kubernetes 1.37.2; docs/differential.md#upstream)".to_owned()
+    })
+}
+
+/// Where two oracles' outcomes part on feasibility, while they were in the same state:
+/// pods are compared in order until both bound one differently (from there, the devices
+/// free for the next pods differ).
+pub fn compare(world: &World, first: &[PodOutcome], second: &[PodOutcome]) -> Vec<Violation> {
+    for ((pod, a), b) in world.pods.iter().zip(first).zip(second) {
+        match (a, b) {
+            (PodOutcome::Unschedulable { .. }, PodOutcome::Unschedulable { .. }) => {}
+            (PodOutcome::Scheduled { .. }, PodOutcome::Scheduled { .. }) => {
+                let devices = |o: &PodOutcome| match o {
+                    PodOutcome::Scheduled { node, claims } => {
+                        let mut d: Vec<_> = claims.iter().flatten().cloned().collect();
+                        d.sort();
+                        Some((node.clone(), d))
+                    }
+                    PodOutcome::Unschedulable { .. } | PodOutcome::Evicted { .. } => None,
+                };
+                if devices(a) != devices(b) {
+                    return Vec::new();
+                }
+            }
+            (PodOutcome::Evicted { .. }, PodOutcome::Scheduled { .. })
+            | (PodOutcome::Scheduled { .. }, PodOutcome::Evicted { .. })
+                if known_eviction_defect(world, &pod.name).is_some() =>
+            {
+                return vec![Violation::KnownUpstream {
+                    pod: pod.name.clone(),
+                    defect: known_eviction_defect(world, &pod.name).unwrap_or_default(),
+                }];
+            }
+            _ => {
+                return vec![Violation::OraclesDiffer {
+                    pod: pod.name.clone(),
+                    first: describe(a),
+                    second: describe(b),
+                }];
+            }
+        }
+    }
+    Vec::new()
 }
 
 /// Whether `claims` can all be allocated on `node` from devices not in `taken`.
@@ -314,6 +417,7 @@ mod tests {
     fn world(devices: &[(&str, i64)], claims: Vec<ClaimSpec>) -> World {
         World {
             seed: 0,
+            tag: String::new(),
             nodes: vec![NodeSpec {
                 name: "n".into(),
                 devices: devices
@@ -398,5 +502,52 @@ mod tests {
             claims: vec![vec![("r".into(), "n".into(), "a".into())]],
         };
         assert_eq!(check(&w, &[one])[0].kind(), "wrong device count");
+    }
+
+    #[test]
+    fn oracles_are_compared_until_their_allocations_part() {
+        let w = world(&[("a", 0), ("b", 1)], vec![two_on_one_numa()]);
+        let bound = |d: &str| PodOutcome::Scheduled {
+            node: "n".into(),
+            claims: vec![vec![("r".into(), "n".into(), d.into())]],
+        };
+        let pending = PodOutcome::Unschedulable {
+            message: String::new(),
+        };
+        assert!(compare(&w, &[bound("a")], &[bound("a")]).is_empty());
+        // Different choices: the trajectories part, nothing to compare after.
+        assert!(compare(&w, &[bound("a")], &[bound("b")]).is_empty());
+        assert_eq!(
+            compare(&w, &[bound("a")], &[pending])[0].kind(),
+            "oracles differ"
+        );
+    }
+
+    #[test]
+    fn an_eviction_of_a_tolerated_no_execute_taint_is_the_known_defect() {
+        let mut w = world(&[("a", 0)], vec![two_on_one_numa()]);
+        w.nodes[0].devices[0].taints.push(crate::world::Taint {
+            key: "k".into(),
+            effect: "NoExecute".into(),
+        });
+        let bound = PodOutcome::Scheduled {
+            node: "n".into(),
+            claims: vec![vec![("r".into(), "n".into(), "a".into())]],
+        };
+        let evicted = PodOutcome::Evicted { node: "n".into() };
+        assert_eq!(
+            compare(
+                &w,
+                std::slice::from_ref(&bound),
+                std::slice::from_ref(&evicted)
+            )[0]
+            .kind(),
+            "oracles differ"
+        );
+        w.pods[0].claims[0].requests[0].tolerations.push("k".into());
+        assert_eq!(
+            compare(&w, &[bound], &[evicted])[0].kind(),
+            "known upstream defect"
+        );
     }
 }

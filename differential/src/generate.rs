@@ -181,6 +181,7 @@ pub fn world(seed: u64) -> World {
         .collect();
     World {
         seed,
+        tag: String::new(),
         nodes,
         classes,
         pods,

@@ -21,10 +21,11 @@ use world::World;
 /// What one world came to.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {
-    /// The oracle and the checker agree.
+    /// The oracle and the checker agree (up to known upstream defects).
     Agree {
         scheduled: usize,
         unschedulable: usize,
+        known: Vec<Violation>,
     },
     /// The API server refused the world: the generator's fault, not a disagreement.
     Invalid(String),
@@ -32,19 +33,41 @@ pub enum Verdict {
     Disagree(Vec<Violation>),
 }
 
-/// Runs `world` on the emulator and judges it.
+/// Runs `world` on every oracle and judges it: the checker on each outcome, and, with
+/// two oracles, where they part on feasibility. The outcomes are the first oracle's.
 pub async fn judge(
-    oracle: &oracle::Emulator,
+    oracles: &[oracle::Oracle],
     world: &World,
 ) -> Result<(Verdict, Vec<PodOutcome>), oracle::OracleError> {
-    let outcomes = match oracle.run(world).await {
-        Ok(o) => o,
-        Err(oracle::OracleError::Refused { what, message }) => {
-            return Ok((Verdict::Invalid(format!("{what}: {message}")), Vec::new()));
+    let mut all = Vec::new();
+    for o in oracles {
+        match o.run(world).await {
+            Ok(outcomes) => all.push(outcomes),
+            Err(oracle::OracleError::Refused { what, message }) => {
+                return Ok((Verdict::Invalid(format!("{what}: {message}")), Vec::new()));
+            }
+            Err(e) => return Err(e),
         }
-        Err(e) => return Err(e),
-    };
-    let violations = check::check(world, &outcomes);
+    }
+    let mut violations = Vec::new();
+    for (o, outcomes) in oracles.iter().zip(&all) {
+        let found = check::check(world, outcomes);
+        if oracles.len() == 1 {
+            violations.extend(found);
+        } else {
+            violations.extend(found.into_iter().map(|v| Violation::Of {
+                oracle: o.name().to_owned(),
+                violation: Box::new(v),
+            }));
+        }
+    }
+    if let [first, second] = all.as_slice() {
+        violations.extend(check::compare(world, first, second));
+    }
+    let outcomes = all.into_iter().next().unwrap_or_default();
+    let (known, violations): (Vec<Violation>, Vec<Violation>) = violations
+        .into_iter()
+        .partition(|v| matches!(v, Violation::KnownUpstream { .. }));
     let verdict = if violations.is_empty() {
         let scheduled = outcomes
             .iter()
@@ -53,6 +76,7 @@ pub async fn judge(
         Verdict::Agree {
             scheduled,
             unschedulable: outcomes.len() - scheduled,
+            known,
         }
     } else {
         Verdict::Disagree(violations)
@@ -74,11 +98,15 @@ pub struct Finding {
 /// The result of a batch.
 #[derive(Debug, Default)]
 pub struct Report {
+    /// The oracles' names, joined.
+    pub against: String,
     pub worlds: usize,
     pub invalid: Vec<(u64, String)>,
     pub pods_scheduled: usize,
     pub pods_unschedulable: usize,
     pub findings: Vec<Finding>,
+    /// Differences a known upstream defect explains, by seed.
+    pub known: Vec<(u64, Violation)>,
     pub seconds: f64,
 }
 
@@ -95,9 +123,10 @@ impl Report {
     pub fn text(&self) -> String {
         let rate = self.worlds as f64 / self.seconds.max(1e-9);
         let mut s = format!(
-            "worlds: {} in {:.1} s ({rate:.2} worlds/s) against the emulator\npods: {} scheduled, {} unschedulable\ninvalid worlds (refused by the API server): {}\ndisagreements: {}\n",
+            "worlds: {} in {:.1} s ({rate:.2} worlds/s) against {}\npods: {} scheduled, {} unschedulable\ninvalid worlds (refused by the API server): {}\ndisagreements: {}\n",
             self.worlds,
             self.seconds,
+            self.against,
             self.pods_scheduled,
             self.pods_unschedulable,
             self.invalid.len(),
@@ -115,6 +144,15 @@ impl Report {
                 f.path.as_ref().map(|p| format!(": {}", p.display())).unwrap_or_default()
             ));
         }
+        if !self.known.is_empty() {
+            s.push_str(&format!(
+                "known upstream defects (not counted): {}\n",
+                self.known.len()
+            ));
+            for (seed, k) in &self.known {
+                s.push_str(&format!("  seed {seed}: {k:?}\n"));
+            }
+        }
         for (seed, why) in &self.invalid {
             s.push_str(&format!("  invalid world, seed {seed}: {why}\n"));
         }
@@ -130,7 +168,7 @@ pub fn reproducer(f: &Finding) -> Result<String, serde_yaml_ng::Error> {
     let violations: Vec<String> = f.violations.iter().map(|v| format!("#   {v:?}")).collect();
     let observed: String = observed.lines().map(|l| format!("#   {l}\n")).collect();
     Ok(format!(
-        "# fake-dra-differential reproducer: seed {}, {}.\n# Expected (the checker): no violation. Observed (the emulator), per pod:\n{observed}# Violations:\n{}\n# The world (replayed by differential/tests/reproducers.rs):\n{world}",
+        "# fake-dra-differential reproducer: seed {}, {}.\n# Expected (the checker): no violation. Observed (the first oracle), per pod:\n{observed}# Violations:\n{}\n# The world (replayed by differential/tests/reproducers.rs):\n{world}",
         f.seed,
         f.kind,
         violations.join("\n"),
@@ -140,39 +178,48 @@ pub fn reproducer(f: &Finding) -> Result<String, serde_yaml_ng::Error> {
 /// Runs worlds `seed..seed + count`, shrinking each disagreement (within `shrink_budget`
 /// tries) and writing its reproducer into `out` when given.
 pub async fn run_batch(
-    oracle: &oracle::Emulator,
+    oracles: &[oracle::Oracle],
     seed: u64,
     count: usize,
     shrink_budget: usize,
     out: Option<&Path>,
 ) -> Result<Report, oracle::OracleError> {
     let started = Instant::now();
-    let mut report = Report::default();
+    let mut report = Report {
+        against: oracles
+            .iter()
+            .map(oracle::Oracle::name)
+            .collect::<Vec<_>>()
+            .join(" and "),
+        ..Report::default()
+    };
     for s in seed..seed + count as u64 {
         let world = generate::world(s);
         report.worlds += 1;
-        match judge(oracle, &world).await? {
+        match judge(oracles, &world).await? {
             (
                 Verdict::Agree {
                     scheduled,
                     unschedulable,
+                    known,
                 },
                 _,
             ) => {
                 report.pods_scheduled += scheduled;
                 report.pods_unschedulable += unschedulable;
+                report.known.extend(known.into_iter().map(|k| (s, k)));
             }
             (Verdict::Invalid(why), _) => report.invalid.push((s, why)),
             (Verdict::Disagree(violations), outcomes) => {
                 let kind = violations.first().map_or("unknown", Violation::kind);
                 let (world, _) = shrink::shrink(world, shrink_budget, async |candidate: &World| {
                     matches!(
-                        judge(oracle, candidate).await,
+                        judge(oracles, candidate).await,
                         Ok((Verdict::Disagree(v), _)) if v.iter().any(|x| x.kind() == kind)
                     )
                 })
                 .await;
-                let (violations, outcomes) = match judge(oracle, &world).await? {
+                let (violations, outcomes) = match judge(oracles, &world).await? {
                     (Verdict::Disagree(v), o) => (v, o),
                     _ => (violations, outcomes),
                 };

@@ -14,11 +14,14 @@ use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams}
 use serde_json::{Value, json};
 
 use crate::check::PodOutcome;
-use crate::world::{DRIVER, NAMESPACE, World};
+use crate::world::{DRIVER, World};
 
 /// How long one pod may take to be bound or reported unschedulable: a guard against a
 /// hang, not a pace.
 const SETTLE: Duration = Duration::from_secs(60);
+/// How long a pod bound to a device with a `NoExecute` taint is watched for an eviction
+/// before it counts as scheduled (kube-controller-manager evicts within milliseconds).
+const EVICTION_WAIT: Duration = Duration::from_secs(3);
 
 #[derive(Debug, thiserror::Error)]
 pub enum OracleError {
@@ -96,20 +99,31 @@ async fn create(client: &kube::Client, object: &Value) -> Result<(), OracleError
 /// What became of the pod, once it is bound or the scheduler gave up on it.
 async fn settle(
     client: &kube::Client,
+    world: &World,
     world_pod: &crate::world::PodSpec,
 ) -> Result<PodOutcome, OracleError> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), NAMESPACE);
+    let namespace = world.namespace();
+    let namespace = namespace.as_str();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), namespace);
     let deadline = tokio::time::Instant::now() + SETTLE;
+    let mut bound_to: Option<String> = None;
+    let mut eviction_deadline: Option<tokio::time::Instant> = None;
     loop {
         let pod = pods
-            .get(&world_pod.name)
+            .get_opt(&world_pod.name)
             .await
             .map_err(|error| OracleError::Api {
                 what: format!("pod {}", world_pod.name),
                 error,
             })?;
+        let Some(pod) = pod.filter(|p| p.metadata.deletion_timestamp.is_none()) else {
+            return Ok(PodOutcome::Evicted {
+                node: bound_to.unwrap_or_default(),
+            });
+        };
         if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+            bound_to = Some(node.clone());
             let mut allocated = Vec::new();
             for name in World::claim_names(world_pod) {
                 let claim = claims.get(&name).await.map_err(|error| OracleError::Api {
@@ -130,6 +144,28 @@ async fn settle(
                         .collect(),
                 );
             }
+            // A device with a NoExecute taint may get the pod evicted right away (the
+            // device taint eviction controller): give that a moment to show.
+            let no_execute =
+                allocated
+                    .iter()
+                    .flatten()
+                    .any(|(_, pool, device): &(String, String, String)| {
+                        world
+                            .nodes
+                            .iter()
+                            .filter(|n| &n.name == pool)
+                            .flat_map(|n| &n.devices)
+                            .filter(|d| &d.name == device)
+                            .flat_map(|d| &d.taints)
+                            .any(|t| t.effect == "NoExecute")
+                    });
+            let watch_until = *eviction_deadline
+                .get_or_insert_with(|| tokio::time::Instant::now() + EVICTION_WAIT);
+            if no_execute && tokio::time::Instant::now() < watch_until {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
             return Ok(PodOutcome::Scheduled {
                 node,
                 claims: allocated,
@@ -143,11 +179,24 @@ async fn settle(
             .find(|c| {
                 c.type_ == "PodScheduled"
                     && c.status == "False"
-                    && c.reason.as_deref() == Some("Unschedulable")
+                    && matches!(
+                        c.reason.as_deref(),
+                        Some("Unschedulable" | "SchedulerError")
+                    )
             });
+        // kube-scheduler reports some allocations that can never succeed as errors, not
+        // as unschedulable (`All` with an unmet `matchAttribute`: "cannot add device ...
+        // because a claim constraint would not be satisfied"); the pod stays Pending
+        // either way, so both count as not scheduled, the reason kept in the message.
         if let Some(condition) = unschedulable {
+            let reason = condition.reason.unwrap_or_default();
+            let message = condition.message.unwrap_or_default();
             return Ok(PodOutcome::Unschedulable {
-                message: condition.message.unwrap_or_default(),
+                message: if reason == "Unschedulable" {
+                    message
+                } else {
+                    format!("{reason}: {message}")
+                },
             });
         }
         if tokio::time::Instant::now() > deadline {
@@ -167,10 +216,10 @@ pub async fn run_world(
     }
     let mut outcomes = Vec::new();
     for pod in &world.pods {
-        for object in World::pod_objects(pod) {
+        for object in world.pod_objects(pod) {
             create(client, &object).await?;
         }
-        outcomes.push(settle(client, pod).await?);
+        outcomes.push(settle(client, world, pod).await?);
     }
     Ok(outcomes)
 }
@@ -211,5 +260,103 @@ impl Emulator {
         let outcome = run_world(&client, world).await;
         cluster.shutdown().await;
         outcome
+    }
+}
+
+/// A cluster that is already there (a real kube-scheduler's): each world is tagged
+/// ([`World::tagged`]) so it shares the cluster with the others, and its objects are
+/// deleted after it (without waiting: its pods select its own nodes only).
+pub struct Cluster {
+    client: kube::Client,
+    runs: std::sync::atomic::AtomicU64,
+    /// Tells this process's worlds from those an earlier run left (`--keep`).
+    nonce: u32,
+    /// Leave every world's objects in the cluster (to look at them afterwards).
+    pub keep: bool,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("runs", &self.runs)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Cluster {
+    pub fn new(client: kube::Client) -> Self {
+        Self {
+            client,
+            runs: std::sync::atomic::AtomicU64::new(0),
+            nonce: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos() & 0xff_ffff),
+            keep: false,
+        }
+    }
+
+    pub async fn run(&self, world: &World) -> Result<Vec<PodOutcome>, OracleError> {
+        let run = self.runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tag = format!("w{}-{:x}-{run}", world.seed, self.nonce);
+        let tagged = world.tagged(&tag);
+        let result = run_world(&self.client, &tagged).await;
+        if !self.keep {
+            self.clean(&tagged).await;
+        }
+        let prefix = format!("{tag}-");
+        let untag = |s: String| s.strip_prefix(&prefix).map(str::to_owned).unwrap_or(s);
+        result.map(|outcomes| {
+            outcomes
+                .into_iter()
+                .map(|o| match o {
+                    PodOutcome::Scheduled { node, claims } => PodOutcome::Scheduled {
+                        node: untag(node),
+                        claims: claims
+                            .into_iter()
+                            .map(|c| c.into_iter().map(|(r, p, d)| (r, untag(p), d)).collect())
+                            .collect(),
+                    },
+                    other => other,
+                })
+                .collect()
+        })
+    }
+
+    /// Deletes the world's objects; what fails to go is left to the next cleanup by
+    /// hand (`kubectl delete ns -l ...`), and logged.
+    async fn clean(&self, world: &World) {
+        let mut objects = world.objects();
+        objects.reverse();
+        for object in objects {
+            let resource = resource_of(&object);
+            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+            let name = object["metadata"]["name"].as_str().unwrap_or_default();
+            if let Err(e) = api.delete(name, &Default::default()).await {
+                tracing::debug!(%name, "deleting a world's object: {e}");
+            }
+        }
+    }
+}
+
+/// Where worlds are scheduled.
+#[derive(Debug)]
+pub enum Oracle {
+    Emulator(Emulator),
+    Cluster(Cluster),
+}
+
+impl Oracle {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Oracle::Emulator(_) => "emulator",
+            Oracle::Cluster(_) => "kube-scheduler",
+        }
+    }
+
+    pub async fn run(&self, world: &World) -> Result<Vec<PodOutcome>, OracleError> {
+        match self {
+            Oracle::Emulator(e) => e.run(world).await,
+            Oracle::Cluster(c) => c.run(world).await,
+        }
     }
 }

@@ -12,14 +12,21 @@ use serde_json::{Value, json};
 
 /// The driver of every generated device.
 pub const DRIVER: &str = "diff.example.com";
-/// The namespace of the pods and claims.
+/// The namespace of the pods and claims of an untagged world.
 pub const NAMESPACE: &str = "differential";
+/// The node label a tagged world's nodes carry and its pods select: worlds share a
+/// cluster without a pod of one being placed on a node of another.
+pub const WORLD_LABEL: &str = "differential.fake-dra.dev/world";
 
 /// A whole world, as the generator made it (or the shrinker left it).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct World {
     /// The seed it came from, for the report.
     pub seed: u64,
+    /// Set by [`World::tagged`] for a shared cluster: the namespace, the node label and
+    /// the pods' node selector; empty for a world alone in its cluster.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub tag: String,
     pub nodes: Vec<NodeSpec>,
     pub classes: Vec<ClassSpec>,
     /// Created, and scheduled, one after the other in this order.
@@ -279,6 +286,37 @@ impl RequestSpec {
 }
 
 impl World {
+    /// The world with its nodes, classes and pods renamed `<tag>-<name>`, in namespace
+    /// `differential-<tag>`, its pods selecting its nodes: a world that can share a
+    /// cluster with others (the real oracle's, whose objects outlive a world).
+    pub fn tagged(&self, tag: &str) -> World {
+        let name = |n: &str| format!("{tag}-{n}");
+        let mut w = self.clone();
+        w.tag = tag.to_owned();
+        for node in &mut w.nodes {
+            node.name = name(&node.name);
+        }
+        for class in &mut w.classes {
+            class.name = name(&class.name);
+        }
+        for pod in &mut w.pods {
+            pod.name = name(&pod.name);
+            for request in pod.claims.iter_mut().flat_map(|c| &mut c.requests) {
+                request.class = name(&request.class);
+            }
+        }
+        w
+    }
+
+    /// The namespace of the pods and claims.
+    pub fn namespace(&self) -> String {
+        if self.tag.is_empty() {
+            NAMESPACE.to_owned()
+        } else {
+            format!("{NAMESPACE}-{}", self.tag)
+        }
+    }
+
     /// The claim names of `pod`, in order.
     pub fn claim_names(pod: &PodSpec) -> Vec<String> {
         (0..pod.claims.len())
@@ -290,12 +328,13 @@ impl World {
     /// classes; the pods' claims and pods come from [`World::pod_objects`], one pod at a
     /// time.
     pub fn objects(&self) -> Vec<Value> {
-        let mut out =
-            vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})];
+        let mut out = vec![
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace()}}),
+        ];
         for node in &self.nodes {
             out.push(json!({
                 "apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": node.name, "labels": {"kubernetes.io/hostname": node.name}},
+                "metadata": {"name": node.name, "labels": {"kubernetes.io/hostname": node.name, WORLD_LABEL: self.tag}},
                 "status": {
                     "capacity": {"cpu": "64", "memory": "256Gi", "pods": "110"},
                     "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"},
@@ -360,7 +399,8 @@ impl World {
     }
 
     /// The claims of `pod`, then the pod.
-    pub fn pod_objects(pod: &PodSpec) -> Vec<Value> {
+    pub fn pod_objects(&self, pod: &PodSpec) -> Vec<Value> {
+        let namespace = self.namespace();
         let names = Self::claim_names(pod);
         let mut out = Vec::new();
         for (claim, name) in pod.claims.iter().zip(&names) {
@@ -405,7 +445,7 @@ impl World {
             }
             out.push(json!({
                 "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-                "metadata": {"name": name, "namespace": NAMESPACE},
+                "metadata": {"name": name, "namespace": namespace},
                 "spec": {"devices": devices}
             }));
         }
@@ -419,8 +459,9 @@ impl World {
             .collect();
         out.push(json!({
             "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": pod.name, "namespace": NAMESPACE},
+            "metadata": {"name": pod.name, "namespace": namespace},
             "spec": {
+                "nodeSelector": {WORLD_LABEL: self.tag},
                 "terminationGracePeriodSeconds": 0,
                 "tolerations": [{"operator": "Exists"}],
                 "containers": [{"name": "c", "image": "busybox:1.36", "command": ["sleep", "infinity"], "resources": {"claims": uses}}],
@@ -434,7 +475,7 @@ impl World {
     pub fn yaml(&self) -> String {
         let mut all = self.objects();
         for pod in &self.pods {
-            all.extend(Self::pod_objects(pod));
+            all.extend(self.pod_objects(pod));
         }
         all.iter()
             .map(|o| serde_yaml_ng::to_string(o).unwrap_or_default())

@@ -7,8 +7,10 @@ use fake_dra_differential::{oracle, run_batch};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fixed_batch_of_worlds_agrees_with_the_checker() {
-    let oracle = oracle::Emulator { release: (1, 37) };
-    let report = run_batch(&oracle, 1, 40, 200, None).await.unwrap();
+    let oracles = [oracle::Oracle::Emulator(oracle::Emulator {
+        release: (1, 37),
+    })];
+    let report = run_batch(&oracles, 1, 40, 200, None).await.unwrap();
     eprintln!("{}", report.text());
     assert_eq!(report.worlds, 40);
     assert!(report.invalid.is_empty(), "{}", report.text());

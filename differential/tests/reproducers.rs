@@ -24,11 +24,13 @@ fn reproducers() -> Vec<PathBuf> {
 async fn every_reproducer_agrees_on_the_emulator() {
     let files = reproducers();
     assert!(files.len() >= 2, "reproducers: {files:?}");
-    let oracle = oracle::Emulator { release: (1, 37) };
+    let oracles = [oracle::Oracle::Emulator(oracle::Emulator {
+        release: (1, 37),
+    })];
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap();
         let world = read_reproducer(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        let (verdict, outcomes) = judge(&oracle, &world).await.unwrap();
+        let (verdict, outcomes) = judge(&oracles, &world).await.unwrap();
         assert!(
             matches!(verdict, Verdict::Agree { scheduled, .. } if scheduled == world.pods.len()),
             "{}: {verdict:?}, {outcomes:?}",

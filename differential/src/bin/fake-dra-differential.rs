@@ -1,5 +1,6 @@
 //! `fake-dra-differential`: a batch of seeded random DRA worlds through the emulated
-//! scheduler, judged by the independent checker; disagreements shrunk and written as
+//! scheduler (and a real cluster's kube-scheduler with `--kubeconfig`), judged by the
+//! independent checker and against each other; disagreements shrunk and written as
 //! reproducers. Exits 1 when a world disagrees. See docs/differential.md.
 
 use std::path::PathBuf;
@@ -27,6 +28,31 @@ struct Args {
     /// Most worlds tried while shrinking one disagreement.
     #[arg(long, env = "FAKE_DRA_DIFF_SHRINK_BUDGET", default_value_t = 400)]
     shrink_budget: usize,
+    /// A real cluster's kubeconfig (hack/local-cluster.sh's): its kube-scheduler is an
+    /// oracle too, and each world is compared between the two. Its nodes are created
+    /// as API objects; every object of a world is deleted after it.
+    #[arg(long, env = "FAKE_DRA_DIFF_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Leave the worlds' objects in the --kubeconfig cluster (each in its namespace
+    /// `differential-w<seed>-<run>`), to look at them afterwards.
+    #[arg(long, env = "FAKE_DRA_DIFF_KEEP")]
+    keep: bool,
+    /// Run only the world of this reproducer file (a world YAML after comments) and print
+    /// the verdict and each oracle's outcome.
+    #[arg(long, env = "FAKE_DRA_DIFF_WORLD")]
+    world: Option<PathBuf>,
+    /// Print the worlds' Kubernetes objects (YAML) instead of running them.
+    #[arg(long)]
+    print: bool,
+}
+
+async fn cluster_client(path: &std::path::Path) -> Result<kube::Client, String> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(path)
+        .map_err(|e| format!("--kubeconfig {}: {e}", path.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .map_err(|e| format!("--kubeconfig {}: {e}", path.display()))?;
+    kube::Client::try_from(config).map_err(|e| format!("--kubeconfig {}: {e}", path.display()))
 }
 
 fn release(text: &str) -> Result<(u32, u32), String> {
@@ -66,9 +92,67 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let oracle = oracle::Emulator { release };
+    if args.print {
+        for seed in args.seed..args.seed + args.worlds as u64 {
+            println!(
+                "# world {seed}\n---\n{}",
+                fake_dra_differential::generate::world(seed).yaml()
+            );
+        }
+        return ExitCode::SUCCESS;
+    }
+    let mut oracles = vec![oracle::Oracle::Emulator(oracle::Emulator { release })];
+    if let Some(path) = &args.kubeconfig {
+        match cluster_client(path).await {
+            Ok(client) => {
+                let mut cluster = oracle::Cluster::new(client);
+                cluster.keep = args.keep;
+                oracles.push(oracle::Oracle::Cluster(cluster));
+            }
+            Err(e) => {
+                eprintln!("fake-dra-differential: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if let Some(path) = &args.world {
+        let world = match std::fs::read_to_string(path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| fake_dra_differential::read_reproducer(&t).map_err(|e| e.to_string()))
+        {
+            Ok(w) => w,
+            Err(e) => {
+                eprintln!("fake-dra-differential: --world {}: {e}", path.display());
+                return ExitCode::from(2);
+            }
+        };
+        for oracle in &oracles {
+            match oracle.run(&world).await {
+                Ok(outcomes) => println!(
+                    "{}:\n{}",
+                    oracle.name(),
+                    serde_yaml_ng::to_string(&outcomes).unwrap_or_default()
+                ),
+                Err(e) => println!("{}: {e}", oracle.name()),
+            }
+        }
+        return match fake_dra_differential::judge(&oracles, &world).await {
+            Ok((verdict, _)) => {
+                println!("verdict: {verdict:?}");
+                if matches!(verdict, fake_dra_differential::Verdict::Disagree(_)) {
+                    ExitCode::FAILURE
+                } else {
+                    ExitCode::SUCCESS
+                }
+            }
+            Err(e) => {
+                eprintln!("fake-dra-differential: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
     match run_batch(
-        &oracle,
+        &oracles,
         args.seed,
         args.worlds,
         args.shrink_budget,
