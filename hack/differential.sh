@@ -44,7 +44,7 @@ if $real; then
     "$ROOT/hack/local-cluster.sh" up >/dev/null
     trap '"$ROOT/hack/local-cluster.sh" down >/dev/null' EXIT
   fi
-  args+=(--kubeconfig "$kubeconfig")
+  args+=(--real-kubeconfig "$kubeconfig")
   replay+=" --real"
 fi
 echo "== seed $seed, $worlds worlds, Kubernetes $version (replay: $replay)"

@@ -1,5 +1,5 @@
 //! `fake-dra-differential`: a batch of seeded random DRA worlds through the emulated
-//! scheduler (and a real cluster's kube-scheduler with `--kubeconfig`), judged by the
+//! scheduler (and a real cluster's kube-scheduler with `--real-kubeconfig`), judged by the
 //! independent checker and against each other; disagreements shrunk and written as
 //! reproducers. Exits 1 when a world disagrees. See docs/differential.md.
 
@@ -11,48 +11,49 @@ use fake_dra_differential::{oracle, run_batch};
 
 /// Differential allocation testing against the emulator.
 #[derive(Debug, Parser)]
-#[command(version)]
+#[command(name = "fake-dra-differential")]
 struct Args {
     /// The first world's seed; worlds are seed, seed+1, ...
-    #[arg(long, env = "FAKE_DRA_DIFF_SEED", default_value_t = 1)]
+    #[arg(long, env = "FAKE_DRA_SEED", default_value_t = 1)]
     seed: u64,
     /// How many worlds.
-    #[arg(long, env = "FAKE_DRA_DIFF_WORLDS", default_value_t = 100)]
+    #[arg(long, env = "FAKE_DRA_WORLDS", default_value_t = 100)]
     worlds: usize,
     /// The Kubernetes release the emulator follows (1.32 or later).
-    #[arg(long, env = "FAKE_DRA_DIFF_KUBERNETES_VERSION", default_value = "1.37")]
+    #[arg(long, env = "FAKE_DRA_KUBERNETES_VERSION", default_value = "1.37")]
     kubernetes_version: String,
     /// Where reproducers are written (none: only reported).
-    #[arg(long, env = "FAKE_DRA_DIFF_OUT")]
+    #[arg(long, env = "FAKE_DRA_OUT")]
     out: Option<PathBuf>,
     /// Most worlds tried while shrinking one disagreement.
-    #[arg(long, env = "FAKE_DRA_DIFF_SHRINK_BUDGET", default_value_t = 400)]
+    #[arg(long, env = "FAKE_DRA_SHRINK_BUDGET", default_value_t = 400)]
     shrink_budget: usize,
     /// A real cluster's kubeconfig (hack/local-cluster.sh's): its kube-scheduler is an
     /// oracle too, and each world is compared between the two. Its nodes are created
-    /// as API objects; every object of a world is deleted after it.
-    #[arg(long, env = "FAKE_DRA_DIFF_KUBECONFIG")]
-    kubeconfig: Option<PathBuf>,
-    /// Leave the worlds' objects in the --kubeconfig cluster (each in its namespace
+    /// as API objects; every object of a world is deleted after it. Not `--kubeconfig`:
+    /// a `KUBECONFIG` in the environment must not point this at a cluster by accident.
+    #[arg(long, env = "FAKE_DRA_REAL_KUBECONFIG")]
+    real_kubeconfig: Option<PathBuf>,
+    /// Leave the worlds' objects in the --real-kubeconfig cluster (each in its namespace
     /// `differential-w<seed>-<run>`), to look at them afterwards.
-    #[arg(long, env = "FAKE_DRA_DIFF_KEEP")]
+    #[arg(long, env = "FAKE_DRA_KEEP")]
     keep: bool,
     /// Run only the world of this reproducer file (a world YAML after comments) and print
     /// the verdict and each oracle's outcome.
-    #[arg(long, env = "FAKE_DRA_DIFF_WORLD")]
+    #[arg(long, env = "FAKE_DRA_WORLD")]
     world: Option<PathBuf>,
     /// Print the worlds' Kubernetes objects (YAML) instead of running them.
-    #[arg(long)]
+    #[arg(long, env = "FAKE_DRA_PRINT")]
     print: bool,
 }
 
 async fn cluster_client(path: &std::path::Path) -> Result<kube::Client, String> {
     let kubeconfig = kube::config::Kubeconfig::read_from(path)
-        .map_err(|e| format!("--kubeconfig {}: {e}", path.display()))?;
+        .map_err(|e| format!("--real-kubeconfig {}: {e}", path.display()))?;
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
-        .map_err(|e| format!("--kubeconfig {}: {e}", path.display()))?;
-    kube::Client::try_from(config).map_err(|e| format!("--kubeconfig {}: {e}", path.display()))
+        .map_err(|e| format!("--real-kubeconfig {}: {e}", path.display()))?;
+    kube::Client::try_from(config).map_err(|e| format!("--real-kubeconfig {}: {e}", path.display()))
 }
 
 fn release(text: &str) -> Result<(u32, u32), String> {
@@ -84,7 +85,7 @@ async fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let args = Args::parse();
+    let (args, _) = fake_dra_ops::flags::parse::<Args>(&[]);
     let release = match release(&args.kubernetes_version) {
         Ok(r) => r,
         Err(e) => {
@@ -102,7 +103,7 @@ async fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let mut oracles = vec![oracle::Oracle::Emulator(oracle::Emulator { release })];
-    if let Some(path) = &args.kubeconfig {
+    if let Some(path) = &args.real_kubeconfig {
         match cluster_client(path).await {
             Ok(client) => {
                 let mut cluster = oracle::Cluster::new(client);
@@ -172,5 +173,26 @@ async fn main() -> ExitCode {
             eprintln!("fake-dra-differential: {e}");
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn every_flag_follows_the_env_rule() {
+        assert_eq!(
+            fake_dra_ops::flags::rule_breakers(&Args::command()),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn a_release_before_structured_dra_is_refused_by_name() {
+        assert_eq!(release("1.37"), Ok((1, 37)));
+        assert!(release("1.30").is_err_and(|e| e.contains("1.32 or later")));
+        assert!(release("x").is_err_and(|e| e.contains("MAJOR.MINOR")));
     }
 }
