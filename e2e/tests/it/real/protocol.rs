@@ -537,7 +537,12 @@ mod tests {
         ];
         assert_eq!(
             not_yet_recorded(32, &[]),
-            vec!["node-filters", "match-attribute"]
+            vec![
+                "node-filters",
+                "match-attribute",
+                "device-taint-rules",
+                "taint-rule-api"
+            ]
         );
         assert!(not_yet_recorded(37, &[]).is_empty());
         assert_eq!(
