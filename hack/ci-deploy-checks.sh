@@ -201,8 +201,17 @@ for path in sorted(glob.glob(f"{crd_dir}/*.yaml")):
             key = (f'{crd["spec"]["group"]}/{ver["name"]}', crd["spec"]["names"]["kind"])
             crds[key] = ver["schema"]["openAPIV3Schema"]
 failed = checked = 0
+def release(text):
+    return tuple(int(x) for x in text.split(".")[:2])
 for path in files:
-    for obj in yaml.safe_load_all(open(path)):
+    # An example of a kind a release added says so: `# min-kubernetes-version: 1.37`;
+    # it is validated from that release on.
+    text = open(path).read()
+    since = [l.split(":", 1)[1].strip() for l in text.splitlines() if l.startswith("# min-kubernetes-version:")]
+    if since and release(version) < release(since[0]):
+        print(f"skip {path}: needs Kubernetes {since[0]} (its min-kubernetes-version)")
+        continue
+    for obj in yaml.safe_load_all(text):
         if obj is None:
             continue
         what = f'{path}: {obj.get("kind")} {obj.get("metadata", {}).get("name")}'
