@@ -289,12 +289,17 @@ pub fn compare(world: &World, first: &[PodOutcome], second: &[PodOutcome]) -> Ve
                 }
             }
             (PodOutcome::Evicted { .. }, PodOutcome::Scheduled { .. })
-            | (PodOutcome::Scheduled { .. }, PodOutcome::Evicted { .. })
-                if known_eviction_defect(world, &pod.name).is_some() =>
-            {
-                return vec![Violation::KnownUpstream {
-                    pod: pod.name.clone(),
-                    defect: known_eviction_defect(world, &pod.name).unwrap_or_default(),
+            | (PodOutcome::Scheduled { .. }, PodOutcome::Evicted { .. }) => {
+                return vec![match known_eviction_defect(world, &pod.name) {
+                    Some(defect) => Violation::KnownUpstream {
+                        pod: pod.name.clone(),
+                        defect,
+                    },
+                    None => Violation::OraclesDiffer {
+                        pod: pod.name.clone(),
+                        first: describe(a),
+                        second: describe(b),
+                    },
                 }];
             }
             _ => {

@@ -309,18 +309,7 @@ async fn every_fault_as_the_cluster_sees_it_and_removing_it_undoes_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invalid_and_conflicting_faults_are_reported_in_their_status() {
-    let api = start_api_version((1, 34)).await;
-    let dirs = Dirs::new();
-    let _plugin = Plugin::start(
-        &dirs,
-        Options {
-            node: NODE,
-            kubeconfig: api.kubeconfig(),
-            env: vec![],
-            extra_args: vec!["--mode".into(), "structured".into()],
-        },
-    )
-    .await;
+    let (api, _dirs, _plugin) = structured_plugin_on((1, 34)).await;
     let faults: Api<DeviceFault> = Api::all(api.client().unwrap());
     create_fault(&faults, "a", json!({"health": {"status": "Unhealthy"}})).await;
     create_fault(&faults, "b", json!({"health": {"status": "Unknown"}})).await;

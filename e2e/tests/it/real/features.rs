@@ -429,23 +429,7 @@ pub async fn device_taints<B: Backend>(b: &mut B, p: &mut Protocol) {
         ),
     )
     .await;
-    let what = wait_until(
-        "pod0 evicted, or the emulator saying it does not evict",
-        || async {
-            if get_pod(b, "test4", "pod0")
-                .await
-                .is_none_or(|po| po.metadata.deletion_timestamp.is_some())
-            {
-                return Some("evicted".to_string());
-            }
-            events_of(b, "test4", "pod0")
-                .await
-                .into_iter()
-                .find(|(r, _)| r == "DeviceTaintNotEvicted")
-                .map(|(r, _)| format!("not evicted ({r})"))
-        },
-    )
-    .await;
+    let what = evicted_or_not(b, "test4", "pod0").await;
     p.record("pod0 after a NoExecute taint on its device", &what);
     delete_namespaces(b, &["test4"]).await;
     delete_fault(b, "evict").await;
@@ -497,6 +481,28 @@ pub async fn device_taints<B: Backend>(b: &mut B, p: &mut Protocol) {
     delete_namespaces(b, &["test4"]).await;
     delete_fault(b, "all-none").await;
     wait_devices(b, "no taint left", |d| d.iter().all(|x| x.taints.is_none())).await;
+}
+
+/// `evicted` once the pod is gone or going (the device taint eviction controller), or
+/// `not evicted (DeviceTaintNotEvicted)` once the emulator warns that it does not evict.
+pub(super) async fn evicted_or_not<B: Backend>(b: &B, namespace: &str, pod: &str) -> String {
+    wait_until(
+        &format!("{pod} evicted, or the emulator saying it does not evict"),
+        || async {
+            if get_pod(b, namespace, pod)
+                .await
+                .is_none_or(|po| po.metadata.deletion_timestamp.is_some())
+            {
+                return Some("evicted".to_string());
+            }
+            events_of(b, namespace, pod)
+                .await
+                .into_iter()
+                .find(|(r, _)| r == "DeviceTaintNotEvicted")
+                .map(|(r, _)| format!("not evicted ({r})"))
+        },
+    )
+    .await
 }
 
 /// A release whose API server drops device taints (gate off): the fault's taint never

@@ -12,11 +12,10 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use super::backend::Backend;
-use super::features::{delete_fault, fault_status, wait_devices};
+use super::features::{delete_fault, evicted_or_not, fault_status, wait_devices};
 use super::protocol::{Gate, Protocol};
 use super::scenarios::{
-    apply, claim_of, delete_namespaces, events_of, get_pod, held, pending_with, pod_yaml, running,
-    wait_until,
+    apply, claim_of, delete_namespaces, get_pod, held, pending_with, pod_yaml, running, wait_until,
 };
 use crate::common::{DRIVER, devices, examples_dir};
 
@@ -165,23 +164,7 @@ pub async fn device_taint_rules<B: Backend>(b: &mut B, p: &mut Protocol) {
         ),
     )
     .await;
-    let what = wait_until(
-        "pod1 evicted, or the emulator saying it does not evict",
-        || async {
-            if get_pod(b, NAMESPACE, "pod1")
-                .await
-                .is_none_or(|po| po.metadata.deletion_timestamp.is_some())
-            {
-                return Some("evicted".to_string());
-            }
-            events_of(b, NAMESPACE, "pod1")
-                .await
-                .into_iter()
-                .find(|(r, _)| r == "DeviceTaintNotEvicted")
-                .map(|(r, _)| format!("not evicted ({r})"))
-        },
-    )
-    .await;
+    let what = evicted_or_not(b, NAMESPACE, "pod1").await;
     p.record("pod1 after a NoExecute rule on its device", &what);
     let pod0 = get_pod(b, NAMESPACE, "pod0").await;
     p.record(
@@ -222,23 +205,7 @@ pub async fn device_taint_rules<B: Backend>(b: &mut B, p: &mut Protocol) {
             && selector.device.as_deref() == Some(device.as_str()),
     );
     p.record("fault via rule: status", fault_status(b, "via-rule").await);
-    let what = wait_until(
-        "pod0 evicted, or the emulator saying it does not evict",
-        || async {
-            if get_pod(b, NAMESPACE, "pod0")
-                .await
-                .is_none_or(|po| po.metadata.deletion_timestamp.is_some())
-            {
-                return Some("evicted".to_string());
-            }
-            events_of(b, NAMESPACE, "pod0")
-                .await
-                .into_iter()
-                .find(|(r, _)| r == "DeviceTaintNotEvicted")
-                .map(|(r, _)| format!("not evicted ({r})"))
-        },
-    )
-    .await;
+    let what = evicted_or_not(b, NAMESPACE, "pod0").await;
     p.record("pod0 after a NoExecute fault via rule on its device", &what);
     delete_fault(b, "via-rule").await;
     wait_until("the fault's rule gone", || async {
