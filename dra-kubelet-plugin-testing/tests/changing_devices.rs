@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dra_kubelet_plugin::cdi::{ContainerEdits, Device};
-use dra_kubelet_plugin::claim::{ClaimRef, ClaimUid, DriverAllocation};
+use dra_kubelet_plugin::claim::{AllocatedDevice, ClaimRef, ClaimUid, DriverAllocation};
 use dra_kubelet_plugin::device::{HealthStatus, SliceDevice, TaintEffect};
 use dra_kubelet_plugin::{DeviceProfile, NoConfig, ProfileError};
 use dra_kubelet_plugin_testing::{ApiServer, Claim, ClaimBuilder, TestNode};
@@ -133,10 +133,14 @@ impl DeviceProfile for HotPlug {
         vec![uid.to_string()]
     }
 
-    fn device_cdi_devices(&self, uid: &ClaimUid, held: &Held, device: &str) -> Option<Vec<String>> {
+    fn device_cdi_devices(
+        &self,
+        uid: &ClaimUid,
+        held: &Held,
+        device: &AllocatedDevice,
+    ) -> Option<Vec<String>> {
         held.cards
-            .iter()
-            .any(|c| c == device)
+            .contains(&device.device)
             .then(|| vec![uid.to_string()])
     }
 }

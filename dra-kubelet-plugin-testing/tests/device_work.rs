@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dra_kubelet_plugin::cdi::{ContainerEdits, Device, Mount};
-use dra_kubelet_plugin::claim::{ClaimRef, ClaimUid, DriverAllocation};
+use dra_kubelet_plugin::claim::{AllocatedDevice, ClaimRef, ClaimUid, DriverAllocation};
 use dra_kubelet_plugin::device::SliceDevice;
 use dra_kubelet_plugin::{
     CHECKPOINT_FILE, DeviceProfile, DeviceWork, NoConfig, ProfileError, STATE_DIR, claim_state_dir,
@@ -150,10 +150,14 @@ impl DeviceProfile for Cards {
         vec![uid.to_string()]
     }
 
-    fn device_cdi_devices(&self, uid: &ClaimUid, held: &Held, device: &str) -> Option<Vec<String>> {
+    fn device_cdi_devices(
+        &self,
+        uid: &ClaimUid,
+        held: &Held,
+        device: &AllocatedDevice,
+    ) -> Option<Vec<String>> {
         held.cards
-            .iter()
-            .any(|c| c == device)
+            .contains(&device.device)
             .then(|| vec![uid.to_string()])
     }
 }

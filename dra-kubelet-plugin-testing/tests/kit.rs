@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use dra_kubelet_plugin::cdi::{ContainerEdits, Device, DeviceNode, Mount};
-use dra_kubelet_plugin::claim::{ClaimRef, ClaimUid, DriverAllocation};
+use dra_kubelet_plugin::claim::{AllocatedDevice, ClaimRef, ClaimUid, DriverAllocation};
 use dra_kubelet_plugin::device::SliceDevice;
 use dra_kubelet_plugin::{DeviceProfile, NoConfig, ProfileError};
 use dra_kubelet_plugin_testing::{
@@ -112,13 +112,12 @@ impl DeviceProfile for VfProfile {
         &self,
         uid: &ClaimUid,
         prepared: &Vfs,
-        device: &str,
+        device: &AllocatedDevice,
     ) -> Option<Vec<String>> {
         prepared
             .vfs
-            .iter()
-            .any(|vf| vf == device)
-            .then(|| vec![format!("{uid}:{device}")])
+            .contains(&device.device)
+            .then(|| vec![format!("{uid}:{}", device.device)])
     }
 }
 

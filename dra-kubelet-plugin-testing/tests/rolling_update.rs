@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex};
 
 use dra_kubelet_plugin::cdi::{ContainerEdits, Device};
-use dra_kubelet_plugin::claim::{ClaimRef, ClaimUid, DriverAllocation};
+use dra_kubelet_plugin::claim::{AllocatedDevice, ClaimRef, ClaimUid, DriverAllocation};
 use dra_kubelet_plugin::device::SliceDevice;
 use dra_kubelet_plugin::{DeviceProfile, DeviceWork, NoConfig, ProfileError};
 use dra_kubelet_plugin_testing::{
@@ -85,10 +85,14 @@ impl DeviceProfile for Cards {
     fn claim_cdi_devices(&self, uid: &ClaimUid, _: &Held) -> Vec<String> {
         vec![uid.to_string()]
     }
-    fn device_cdi_devices(&self, uid: &ClaimUid, held: &Held, device: &str) -> Option<Vec<String>> {
+    fn device_cdi_devices(
+        &self,
+        uid: &ClaimUid,
+        held: &Held,
+        device: &AllocatedDevice,
+    ) -> Option<Vec<String>> {
         held.cards
-            .iter()
-            .any(|c| c == device)
+            .contains(&device.device)
             .then(|| vec![uid.to_string()])
     }
 }

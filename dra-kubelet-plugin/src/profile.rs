@@ -36,7 +36,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::cdi_spec::{ContainerEdits, Device};
-use crate::claim_data::{ClaimRef, ClaimUid, DriverAllocation, ProfileError};
+use crate::claim_data::{AllocatedDevice, ClaimRef, ClaimUid, DriverAllocation, ProfileError};
 use crate::model::{CounterSet, HealthStatus, SliceDevice, SliceSplit, TaintEffect};
 use crate::opaque::OpaqueConfig;
 
@@ -83,8 +83,8 @@ use crate::opaque::OpaqueConfig;
 ///     fn claim_cdi_devices(&self, uid: &ClaimUid, vfs: &Vec<String>) -> Vec<String> {
 ///         vfs.iter().map(|v| format!("{uid}:{v}")).collect()
 ///     }
-///     fn device_cdi_devices(&self, uid: &ClaimUid, vfs: &Vec<String>, device: &str) -> Option<Vec<String>> {
-///         vfs.iter().any(|v| v == device).then(|| vec![format!("{uid}:{device}")])
+///     fn device_cdi_devices(&self, uid: &ClaimUid, vfs: &Vec<String>, d: &AllocatedDevice) -> Option<Vec<String>> {
+///         vfs.iter().any(|v| *v == d.device).then(|| vec![format!("{uid}:{}", d.device)])
 ///     }
 /// }
 ///
@@ -275,13 +275,15 @@ pub trait DeviceProfile: Debug + Send + Sync + 'static {
     /// gets, as a classic kubelet injects them.
     fn claim_cdi_devices(&self, uid: &ClaimUid, prepared: &Self::Prepared) -> Vec<String>;
 
-    /// The names a structured kubelet injects for one allocated device (a
-    /// [`SliceDevice::name`]); `None` if the claim does not hold it.
+    /// The names a structured kubelet injects for one allocated device (its
+    /// [`SliceDevice::name`], and for a share of a device that allows multiple
+    /// allocations its `share_id`: each share is a CDI device of its own, so two requests
+    /// sharing one device each get only theirs); `None` if the claim does not hold it.
     fn device_cdi_devices(
         &self,
         uid: &ClaimUid,
         prepared: &Self::Prepared,
-        device: &str,
+        device: &AllocatedDevice,
     ) -> Option<Vec<String>>;
 }
 

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::cdi_spec::{ContainerEdits, Device};
-use crate::claim_data::{ClaimRef, ClaimUid, DriverAllocation, ProfileError};
+use crate::claim_data::{AllocatedDevice, ClaimRef, ClaimUid, DriverAllocation, ProfileError};
 use crate::model::{Attribute, SliceDevice};
 use crate::profile::DeviceProfile;
 
@@ -116,12 +116,11 @@ impl DeviceProfile for TestProfile {
         &self,
         uid: &ClaimUid,
         prepared: &TestPrepared,
-        device: &str,
+        device: &AllocatedDevice,
     ) -> Option<Vec<String>> {
         prepared
             .counters
-            .iter()
-            .any(|c| c == device)
-            .then(|| vec![format!("{uid}:{device}")])
+            .contains(&device.device)
+            .then(|| vec![format!("{uid}:{}", device.device)])
     }
 }

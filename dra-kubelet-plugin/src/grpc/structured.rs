@@ -329,7 +329,7 @@ impl<D: DeviceProfile> DraPluginService<D> {
             .into_iter()
             .map(|d| {
                 let names = profile
-                    .device_cdi_devices(&claim.uid, prepared, &d.device)
+                    .device_cdi_devices(&claim.uid, prepared, &d)
                     .ok_or_else(|| ClaimError::Cdi {
                         claim: claim.to_string(),
                         source: Box::new(crate::cdi_spec::SpecError::NoDeviceFor(d.device.clone())),

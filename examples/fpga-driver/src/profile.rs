@@ -20,7 +20,8 @@ use std::time::Duration;
 
 use dra_kubelet_plugin::cdi::{ContainerEdits, Device, DeviceNode, Mount};
 use dra_kubelet_plugin::claim::{
-    ClaimRef, ClaimUid, ConditionStatus, DeviceCondition, DeviceStatus, DriverAllocation,
+    AllocatedDevice, ClaimRef, ClaimUid, ConditionStatus, DeviceCondition, DeviceStatus,
+    DriverAllocation,
 };
 use dra_kubelet_plugin::device::{HealthStatus, SliceDevice, TaintEffect};
 use dra_kubelet_plugin::{
@@ -338,9 +339,9 @@ impl DeviceProfile for FpgaProfile {
         &self,
         uid: &ClaimUid,
         p: &FpgaPrepared,
-        device: &str,
+        device: &AllocatedDevice,
     ) -> Option<Vec<String>> {
-        let i = self.card(device)?;
+        let i = self.card(&device.device)?;
         p.cards
             .contains(&i)
             .then(|| vec![format!("{uid}:fpga-{i}")])
@@ -438,10 +439,13 @@ mod tests {
             json!([{"path": "/dev/fpga1", "hostPath": "/var/lib/kubelet/plugins/fpga.example.com/dev/fpga1", "permissions": "rw"}])
         );
         assert_eq!(
-            p.device_cdi_devices(&uid, &prepared, "fpga-1"),
+            p.device_cdi_devices(&uid, &prepared, &AllocatedDevice::new("fpga", "fpga-1")),
             Some(vec!["u1:fpga-1".to_owned()])
         );
-        assert_eq!(p.device_cdi_devices(&uid, &prepared, "fpga-0"), None);
+        assert_eq!(
+            p.device_cdi_devices(&uid, &prepared, &AllocatedDevice::new("fpga", "fpga-0")),
+            None
+        );
     }
 
     #[test]

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use devices::{ChildDevice, Inventory, children};
 use dra_kubelet_plugin::DeviceProfile;
 use dra_kubelet_plugin::cdi::{ContainerEdits, Device};
-use dra_kubelet_plugin::claim::{ClaimRef, ClaimUid};
+use dra_kubelet_plugin::claim::{AllocatedDevice, ClaimRef, ClaimUid};
 use dra_kubelet_plugin::claim::{DriverAllocation, ProfileError};
 use dra_kubelet_plugin::device::{Attribute, SliceDevice};
 
@@ -170,10 +170,10 @@ impl DeviceProfile for FakeProfile {
         &self,
         uid: &ClaimUid,
         prepared: &FakePrepared,
-        device: &str,
+        device: &AllocatedDevice,
     ) -> Option<Vec<String>> {
         let parent =
-            structured::device_index(device).and_then(|i| self.inventory.devices.get(i))?;
+            structured::device_index(&device.device).and_then(|i| self.inventory.devices.get(i))?;
         let k = prepared.devices.iter().position(|d| d == parent)?;
         Some(vec![env::parent_device_name(uid, k)])
     }

@@ -22,7 +22,7 @@ use env::SeenDevice;
 
 use dra_kubelet_plugin::DeviceProfile;
 use dra_kubelet_plugin::cdi::{ContainerEdits, Device};
-use dra_kubelet_plugin::claim::{ClaimRef, ClaimUid};
+use dra_kubelet_plugin::claim::{AllocatedDevice, ClaimRef, ClaimUid};
 use dra_kubelet_plugin::claim::{DriverAllocation, ProfileError};
 use dra_kubelet_plugin::device::{CounterSet, SliceDevice};
 use dra_kubelet_plugin::slices::PackError;
@@ -217,18 +217,19 @@ impl DeviceProfile for GpuProfile {
         vec![uid.to_string()]
     }
 
-    /// Every `<uid>:<k>` allocated as `device`: two shares of one GPU give both.
+    /// The `<uid>:<k>` of `device`: of a share, that share's alone, so two requests sharing
+    /// one GPU each get their own.
     fn device_cdi_devices(
         &self,
         uid: &ClaimUid,
         prepared: &GpuPrepared,
-        device: &str,
+        device: &AllocatedDevice,
     ) -> Option<Vec<String>> {
         let names: Vec<String> = prepared
             .devices
             .iter()
             .enumerate()
-            .filter(|(_, d)| d.device == device)
+            .filter(|(_, d)| d.device == device.device && d.share_id == device.share_id)
             .map(|(k, _)| env::device_name(uid, k))
             .collect();
         (!names.is_empty()).then_some(names)

@@ -24,7 +24,7 @@ use groups::NvidiaGroup;
 
 use dra_kubelet_plugin::DeviceProfile;
 use dra_kubelet_plugin::cdi::{ContainerEdits, Device};
-use dra_kubelet_plugin::claim::{ClaimRef, ClaimUid};
+use dra_kubelet_plugin::claim::{AllocatedDevice, ClaimRef, ClaimUid};
 use dra_kubelet_plugin::claim::{DriverAllocation, ProfileError};
 use dra_kubelet_plugin::device::SliceSplit;
 use dra_kubelet_plugin::device::{CounterSet, SliceDevice};
@@ -225,13 +225,13 @@ impl DeviceProfile for NvidiaProfile {
         &self,
         uid: &ClaimUid,
         prepared: &NvidiaPrepared,
-        device: &str,
+        device: &AllocatedDevice,
     ) -> Option<Vec<String>> {
         let names: Vec<String> = prepared
             .devices
             .iter()
             .enumerate()
-            .filter(|(_, d)| d.device == device)
+            .filter(|(_, d)| d.device == device.device && d.share_id == device.share_id)
             .map(|(k, _)| gpu_env::device_name(uid, k))
             .collect();
         (!names.is_empty()).then_some(names)

@@ -651,10 +651,13 @@ fn containers_see_the_uuids_of_their_request_in_nvidia_visible_devices() {
         ]
     );
     assert_eq!(
-        p.device_cdi_devices(&uid, &prepared, "gpu-0-mig-3g20gb-9-4"),
+        p.device_cdi_devices(&uid, &prepared, &allocated("r", "gpu-0-mig-3g20gb-9-4")),
         Some(vec!["uid-1:2".to_owned()])
     );
-    assert_eq!(p.device_cdi_devices(&uid, &prepared, "gpu-0"), None);
+    assert_eq!(
+        p.device_cdi_devices(&uid, &prepared, &allocated("r", "gpu-0")),
+        None
+    );
     assert_eq!(p.cdi_class(), "claim");
 }
 

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use crate::common::{CLAIM_NS, allocated_claim_of, start_api_with, validate_schema};
 use dra_kubelet_plugin::cdi::{ContainerEdits, Device, DeviceNode};
 use dra_kubelet_plugin::claim::DriverAllocation;
-use dra_kubelet_plugin::claim::{ClaimRef, ClaimUid};
+use dra_kubelet_plugin::claim::{AllocatedDevice, ClaimRef, ClaimUid};
 use dra_kubelet_plugin::device::{Attribute, SliceDevice};
 use dra_kubelet_plugin::{DeviceProfile, FieldError, ModeFlag, OpaqueConfig, Plugin, ProfileError};
 use dra_kubelet_proto::dra_v1;
@@ -193,13 +193,12 @@ impl DeviceProfile for CounterProfile {
         &self,
         uid: &ClaimUid,
         prepared: &CounterPrepared,
-        device: &str,
+        device: &AllocatedDevice,
     ) -> Option<Vec<String>> {
         prepared
             .counters
-            .iter()
-            .any(|c| c == device)
-            .then(|| vec![format!("{uid}:{device}")])
+            .contains(&device.device)
+            .then(|| vec![format!("{uid}:{}", device.device)])
     }
 }
 

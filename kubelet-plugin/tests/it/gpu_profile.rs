@@ -279,8 +279,9 @@ async fn gpus_partitions_and_shares_on_kubernetes_1_34() {
         outcome,
         [
             ("gpu-0-2g-20gb-1".to_owned(), None, ids(&[0])),
-            ("gpu-2".to_owned(), Some(SHARE_1.to_owned()), ids(&[1, 2])),
-            ("gpu-2".to_owned(), Some(SHARE_2.to_owned()), ids(&[1, 2])),
+            // Each share its own CDI device: a container naming one request gets its share.
+            ("gpu-2".to_owned(), Some(SHARE_1.to_owned()), ids(&[1])),
+            ("gpu-2".to_owned(), Some(SHARE_2.to_owned()), ids(&[2])),
         ]
     );
 

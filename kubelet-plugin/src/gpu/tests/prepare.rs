@@ -165,16 +165,28 @@ fn containers_see_each_device_numbered_claim_wide() {
         ]
     );
     assert_eq!(devices[2].container_edits.env.len(), 4);
+    // Each share is a CDI device of its own: a request gets its share, not its sibling's.
     assert_eq!(
-        p.device_cdi_devices(&uid, &prepared, "gpu-2"),
-        Some(vec!["uid-1:2".to_owned(), "uid-1:3".to_owned()]),
-        "both shares"
+        p.device_cdi_devices(&uid, &prepared, &share("gpu-2", "s-1", "20Gi")),
+        Some(vec!["uid-1:2".to_owned()])
     );
     assert_eq!(
-        p.device_cdi_devices(&uid, &prepared, "gpu-0-3g-40gb-1"),
+        p.device_cdi_devices(&uid, &prepared, &share("gpu-2", "s-2", "4Gi")),
+        Some(vec!["uid-1:3".to_owned()])
+    );
+    assert_eq!(
+        p.device_cdi_devices(&uid, &prepared, &share("gpu-2", "s-3", "4Gi")),
+        None,
+        "a share the claim does not hold"
+    );
+    assert_eq!(
+        p.device_cdi_devices(&uid, &prepared, &allocated("gpu-0-3g-40gb-1")),
         Some(vec!["uid-1:1".to_owned()])
     );
-    assert_eq!(p.device_cdi_devices(&uid, &prepared, "gpu-0"), None);
+    assert_eq!(
+        p.device_cdi_devices(&uid, &prepared, &allocated("gpu-0")),
+        None
+    );
     assert_eq!(p.claim_cdi_devices(&uid, &prepared), ["uid-1"]);
     assert_eq!(p.cdi_class(), "gpu");
     assert_eq!(
@@ -269,7 +281,7 @@ proptest! {
         }
         prop_assert!(dra_kubelet_plugin::cdi::claim_spec(&dra_kubelet_plugin::cdi::CdiKind::new(DRIVER, CDI_CLASS).unwrap(), &uid, first.clone()).is_ok());
         for d in &devices {
-            let names = p.device_cdi_devices(&uid, &prepared, &d.device).unwrap();
+            let names = p.device_cdi_devices(&uid, &prepared, d).unwrap();
             for n in names {
                 prop_assert!(first.iter().any(|c| c.name == n));
             }
