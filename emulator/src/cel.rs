@@ -198,9 +198,9 @@ static DOMAIN_LOOKUP: LazyLock<Option<regex::Regex>> =
 
 /// The `device` variable of the DRA CEL environment
 /// (`staging/src/k8s.io/dynamic-resource-allocation/cel/compile.go`): `driver`,
-/// `attributes` and `capacity` as maps from domain to maps from name. A name without a
-/// domain belongs to the driver's domain; a domain the device has nothing in is an empty
-/// map (upstream resolves unknown domains lazily to empty maps, so
+/// `allowMultipleAllocations`, and `attributes` and `capacity` as maps from domain to maps
+/// from name. A name without a domain belongs to the driver's domain; a domain the device
+/// has nothing in is an empty map (upstream resolves unknown domains lazily to empty maps, so
 /// `device.attributes["other.example.com"].x` is a "no such key" error, not a type error).
 ///
 /// `version` attributes are `semver` values and capacities `quantity` values, as upstream
@@ -244,6 +244,11 @@ pub fn device_variable(driver: &str, device: &Device, expression: &str) -> cel::
     }
     let mut variable: HashMap<String, cel::Value> = HashMap::new();
     variable.insert("driver".into(), cel::Value::from(driver));
+    // Declared from 1.34 (DRAConsumableCapacity), false when unset.
+    variable.insert(
+        "allowMultipleAllocations".into(),
+        cel::Value::Bool(device.allow_multiple_allocations == Some(true)),
+    );
     variable.insert("attributes".into(), attributes.into());
     variable.insert("capacity".into(), capacity.into());
     variable.into()

@@ -14,4 +14,5 @@ pub mod binaries;
 pub mod cel;
 pub mod cluster;
 pub mod manifests;
+pub mod quantity;
 pub mod sim;

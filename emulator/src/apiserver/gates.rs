@@ -90,6 +90,14 @@ impl Gate {
     }
 }
 
+/// DRAFractionalCapacityRange (KEP-5075, capacity ranges counted in milli-units): beta in
+/// 1.37, on only where the components' minimum compatibility version is 1.37
+/// (`kube_features.go` v1.37.2), which by default is one release below the binary's. So
+/// it is off on a default cluster of every release the emulator serves.
+pub fn fractional_capacity_range(_server_version: (u32, u32)) -> bool {
+    false
+}
+
 fn items_mut<'a>(v: &'a mut Value, pointer: &str) -> impl Iterator<Item = &'a mut Value> {
     v.pointer_mut(pointer)
         .and_then(Value::as_array_mut)

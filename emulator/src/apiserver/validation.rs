@@ -7,6 +7,7 @@
 //! that changed between releases in [`release`]), pkg/apis/core/validation (Pod claims) and
 //! apimachinery's ObjectMeta validation.
 
+mod capacity;
 mod names;
 mod release;
 mod taint_rule;
@@ -143,6 +144,11 @@ pub fn validate_write(
         }
         ("resource.k8s.io", "resourceslices") => {
             resource_slice(new, &mut causes);
+            let devices = new.pointer("/spec/devices").and_then(Value::as_array);
+            for (i, device) in devices.into_iter().flatten().enumerate() {
+                let fractional = super::gates::fractional_capacity_range(server_version);
+                capacity::device_capacities(device, i, fractional, &mut causes);
+            }
             release::slice(new.get("spec"), server_version, &mut causes);
         }
         ("resource.k8s.io", "devicetaintrules") => {

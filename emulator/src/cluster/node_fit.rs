@@ -303,8 +303,9 @@ pub fn parse_quantity(text: &str) -> Option<i128> {
         "Pi" => (1 << 50, 1),
         "Ei" => (1 << 60, 1),
         exponent => {
-            let power: u32 = exponent.strip_prefix(['e', 'E'])?.parse().ok()?;
-            (10i128.checked_pow(power)?, 1)
+            let power: i32 = exponent.strip_prefix(['e', 'E'])?.parse().ok()?;
+            let scale = 10i128.checked_pow(power.unsigned_abs())?;
+            if power < 0 { (1, scale) } else { (scale, 1) }
         }
     };
     let value = base.checked_mul(numerator)? / denominator;

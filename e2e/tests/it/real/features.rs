@@ -306,6 +306,10 @@ pub async fn gpu_profile<B: Backend>(b: &mut B, p: &mut Protocol) {
     ) {
         gpu_pods(b, p).await;
     }
+    p.scenario("gpu-shares-in-one-pod");
+    if p.requires_for("pod0", &[Gate::ConsumableCapacity]) {
+        shares_in_one_pod(b, p).await;
+    }
     b.set_plugin_env(&[("FAKE_DRA_PROFILE", "fake"), ("FAKE_DRA_GPUS", "")])
         .await;
     wait_devices(b, "the fake devices published again", |d| {
@@ -360,7 +364,14 @@ async fn gpu_pods<B: Backend>(b: &mut B, p: &mut Protocol) {
     }
     delete_namespaces(b, &["gpu-partitions"]).await;
 
-    apply(b, &feature("gpu-shares.yaml")).await;
+    // `share2` goes in once the other two run: created together, the scheduler may take
+    // the L4 for `share2` before `share1` (seen on 1.37.2), and then `share1` waits.
+    let yaml = feature("gpu-shares.yaml");
+    let (until_share2, share2_pod) = yaml
+        .rsplit_once("\n---\n")
+        .filter(|(_, last)| last.contains("name: share2"))
+        .unwrap_or_else(|| panic!("gpu-shares.yaml no longer ends with Pod share2:\n{yaml}"));
+    apply(b, until_share2).await;
     let mut shares = Vec::new();
     for pod in ["share0", "share1"] {
         if let Outcome::Running(env) = runs_or_is_refused(b, p, ("gpu-shares", pod), pod).await {
@@ -375,6 +386,7 @@ async fn gpu_pods<B: Backend>(b: &mut B, p: &mut Protocol) {
     if shares.len() == 2 {
         assert_ne!(shares[0], shares[1], "two shares of one GPU");
         p.record("two distinct shares", true);
+        apply(b, share2_pod).await;
         pending_with(
             b,
             p,
@@ -386,6 +398,35 @@ async fn gpu_pods<B: Backend>(b: &mut B, p: &mut Protocol) {
         .await;
     }
     delete_namespaces(b, &["gpu-shares"]).await;
+}
+
+/// Two shares of the L4 in one claim, one per request, and a container per request: each
+/// sees its own share only (a CDI device per `shareID`), a container of the whole claim both.
+async fn shares_in_one_pod<B: Backend>(b: &mut B, p: &mut Protocol) {
+    let ns = "gpu-shares-in-one-pod";
+    apply(b, &feature("gpu-shares-in-one-pod.yaml")).await;
+    let small = running(b, p, ns, "pod0", "small", "small").await;
+    let big = running(b, p, ns, "pod0", "big", "big").await;
+    let both = running(b, p, ns, "pod0", "both", "both").await;
+    let get = |env: &BTreeMap<String, String>, key: &str| env.get(key).cloned().unwrap_or_default();
+    // 1500Mi rounds up to the policy's next step.
+    p.record("small memory", get(&small, "FAKE_GPU_0_MEMORY"));
+    p.record("big memory", get(&big, "FAKE_GPU_1_MEMORY"));
+    let (small_share, big_share) = (
+        get(&small, "FAKE_GPU_0_SHARE"),
+        get(&big, "FAKE_GPU_1_SHARE"),
+    );
+    assert!(
+        !small_share.is_empty() && !big_share.is_empty(),
+        "{small:?} {big:?}"
+    );
+    p.record("two distinct shares", small_share != big_share);
+    p.record(
+        "both sees the two shares",
+        get(&both, "FAKE_GPU_0_SHARE") == small_share
+            && get(&both, "FAKE_GPU_1_SHARE") == big_share,
+    );
+    delete_namespaces(b, &[ns]).await;
 }
 
 // --- DeviceFaults ------------------------------------------------------------------------

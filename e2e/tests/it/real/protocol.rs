@@ -125,32 +125,6 @@ pub const KNOWN_DIFFERENCES: &[(&str, &str, &str)] = &[
         "<absent>",
     ),
     (
-        "gpu-profile",
-        "share0 outcome",
-        "refused: *capacity requests are not implemented by the emulated scheduler",
-    ),
-    (
-        "gpu-profile",
-        "share1 outcome",
-        "refused: *capacity requests are not implemented by the emulated scheduler",
-    ),
-    ("gpu-profile", "share0 phase", "<absent>"),
-    ("gpu-profile", "share0 devices", "<absent>"),
-    ("gpu-profile", "share0 env", "<absent>"),
-    ("gpu-profile", "share1 phase", "<absent>"),
-    ("gpu-profile", "share1 devices", "<absent>"),
-    ("gpu-profile", "share1 env", "<absent>"),
-    ("gpu-profile", "two distinct shares", "<absent>"),
-    ("gpu-profile", "share2 phase", "<absent>"),
-    ("gpu-profile", "share2 scheduled", "<absent>"),
-    ("gpu-profile", "share2 event", "<absent>"),
-    ("gpu-profile", "share2 message", "<absent>"),
-    (
-        "gpu-profile",
-        "share2 other FailedScheduling messages",
-        "<absent>",
-    ),
-    (
         "binding-conditions",
         "pod0 outcome",
         "refused: *uses bindingConditions (binding conditions), which the emulated scheduler does not implement*",
@@ -197,6 +171,7 @@ pub const NOT_YET_RECORDED: &[(&str, &[u32])] = &[
     ("match-attribute", &[32, 33, 34, 35, 36]),
     ("device-taint-rules", &[32, 33, 34, 35, 36]),
     ("taint-rule-api", &[32, 33, 34, 35, 36]),
+    ("gpu-shares-in-one-pod", &[32, 33, 34, 35, 36]),
 ];
 
 /// The scenarios of [`NOT_YET_RECORDED`] for release 1.`minor`. Panics when the release's
@@ -541,7 +516,8 @@ mod tests {
                 "node-filters",
                 "match-attribute",
                 "device-taint-rules",
-                "taint-rule-api"
+                "taint-rule-api",
+                "gpu-shares-in-one-pod"
             ]
         );
         assert!(not_yet_recorded(37, &[]).is_empty());

@@ -1,8 +1,11 @@
 //! The structured allocator (`staging/src/k8s.io/dynamic-resource-allocation/structured/allocator.go`):
 //! which devices of a node's ResourceSlices satisfy a pod's unallocated claims.
 
+use super::capacity::{self, Consumption};
 use super::*;
-use k8s_openapi::api::resource::v1::{DeviceTaint, DeviceToleration};
+use k8s_openapi::api::resource::v1::{
+    DeviceRequestAllocationResult, DeviceTaint, DeviceToleration,
+};
 
 use crate::cel::{compile, evaluate};
 
@@ -20,37 +23,59 @@ pub enum AllocateError {
     /// The claim asks for something that does not exist or is not implemented here.
     #[error("{0}")]
     Unresolvable(String),
-    /// A CEL selector failed to compile or evaluate; the message names the expression.
+    /// The Filter fails for the node with an error that ends the scheduling attempt: a CEL
+    /// selector failed to compile or evaluate, or a capacity request cannot be computed
+    /// with; the message names the expression or the capacity.
     #[error("{0}")]
-    Cel(String),
+    Filter(String),
 }
 
-/// The devices allocated by every claim's `status.allocation`.
-pub fn allocated_devices<'a>(
-    claims: impl IntoIterator<Item = &'a ResourceClaim>,
-) -> BTreeSet<DeviceId> {
-    claims
-        .into_iter()
-        .filter_map(|c| {
-            c.status
-                .as_ref()?
-                .allocation
-                .as_ref()?
-                .devices
-                .as_ref()?
-                .results
+/// What claims' allocations hold already (upstream's `AllocatedState`, gathered as
+/// kube-scheduler's `foreachAllocatedDevice` does): devices given whole, and devices given
+/// out in shares with what their shares take together, in nano-units per capacity.
+/// Admin access holds nothing.
+#[derive(Debug, Default, Clone)]
+pub struct Held {
+    whole: BTreeSet<DeviceId>,
+    shared: BTreeMap<DeviceId, BTreeMap<String, i128>>,
+}
+
+impl Held {
+    pub fn of_claims<'a>(claims: impl IntoIterator<Item = &'a ResourceClaim>) -> Self {
+        let mut held = Self::default();
+        for claim in claims {
+            let results = claim
+                .status
                 .as_ref()
-        })
-        .flatten()
-        // Admin access holds no device: kube-scheduler leaves such results out of the
-        // allocated set (plugins/dynamicresources/allocateddevices.go).
-        .filter(|r| r.admin_access != Some(true))
-        .map(|r| DeviceId {
-            driver: r.driver.clone(),
-            pool: r.pool.clone(),
-            device: r.device.clone(),
-        })
-        .collect()
+                .and_then(|s| s.allocation.as_ref())
+                .and_then(|a| a.devices.as_ref())
+                .and_then(|d| d.results.as_ref());
+            held.add(results.into_iter().flatten());
+        }
+        held
+    }
+
+    pub fn add<'a>(
+        &mut self,
+        results: impl IntoIterator<Item = &'a DeviceRequestAllocationResult>,
+    ) {
+        for r in results.into_iter().filter(|r| r.admin_access != Some(true)) {
+            let id = DeviceId {
+                driver: r.driver.clone(),
+                pool: r.pool.clone(),
+                device: r.device.clone(),
+            };
+            if r.share_id.is_none() {
+                self.whole.insert(id);
+                continue;
+            }
+            let load = self.shared.entry(id).or_default();
+            for (name, q) in r.consumed_capacity.iter().flatten() {
+                let nanos = crate::cluster::node_fit::parse_quantity(&q.0).unwrap_or(0);
+                *load.entry(name.clone()).or_default() += nanos;
+            }
+        }
+    }
 }
 
 /// `status.allocation.nodeSelector` for devices local to `node`, as upstream writes it.
@@ -150,23 +175,26 @@ pub fn unsupported_slices(slices: &[ResourceSlice]) -> Vec<String> {
 }
 
 /// One request's need, resolved against the node's devices.
-pub(super) enum Slot {
+pub(super) enum Slot<'a> {
     /// `All`: exactly these devices.
-    Fixed { who: Who, devices: Vec<usize> },
+    Fixed { who: Who<'a>, devices: Vec<usize> },
     /// `ExactCount`: `count` of these candidates.
     Pick {
-        who: Who,
+        who: Who<'a>,
         count: usize,
         candidates: Vec<usize>,
     },
 }
 
-/// For whom a slot's devices are: the claim (its index), whether with admin access, and
-/// the request or `request/subrequest`.
-pub(super) struct Who {
+/// For whom a slot's devices are: the claim (its index), whether with admin access, the
+/// request or `request/subrequest`, and what it takes of each device it may share.
+pub(super) struct Who<'a> {
     claim: usize,
+    /// `claim <namespace>/<name>`, as the allocator's errors name it.
+    claim_name: &'a str,
     admin: bool,
     request: String,
+    shares: &'a BTreeMap<usize, Consumption>,
 }
 
 /// A claim's constraint while a round runs: `matchAttribute` (upstream's
@@ -225,10 +253,15 @@ fn attribute_of(id: &DeviceId, device: &Device, qualified: &str) -> Option<Value
         .then_some(value)
 }
 
-/// What one allocation round has given out: which claims each device went to, and what
-/// remains of the node's shared counters.
+/// What one allocation round has given out: which claims each device went to, what its
+/// shares take, and what remains of the node's shared counters.
 struct Round {
     used: Vec<Vec<usize>>,
+    /// Per device allowing multiple allocations, its shares so far (held ones included);
+    /// the first one charges its counters, the others do not (`deviceCapacityInUse`).
+    shares: Vec<usize>,
+    /// Per device, what its shares take, in nano-units per capacity.
+    share_load: Vec<BTreeMap<String, i128>>,
     constraints: Vec<AttributeConstraint>,
     remaining: BTreeMap<CounterKey, i128>,
     /// Per device, the counters it consumes; `None` when it names a counter its pool does
@@ -237,12 +270,9 @@ struct Round {
 }
 
 impl Round {
-    /// A round on `available`, the counters that `taken` devices consume already spent.
-    fn new(
-        available: &NodeDevices,
-        taken: &BTreeSet<DeviceId>,
-        constraints: Vec<AttributeConstraint>,
-    ) -> Self {
+    /// A round on `available`, the counters of `held` devices (whole or shared) already
+    /// spent.
+    fn new(available: &NodeDevices, held: &Held, constraints: Vec<AttributeConstraint>) -> Self {
         let needs: Vec<Option<Vec<(CounterKey, i128)>>> = available
             .devices
             .iter()
@@ -269,8 +299,15 @@ impl Round {
             })
             .collect();
         let mut remaining = available.counters.clone();
+        let mut shares = vec![0; available.devices.len()];
+        let mut share_load = vec![BTreeMap::new(); available.devices.len()];
         for (d, (id, _)) in available.devices.iter().enumerate() {
-            if taken.contains(id) {
+            let shared = held.shared.get(id);
+            if let Some(load) = shared {
+                shares[d] = 1;
+                share_load[d] = load.clone();
+            }
+            if held.whole.contains(id) || shared.is_some() {
                 for (key, amount) in needs[d].iter().flatten() {
                     if let Some(left) = remaining.get_mut(key) {
                         *left -= amount;
@@ -280,6 +317,8 @@ impl Round {
         }
         Self {
             used: vec![Vec::new(); available.devices.len()],
+            shares,
+            share_load,
             constraints,
             remaining,
             needs,
@@ -289,26 +328,44 @@ impl Round {
     /// Whether device `d` may go to `claim`: with admin access only not twice to the same
     /// claim, otherwise to no one else (upstream's `allocateDevice`:
     /// `allocatingDeviceForClaim` / `deviceInUse`), and its counters must remain
-    /// (`checkAvailableCounters`).
+    /// (`checkAvailableCounters`). A device allowing multiple allocations goes to any
+    /// number of requests while its capacity lasts, its counters charged by the first
+    /// share only.
     /// The claim's `matchAttribute` constraints that bind `who` must hold for it too.
     fn can_take(&self, available: &NodeDevices, d: usize, who: &Who) -> bool {
-        let free = if who.admin {
-            !self.used[d].contains(&who.claim)
-        } else {
-            self.used[d].is_empty()
+        self.usable(available, d, who) && self.constraints_hold(available, d, who)
+    }
+
+    /// [`Round::can_take`] but for the claim's constraints.
+    fn usable(&self, available: &NodeDevices, d: usize, who: &Who) -> bool {
+        let device = available.devices[d].1;
+        let share = who.shares.get(&d);
+        let free = match share {
+            Some(taken) => capacity::fits(
+                taken,
+                &self.share_load[d],
+                device.capacity.as_ref().unwrap_or(&BTreeMap::new()),
+            ),
+            None if who.admin => !self.used[d].contains(&who.claim),
+            None => self.used[d].is_empty(),
         };
+        let counters_charged = share.is_some() && self.shares[d] > 0;
         let counters_left = self.needs[d].as_ref().is_some_and(|needs| {
-            needs
-                .iter()
-                .all(|(key, amount)| self.remaining.get(key).is_some_and(|left| left >= amount))
+            counters_charged
+                || needs
+                    .iter()
+                    .all(|(key, amount)| self.remaining.get(key).is_some_and(|left| left >= amount))
         });
+        free && counters_left
+    }
+
+    /// Whether the claim's constraints that bind `who` admit device `d`.
+    fn constraints_hold(&self, available: &NodeDevices, d: usize, who: &Who) -> bool {
         let (id, device) = &available.devices[d];
-        let constraints_hold = self
-            .constraints
+        self.constraints
             .iter()
             .filter(|c| c.applies_to(who))
-            .all(|c| c.admits(attribute_of(id, device, &c.attribute).as_ref()));
-        free && counters_left && constraints_hold
+            .all(|c| c.admits(attribute_of(id, device, &c.attribute).as_ref()))
     }
 
     fn take(&mut self, available: &NodeDevices, d: usize, who: &Who) {
@@ -318,22 +375,53 @@ impl Round {
                 c.values.push(value);
             }
         }
-        self.used[d].push(who.claim);
-        for (key, amount) in self.needs[d].iter().flatten() {
-            if let Some(left) = self.remaining.get_mut(key) {
-                *left -= amount;
+        let charge = match who.shares.get(&d) {
+            Some(taken) => {
+                self.shares[d] += 1;
+                for (name, q) in taken {
+                    *self.share_load[d].entry(name.clone()).or_default() += q.nanos();
+                }
+                self.shares[d] == 1
             }
+            None => {
+                self.used[d].push(who.claim);
+                true
+            }
+        };
+        if charge {
+            self.charge(d, -1);
         }
     }
 
+    /// Undoes the last `take` of `d` for `who` (the search gives back in reverse order, so
+    /// the share given back last is the one that charged the counters).
     fn give_back(&mut self, d: usize, who: &Who) {
         for c in self.constraints.iter_mut().filter(|c| c.applies_to(who)) {
             c.values.pop();
         }
-        self.used[d].pop();
+        let refund = match who.shares.get(&d) {
+            Some(taken) => {
+                self.shares[d] -= 1;
+                for (name, q) in taken {
+                    *self.share_load[d].entry(name.clone()).or_default() -= q.nanos();
+                }
+                self.shares[d] == 0
+            }
+            None => {
+                self.used[d].pop();
+                true
+            }
+        };
+        if refund {
+            self.charge(d, 1);
+        }
+    }
+
+    /// Adds `sign` times the counters device `d` consumes to what remains.
+    fn charge(&mut self, d: usize, sign: i128) {
         for (key, amount) in self.needs[d].iter().flatten() {
             if let Some(left) = self.remaining.get_mut(key) {
-                *left += amount;
+                *left += sign * amount;
             }
         }
     }
@@ -343,6 +431,8 @@ impl Round {
 /// `firstAvailable` subrequests, with the node's devices its selectors match.
 struct Alternative<'a> {
     claim: usize,
+    /// `claim <namespace>/<name>`, as the allocator's errors name it.
+    claim_name: String,
     /// The name results carry: `request` or `request/subrequest`.
     result_name: String,
     class: &'a DeviceClass,
@@ -351,14 +441,23 @@ struct Alternative<'a> {
     admin: bool,
     tolerations: &'a [DeviceToleration],
     matching: Vec<usize>,
+    /// Of the matching devices that allow multiple allocations, what a share takes.
+    shares: BTreeMap<usize, Consumption>,
+    /// A device the selectors match has a taint the request does not tolerate: `All`
+    /// cannot be had ("All devices must be untainted or all of their taints must be
+    /// tolerated", the DRA docs; upstream's allocator counts the device in `allDevices` and
+    /// then fails to allocate it, kubernetes/kubernetes#130447).
+    untolerated: bool,
 }
 
 impl Alternative<'_> {
-    fn who(&self) -> Who {
+    fn who(&self) -> Who<'_> {
         Who {
             claim: self.claim,
+            claim_name: &self.claim_name,
             admin: self.admin,
             request: self.result_name.clone(),
+            shares: &self.shares,
         }
     }
 }
@@ -371,7 +470,7 @@ struct RequestFields<'a> {
     count: Option<i64>,
     admin: bool,
     tolerations: &'a [DeviceToleration],
-    capacity: bool,
+    capacity: Option<&'a k8s_openapi::api::resource::v1::CapacityRequirements>,
 }
 
 /// Compiled programs, kept across nodes and pods of one scheduling pass, and how the
@@ -386,6 +485,8 @@ pub struct Programs {
     /// From 1.37 a config of the allocation that applies to every request of the claim
     /// names none ("empty means all", kubernetes/kubernetes#139731); before, it lists them.
     configs_for_all_name_no_request: bool,
+    /// Capacity ranges may count in milli-units (DRAFractionalCapacityRange).
+    fractional_capacity: bool,
 }
 
 impl std::fmt::Debug for Programs {
@@ -403,6 +504,7 @@ impl Programs {
             compiled: HashMap::new(),
             runtime_errors_name_the_device: server_version >= (1, 37),
             configs_for_all_name_no_request: server_version >= (1, 37),
+            fractional_capacity: crate::apiserver::gates::fractional_capacity_range(server_version),
         }
     }
 
@@ -444,10 +546,10 @@ pub(super) fn selector_matches(
         // Worded as the upstream allocator (k8s.io/dynamic-resource-allocation/structured,
         // selectorsMatch): `whose` is `class <name>` or `claim <namespace>/<name>`.
         let program = programs.get(expression).map_err(|e| {
-            AllocateError::Cel(format!("{whose}: selector #{i}: CEL compile error: {e}"))
+            AllocateError::Filter(format!("{whose}: selector #{i}: CEL compile error: {e}"))
         })?;
         let ok = evaluate(&program, expression, &id.driver, device).map_err(|e| {
-            AllocateError::Cel(if programs.runtime_errors_name_the_device {
+            AllocateError::Filter(if programs.runtime_errors_name_the_device {
                 format!(
                     "{whose}: selector #{i} on device {}/{}/{}: CEL runtime error: {}",
                     id.driver,
@@ -493,9 +595,6 @@ pub(super) fn enhance_runtime_error(error: &str) -> String {
 /// The device features the emulated allocator does not implement: upstream's allocator
 /// would honour them, so a device using one is never allocated here by guesswork.
 fn unsupported_feature(device: &Device) -> Option<&'static str> {
-    if device.allow_multiple_allocations == Some(true) {
-        return Some("allowMultipleAllocations (consumable capacity)");
-    }
     if device
         .binding_conditions
         .as_ref()
@@ -546,7 +645,7 @@ pub fn allocate_on_node(
     claims: &[&ResourceClaim],
     classes: &BTreeMap<String, DeviceClass>,
     slices: &[ResourceSlice],
-    taken: &BTreeSet<DeviceId>,
+    held: &Held,
     programs: &mut Programs,
 ) -> Result<Option<Vec<Value>>, AllocateError> {
     let available = node_devices(node, slices);
@@ -602,7 +701,7 @@ pub fn allocate_on_node(
                             count: exact.count,
                             admin: exact.admin_access == Some(true),
                             tolerations: exact.tolerations.as_deref().unwrap_or_default(),
-                            capacity: exact.capacity.is_some(),
+                            capacity: exact.capacity.as_ref(),
                         },
                     )],
                     (None, Some(subrequests)) if !subrequests.is_empty() => subrequests
@@ -617,7 +716,7 @@ pub fn allocate_on_node(
                                     count: sub.count,
                                     admin: false,
                                     tolerations: sub.tolerations.as_deref().unwrap_or_default(),
-                                    capacity: sub.capacity.is_some(),
+                                    capacity: sub.capacity.as_ref(),
                                 },
                             )
                         })
@@ -657,7 +756,7 @@ pub fn allocate_on_node(
             .map(|(alts, c)| &alts[*c])
             .collect();
         if let Some(chosen) =
-            try_alternatives(&picked, &available, taken, &constraints, &mut budget)
+            try_alternatives(&picked, &available, held, &constraints, &mut budget)?
         {
             let empty_means_all = programs.configs_for_all_name_no_request;
             return Ok(Some(allocations(
@@ -701,11 +800,8 @@ fn resolve<'a>(
     available: &NodeDevices,
     programs: &mut Programs,
 ) -> Result<Alternative<'a>, AllocateError> {
-    if fields.capacity {
-        return Err(AllocateError::Unresolvable(format!(
-            "{whose}: capacity requests are not implemented by the emulated scheduler"
-        )));
-    }
+    let requested = capacity::requested(fields.capacity.and_then(|c| c.requests.as_ref()))
+        .map_err(|e| AllocateError::Unresolvable(format!("{whose}: {e}")))?;
     let class = classes.get(fields.class_name).ok_or_else(|| {
         AllocateError::Unresolvable(format!(
             "{whose}: could not retrieve device class {}: deviceclasses.resource.k8s.io \"{}\" not found",
@@ -715,6 +811,9 @@ fn resolve<'a>(
     let class_selectors = class.spec.selectors.as_deref().unwrap_or_default();
     let class_whose = format!("class {}", fields.class_name);
     let mut matching = Vec::new();
+    let mut shares = BTreeMap::new();
+    let mut untolerated = false;
+    let no_capacity = BTreeMap::new();
     for (i, (id, device)) in available.devices.iter().enumerate() {
         if selector_matches(programs, class_selectors, &class_whose, id, device)?
             && selector_matches(programs, fields.selectors, claim_name, id, device)?
@@ -725,9 +824,40 @@ fn resolve<'a>(
                     id.driver, id.pool, id.device
                 )));
             }
-            if tolerates(device, fields.tolerations) {
-                matching.push(i);
+            // Upstream checks capacity right after the selectors
+            // (`CmpRequestOverCapacity`), the taints only when it allocates; what a share
+            // takes is the same on every try.
+            let device_capacity = device.capacity.as_ref().unwrap_or(&no_capacity);
+            let mut share = None;
+            if !requested.is_empty() || !device_capacity.is_empty() {
+                let taken = capacity::consumption(
+                    &requested,
+                    device_capacity,
+                    programs.fractional_capacity,
+                )
+                .map_err(|e| {
+                    AllocateError::Filter(format!(
+                        "{whose}: checking capacity for device {}/{}/{}: {e}",
+                        id.driver, id.pool, id.device
+                    ))
+                })?;
+                let Some(taken) = taken else {
+                    continue;
+                };
+                if device.allow_multiple_allocations == Some(true) {
+                    share = Some(taken);
+                } else if !capacity::fits(&taken, &BTreeMap::new(), device_capacity) {
+                    continue;
+                }
             }
+            if !tolerates(device, fields.tolerations) {
+                untolerated = true;
+                continue;
+            }
+            if let Some(taken) = share {
+                shares.insert(i, taken);
+            }
+            matching.push(i);
         }
     }
     let count = match fields.allocation_mode.unwrap_or("ExactCount") {
@@ -741,25 +871,29 @@ fn resolve<'a>(
     };
     Ok(Alternative {
         claim,
+        claim_name: claim_name.to_owned(),
         result_name,
         class,
         count,
         admin: fields.admin,
         tolerations: fields.tolerations,
         matching,
+        shares,
+        untolerated,
     })
 }
 
-/// The devices for one combination of alternatives (one list per alternative), or `None`
-/// when the node cannot hold it.
+/// The devices for one combination of alternatives (one list per alternative), `None`
+/// when the node cannot hold it, `Err` when upstream's allocator gives up on the pod (an
+/// `All` request whose devices a constraint refuses).
 fn try_alternatives(
     picked: &[&Alternative],
     available: &NodeDevices,
-    taken: &BTreeSet<DeviceId>,
+    held: &Held,
     constraints: &[AttributeConstraint],
     budget: &mut usize,
-) -> Option<Vec<Vec<usize>>> {
-    let is_taken = |i: &usize| taken.contains(&available.devices[*i].0);
+) -> Result<Option<Vec<Vec<usize>>>, AllocateError> {
+    let is_taken = |i: &usize| held.whole.contains(&available.devices[*i].0);
     let mut slots = Vec::new();
     for alt in picked {
         match alt.count {
@@ -774,10 +908,11 @@ fn try_alternatives(
                         .contains(&(id.driver.clone(), id.pool.clone()))
                 });
                 if alt.matching.is_empty()
+                    || alt.untolerated
                     || !pools_complete
                     || (!alt.admin && alt.matching.iter().any(is_taken))
                 {
-                    return None;
+                    return Ok(None);
                 }
                 slots.push(Slot::Fixed {
                     who: alt.who(),
@@ -792,7 +927,7 @@ fn try_alternatives(
                     .filter(|i| alt.admin || !is_taken(i))
                     .collect();
                 if candidates.len() < count {
-                    return None;
+                    return Ok(None);
                 }
                 slots.push(Slot::Pick {
                     who: alt.who(),
@@ -802,20 +937,9 @@ fn try_alternatives(
             }
         }
     }
-    let mut round = Round::new(available, taken, constraints.to_vec());
+    let mut round = Round::new(available, held, constraints.to_vec());
     let mut chosen: Vec<Vec<usize>> = slots.iter().map(|_| Vec::new()).collect();
-    for (si, slot) in slots.iter().enumerate() {
-        if let Slot::Fixed { who, devices } = slot {
-            for d in devices {
-                if !round.can_take(available, *d, who) {
-                    return None;
-                }
-                round.take(available, *d, who);
-            }
-            chosen[si] = devices.clone();
-        }
-    }
-    search(available, &slots, 0, 0, &mut round, &mut chosen, budget).then_some(chosen)
+    Ok(search(available, &slots, 0, 0, &mut round, &mut chosen, budget)?.then_some(chosen))
 }
 
 /// Each claim's `status.allocation`: the results in request order, class configuration
@@ -847,6 +971,13 @@ fn allocations(
                 let mut result = json!({"request": alt.result_name, "driver": id.driver, "pool": id.pool, "device": id.device});
                 if alt.admin {
                     result["adminAccess"] = json!(true);
+                }
+                // A share gets an id of its own (`GenerateShareID`: a random UUID).
+                if let Some(taken) = alt.shares.get(d) {
+                    result["shareID"] = json!(uuid::Uuid::new_v4().to_string());
+                    if !taken.is_empty() {
+                        result["consumedCapacity"] = json!(capacity::as_written(taken));
+                    }
                 }
                 if !alt.tolerations.is_empty() {
                     result["tolerations"] =
@@ -931,8 +1062,13 @@ fn allocations(
     out
 }
 
-/// Backtracking over the `ExactCount` slots: combinations in candidate order, so the
-/// first solution takes the first free devices, as upstream's allocator does.
+/// Backtracking over the slots in request order: an `All` slot takes its devices or fails,
+/// an `ExactCount` slot tries combinations in candidate order, so the first solution takes
+/// the first free devices, as upstream's allocator does. An `All` device that only a
+/// constraint refuses ends the search with upstream's error: "It does not make sense to
+/// declare a claim where a constraint prevents getting all devices. Treat this as an
+/// error" (`allocateDevice` with `must`), which fails the pod's scheduling attempt on
+/// every node, not only this one.
 fn search(
     available: &NodeDevices,
     slots: &[Slot],
@@ -941,12 +1077,42 @@ fn search(
     round: &mut Round,
     chosen: &mut [Vec<usize>],
     budget: &mut usize,
-) -> bool {
+) -> Result<bool, AllocateError> {
     let Some(current) = slots.get(slot) else {
-        return true;
+        return Ok(true);
     };
     let (who, count, candidates) = match current {
-        Slot::Fixed { .. } => return search(available, slots, slot + 1, 0, round, chosen, budget),
+        Slot::Fixed { who, devices } => {
+            let mut taken = 0;
+            let mut outcome = Ok(false);
+            for d in devices {
+                if !round.can_take(available, *d, who) {
+                    if round.usable(available, *d, who) {
+                        let id = &available.devices[*d].0;
+                        let request = who.request.rsplit('/').next().unwrap_or_default();
+                        outcome = Err(AllocateError::Filter(format!(
+                            "{}, request {request}: cannot add device {}/{}/{} because a claim constraint would not be satisfied",
+                            who.claim_name, id.driver, id.pool, id.device
+                        )));
+                    }
+                    break;
+                }
+                round.take(available, *d, who);
+                taken += 1;
+            }
+            if taken == devices.len() {
+                chosen[slot].clone_from(devices);
+                outcome = search(available, slots, slot + 1, 0, round, chosen, budget);
+                if matches!(outcome, Ok(true)) {
+                    return outcome;
+                }
+                chosen[slot].clear();
+            }
+            for d in devices[..taken].iter().rev() {
+                round.give_back(*d, who);
+            }
+            return outcome;
+        }
         Slot::Pick {
             who,
             count,
@@ -958,7 +1124,7 @@ fn search(
     }
     for (pos, d) in candidates.iter().enumerate().skip(start) {
         if *budget == 0 {
-            return false;
+            return Ok(false);
         }
         *budget -= 1;
         if !round.can_take(available, *d, who) {
@@ -966,11 +1132,11 @@ fn search(
         }
         round.take(available, *d, who);
         chosen[slot].push(*d);
-        if search(available, slots, slot, pos + 1, round, chosen, budget) {
-            return true;
+        if search(available, slots, slot, pos + 1, round, chosen, budget)? {
+            return Ok(true);
         }
         chosen[slot].pop();
         round.give_back(*d, who);
     }
-    false
+    Ok(false)
 }

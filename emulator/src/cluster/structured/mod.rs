@@ -23,10 +23,11 @@
 //! request tolerates them; nothing is evicted (no device taint eviction controller). The
 //! taint of a DeviceTaintRule (1.37+) counts as a taint of every device it selects, as
 //! the scheduler's device tracker adds it to the slices it allocates from upstream.
-//! What the allocator does not implement is refused with an Event, never guessed:
-//! `firstAvailable`, `constraints`, `adminAccess`, capacity requests, devices with
-//! `consumesCounters`, `allowMultipleAllocations` or `bindingConditions`, and slices
-//! published for `nodeSelector`/`allNodes`/per-device nodes (logged and skipped).
+//! A device allowing multiple allocations goes to several requests as shares, each
+//! taking part of its capacity under the capacity's request policy ([`capacity`]).
+//! What the allocator does not implement is refused with an Event, never guessed: devices
+//! with `bindingConditions`, and slices published for `nodeSelector`/`allNodes`/per-device
+//! nodes (logged and skipped).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -256,6 +257,7 @@ impl ResourceClient {
 }
 
 mod allocator;
+mod capacity;
 mod scheduler;
 
 pub use allocator::*;

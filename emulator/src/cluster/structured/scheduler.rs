@@ -28,8 +28,8 @@ pub(super) struct World {
     claims: Vec<ResourceClaim>,
     classes: BTreeMap<String, DeviceClass>,
     slices: Vec<ResourceSlice>,
-    /// Devices in any claim's allocation, including those this pass just allocated.
-    taken: BTreeSet<DeviceId>,
+    /// What any claim's allocation holds, including those this pass just made.
+    held: Held,
     load: BTreeMap<String, usize>,
     /// What the pods bound to each node request (NodeResourcesFit).
     usage: BTreeMap<String, crate::cluster::node_fit::NodeUsage>,
@@ -86,7 +86,7 @@ pub(super) async fn pass(
     }
     let mut world = World {
         nodes,
-        taken: allocated_devices(&claims),
+        held: Held::of_claims(&claims),
         claims,
         classes,
         slices,
@@ -367,7 +367,7 @@ pub(super) async fn schedule(
                 &pending,
                 &world.classes,
                 &world.slices,
-                &world.taken,
+                &world.held,
                 &mut world.programs,
             ) {
                 Ok(Some(allocations)) => feasible.push((name, Some(allocations))),
@@ -378,7 +378,7 @@ pub(super) async fn schedule(
                 }
                 // A Filter error (not a rejection) ends the scheduling cycle; the framework
                 // names the plugin (frameworkImpl.RunFilterPlugins).
-                Err(AllocateError::Cel(e)) => {
+                Err(AllocateError::Filter(e)) => {
                     return Err(ScheduleError::Unschedulable(format!(
                         "running \"DynamicResources\" filter plugin: {e}"
                     )));
@@ -473,34 +473,17 @@ pub(super) async fn schedule(
         let patch = json!({"metadata": {"resourceVersion": resource_version}, "status": {"allocation": allocation, "reservedFor": reserved}});
         api.patch_status::<ResourceClaim>(Some(&namespace), &name, &patch)
             .await?;
-        world.taken.extend(allocated_devices_of(&allocation));
+        let results: Vec<k8s_openapi::api::resource::v1::DeviceRequestAllocationResult> =
+            allocation
+                .pointer("/devices/results")
+                .and_then(|r| serde_json::from_value(r.clone()).ok())
+                .unwrap_or_default();
+        world.held.add(&results);
     }
     crate::cluster::bind(client, &namespace, &pod_name, &node).await?;
     *world.load.entry(node.clone()).or_default() += 1;
     world.usage.entry(node.clone()).or_default().add(pod);
     Ok(node)
-}
-
-pub(super) fn allocated_devices_of(allocation: &Value) -> Vec<DeviceId> {
-    allocation
-        .pointer("/devices/results")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .map(|r| {
-            let s = |f: &str| {
-                r.get(f)
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string()
-            };
-            DeviceId {
-                driver: s("driver"),
-                pool: s("pool"),
-                device: s("device"),
-            }
-        })
-        .collect()
 }
 
 pub fn is_allocated(claim: &ResourceClaim) -> bool {
