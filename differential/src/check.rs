@@ -11,10 +11,71 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::world::{ClaimSpec, DeviceSpec, Mode, NodeSpec, World};
+use crate::world::{ClaimSpec, DeviceSpec, Mode, NodeSpec, RequestSpec, World};
 
 /// A device, by node (= pool) and name.
 pub type DeviceKey = (String, String);
+
+/// What allocations hold: devices given whole, and of each shared device what its
+/// shares take together.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Held {
+    pub whole: BTreeSet<DeviceKey>,
+    pub shares: BTreeMap<DeviceKey, i64>,
+}
+
+impl Held {
+    /// Whether `device` of `node` can go to `request` besides what is held here and in
+    /// `more` (the current search's own): a device given whole to no one, or a share
+    /// that fits the device's capacity beside its other shares. A share also takes all
+    /// of each other capacity of the device, which has no request policy ("for any
+    /// capacity that is not explicitly requested: if no requestPolicy is set, the default
+    /// consumed capacity is equal to the full device capacity", `CapacityRequirements`),
+    /// so such a device has one share at a time.
+    fn can_take(
+        &self,
+        more: &Held,
+        node: &str,
+        device: &DeviceSpec,
+        request: &RequestSpec,
+    ) -> bool {
+        let key = (node.to_owned(), device.name.clone());
+        match (device.shared, request.share_of(device)) {
+            (Some(shared), Some(share)) => {
+                let load = |h: &Held| h.shares.get(&key).copied().unwrap_or(0);
+                let others = load(self) + load(more);
+                others + share <= shared.value && (device.capacity.is_empty() || others == 0)
+            }
+            _ => !self.whole.contains(&key) && !more.whole.contains(&key),
+        }
+    }
+
+    /// Records `device` given to `request`; false when it was given whole already.
+    fn take(&mut self, node: &str, device: &DeviceSpec, request: &RequestSpec) -> bool {
+        let key = (node.to_owned(), device.name.clone());
+        match request.share_of(device) {
+            Some(share) => {
+                *self.shares.entry(key).or_default() += share;
+                true
+            }
+            None => self.whole.insert(key),
+        }
+    }
+
+    fn give_back(&mut self, node: &str, device: &DeviceSpec, request: &RequestSpec) {
+        let key = (node.to_owned(), device.name.clone());
+        match request.share_of(device) {
+            Some(share) => {
+                if let Some(load) = self.shares.get_mut(&key) {
+                    *load -= share;
+                }
+            }
+            None => {
+                self.whole.remove(&key);
+            }
+        }
+    }
+}
 
 /// What an oracle did with one pod.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,12 +114,21 @@ pub enum Violation {
     },
     /// A device given twice (to two requests or two claims).
     DeviceTwice { pod: String, device: String },
+    /// Shares of a device that together take more than its capacity.
+    CapacityExceeded { pod: String, device: String },
     /// A `matchAttribute` constraint unmet.
     ConstraintUnmet { pod: String, attribute: String },
     /// The pod had a valid allocation on this node, yet was left unschedulable.
     FeasibleButUnschedulable { pod: String, node: String },
     /// Two oracles, in the same state so far, did not agree whether the pod fits.
     OraclesDiffer {
+        pod: String,
+        first: String,
+        second: String,
+    },
+    /// Two oracles, in the same state so far, bound the pod to the same node but chose
+    /// other devices, where the release's rules make the choice determinate.
+    ChoiceDiffers {
         pod: String,
         first: String,
         second: String,
@@ -82,9 +152,11 @@ impl Violation {
             Violation::NotAdmitted { .. } => "device not admitted",
             Violation::WrongCount { .. } => "wrong device count",
             Violation::DeviceTwice { .. } => "device given twice",
+            Violation::CapacityExceeded { .. } => "capacity exceeded",
             Violation::ConstraintUnmet { .. } => "matchAttribute unmet",
             Violation::FeasibleButUnschedulable { .. } => "feasible but unschedulable",
             Violation::OraclesDiffer { .. } => "oracles differ",
+            Violation::ChoiceDiffers { .. } => "device choice differs",
             Violation::KnownUpstream { .. } => "known upstream defect",
             Violation::Of { violation, .. } => violation.kind(),
         }
@@ -104,6 +176,14 @@ fn admitted<'a>(
     node.devices
         .iter()
         .filter(|d| request.admits(&world.classes, d))
+        .collect()
+}
+
+/// The devices of `node` that `request` selects (an `All` request asks for all of them).
+fn selected<'a>(world: &World, node: &'a NodeSpec, request: &RequestSpec) -> Vec<&'a DeviceSpec> {
+    node.devices
+        .iter()
+        .filter(|d| request.selects(&world.classes, d))
         .collect()
 }
 
@@ -133,18 +213,24 @@ fn constraints_met(claim: &ClaimSpec, chosen: &BTreeMap<&str, Vec<&DeviceSpec>>)
 
 /// The violations of `outcomes` (one per pod, in the world's order).
 pub fn check(world: &World, outcomes: &[PodOutcome]) -> Vec<Violation> {
-    let mut taken: BTreeSet<DeviceKey> = BTreeSet::new();
+    let mut held = Held::default();
     let mut out = Vec::new();
     for (pod, outcome) in world.pods.iter().zip(outcomes) {
         match outcome {
             // What it held is released again; the eviction is compared, not judged.
             PodOutcome::Evicted { .. } => {}
-            PodOutcome::Unschedulable { .. } => {
+            PodOutcome::Unschedulable { message } => {
                 for node in &world.nodes {
-                    if feasible(world, node, &pod.claims, &taken) {
-                        out.push(Violation::FeasibleButUnschedulable {
-                            pod: pod.name.clone(),
-                            node: node.name.clone(),
+                    if feasible(world, node, &pod.claims, &held) {
+                        out.push(match constraint_gives_up(pod, message) {
+                            Some(defect) => Violation::KnownUpstream {
+                                pod: pod.name.clone(),
+                                defect,
+                            },
+                            None => Violation::FeasibleButUnschedulable {
+                                pod: pod.name.clone(),
+                                node: node.name.clone(),
+                            },
                         });
                         break;
                     }
@@ -179,15 +265,21 @@ pub fn check(world: &World, outcomes: &[PodOutcome]) -> Vec<Violation> {
                             });
                             continue;
                         };
-                        if !taken.insert((node.clone(), device.clone())) {
-                            out.push(Violation::DeviceTwice {
-                                pod: pod.name.clone(),
-                                device: format!("{pool}/{device}"),
-                            });
-                        }
                         let request = claim.requests.iter().find(|r| &r.name == request_name);
                         match request {
                             Some(r) if r.admits(&world.classes, found) => {
+                                let fits = held.can_take(&Held::default(), node, found, r);
+                                if !held.take(node, found, r) {
+                                    out.push(Violation::DeviceTwice {
+                                        pod: pod.name.clone(),
+                                        device: format!("{pool}/{device}"),
+                                    });
+                                } else if !fits {
+                                    out.push(Violation::CapacityExceeded {
+                                        pod: pod.name.clone(),
+                                        device: format!("{pool}/{device}"),
+                                    });
+                                }
                                 chosen.entry(r.name.as_str()).or_default().push(found);
                             }
                             _ => out.push(Violation::NotAdmitted {
@@ -202,7 +294,7 @@ pub fn check(world: &World, outcomes: &[PodOutcome]) -> Vec<Violation> {
                         let (want, ok) = match request.mode {
                             Mode::Count(n) => (n.to_string(), got == n as usize),
                             Mode::All => {
-                                let all = admitted(world, node_spec, request).len();
+                                let all = selected(world, node_spec, request).len();
                                 (format!("all {all}"), got == all && all > 0)
                             }
                         };
@@ -268,24 +360,52 @@ fn known_eviction_defect(world: &World, pod: &str) -> Option<String> {
     })
 }
 
-/// Where two oracles' outcomes part on feasibility, while they were in the same state:
-/// pods are compared in order until both bound one differently (from there, the devices
-/// free for the next pods differ).
+/// The behaviour of Kubernetes 1.37.2's allocator that explains `pod` left unschedulable
+/// although a node could hold it: an `All` request under a `matchAttribute` constraint
+/// whose devices on some node the constraint refuses is an error ("cannot add device …
+/// because a claim constraint would not be satisfied", `allocateDevice` with `must`), and
+/// a Filter error fails the scheduling attempt on every node, not only that one.
+fn constraint_gives_up(pod: &crate::world::PodSpec, message: &str) -> Option<String> {
+    let all_under_constraint = pod
+        .claims
+        .iter()
+        .any(|c| !c.match_attributes.is_empty() && c.requests.iter().any(|r| r.mode == Mode::All));
+    (all_under_constraint && message.contains("because a claim constraint would not be satisfied"))
+        .then(|| {
+            "an All request a constraint refuses on one node fails the pod everywhere (Kubernetes 1.37.2; docs/differential.md#upstream)".to_owned()
+        })
+}
+
+/// Where two oracles' outcomes part, while they were in the same state: pods are compared
+/// in order until both bound one differently (from there, the devices free for the next
+/// pods differ). Feasibility must agree; so must the devices of a pod both bound to the
+/// same node. Upstream's allocator goes through the requests in order and, for each, the
+/// node's devices in slice order (one slice per node here), backtracking depth-first, so
+/// its first solution is determinate; which of several fitting nodes it binds is not
+/// (kube-scheduler breaks ties between equal scores at random).
 pub fn compare(world: &World, first: &[PodOutcome], second: &[PodOutcome]) -> Vec<Violation> {
     for ((pod, a), b) in world.pods.iter().zip(first).zip(second) {
         match (a, b) {
             (PodOutcome::Unschedulable { .. }, PodOutcome::Unschedulable { .. }) => {}
-            (PodOutcome::Scheduled { .. }, PodOutcome::Scheduled { .. }) => {
-                let devices = |o: &PodOutcome| match o {
-                    PodOutcome::Scheduled { node, claims } => {
-                        let mut d: Vec<_> = claims.iter().flatten().cloned().collect();
-                        d.sort();
-                        Some((node.clone(), d))
-                    }
-                    PodOutcome::Unschedulable { .. } | PodOutcome::Evicted { .. } => None,
-                };
-                if devices(a) != devices(b) {
+            (
+                PodOutcome::Scheduled {
+                    node: node_a,
+                    claims: claims_a,
+                },
+                PodOutcome::Scheduled {
+                    node: node_b,
+                    claims: claims_b,
+                },
+            ) => {
+                if node_a != node_b {
                     return Vec::new();
+                }
+                if claims_a != claims_b {
+                    return vec![Violation::ChoiceDiffers {
+                        pod: pod.name.clone(),
+                        first: describe(a),
+                        second: describe(b),
+                    }];
                 }
             }
             (PodOutcome::Evicted { .. }, PodOutcome::Scheduled { .. })
@@ -314,24 +434,18 @@ pub fn compare(world: &World, first: &[PodOutcome], second: &[PodOutcome]) -> Ve
     Vec::new()
 }
 
-/// Whether `claims` can all be allocated on `node` from devices not in `taken`.
-pub fn feasible(
-    world: &World,
-    node: &NodeSpec,
-    claims: &[ClaimSpec],
-    taken: &BTreeSet<DeviceKey>,
-) -> bool {
-    let free = |d: &DeviceSpec| !taken.contains(&(node.name.clone(), d.name.clone()));
-    let mut used: BTreeSet<String> = BTreeSet::new();
-    search_claims(world, node, claims, &free, &mut used)
+/// Whether `claims` can all be allocated on `node` beside what `held` holds.
+pub fn feasible(world: &World, node: &NodeSpec, claims: &[ClaimSpec], held: &Held) -> bool {
+    let mut used = Held::default();
+    search_claims(world, node, claims, held, &mut used)
 }
 
 fn search_claims(
     world: &World,
     node: &NodeSpec,
     claims: &[ClaimSpec],
-    free: &dyn Fn(&DeviceSpec) -> bool,
-    used: &mut BTreeSet<String>,
+    held: &Held,
+    used: &mut Held,
 ) -> bool {
     let Some((claim, rest)) = claims.split_first() else {
         return true;
@@ -342,10 +456,10 @@ fn search_claims(
         node,
         claim,
         0,
-        free,
+        held,
         used,
         &mut chosen,
-        &mut |used| search_claims(world, node, rest, free, used),
+        &mut |used| search_claims(world, node, rest, held, used),
     )
 }
 
@@ -355,43 +469,41 @@ fn search_requests<'a>(
     node: &'a NodeSpec,
     claim: &'a ClaimSpec,
     index: usize,
-    free: &dyn Fn(&DeviceSpec) -> bool,
-    used: &mut BTreeSet<String>,
+    held: &Held,
+    used: &mut Held,
     chosen: &mut BTreeMap<&'a str, Vec<&'a DeviceSpec>>,
-    then: &mut dyn FnMut(&mut BTreeSet<String>) -> bool,
+    then: &mut dyn FnMut(&mut Held) -> bool,
 ) -> bool {
     let Some(request) = claim.requests.get(index) else {
         return constraints_met(claim, chosen).is_none() && then(used);
     };
-    let candidates = admitted(world, node, request);
+    let open = |d: &DeviceSpec, used: &Held| held.can_take(used, &node.name, d, request);
     let sets: Vec<Vec<&DeviceSpec>> = match request.mode {
         Mode::All => {
-            if candidates.is_empty()
-                || candidates
-                    .iter()
-                    .any(|d| !free(d) || used.contains(&d.name))
-            {
+            let all = selected(world, node, request);
+            let usable = |d: &&DeviceSpec| request.tolerates(d) && open(d, used);
+            if all.is_empty() || !all.iter().all(usable) {
                 return false;
             }
-            vec![candidates]
+            vec![all]
         }
         Mode::Count(n) => {
-            let open: Vec<&DeviceSpec> = candidates
+            let open: Vec<&DeviceSpec> = admitted(world, node, request)
                 .into_iter()
-                .filter(|d| free(d) && !used.contains(&d.name))
+                .filter(|d| open(d, used))
                 .collect();
             combinations(&open, n as usize)
         }
     };
     for set in sets {
         for d in &set {
-            used.insert(d.name.clone());
+            used.take(&node.name, d, request);
         }
         chosen.insert(request.name.as_str(), set.clone());
-        let found = search_requests(world, node, claim, index + 1, free, used, chosen, then);
+        let found = search_requests(world, node, claim, index + 1, held, used, chosen, then);
         chosen.remove(request.name.as_str());
         for d in &set {
-            used.remove(&d.name);
+            used.give_back(&node.name, d, request);
         }
         if found {
             return true;
@@ -464,9 +576,12 @@ mod tests {
             &w,
             &w.nodes[0],
             &w.pods[0].claims,
-            &BTreeSet::new()
+            &Held::default()
         ));
-        let taken = BTreeSet::from([("n".to_string(), "c".to_string())]);
+        let taken = Held {
+            whole: BTreeSet::from([("n".to_string(), "c".to_string())]),
+            ..Held::default()
+        };
         assert!(!feasible(&w, &w.nodes[0], &w.pods[0].claims, &taken));
     }
 
@@ -496,6 +611,114 @@ mod tests {
         );
     }
 
+    /// One device shared by two requests: 3 rounds up to 4 (min 2, step 2), no amount
+    /// takes the default 4; together 8, the device's whole capacity.
+    #[test]
+    fn shares_fit_until_the_capacity_is_spent() {
+        let request = |name: &str, capacity: Option<i64>| RequestSpec {
+            name: name.into(),
+            class: "any".into(),
+            capacity,
+            ..Default::default()
+        };
+        let claim = ClaimSpec {
+            requests: vec![request("a", Some(3)), request("b", None)],
+            match_attributes: Vec::new(),
+        };
+        let mut w = world(&[("g", 0)], vec![claim]);
+        w.nodes[0].devices[0].shared = Some(crate::world::Shared {
+            value: 8,
+            default: 4,
+            min: 2,
+            step: 2,
+        });
+        assert_eq!(
+            w.pods[0].claims[0].requests[0].share_of(&w.nodes[0].devices[0]),
+            Some(4)
+        );
+        assert!(feasible(
+            &w,
+            &w.nodes[0],
+            &w.pods[0].claims,
+            &Held::default()
+        ));
+        let both = PodOutcome::Scheduled {
+            node: "n".into(),
+            claims: vec![vec![
+                ("a".into(), "n".into(), "g".into()),
+                ("b".into(), "n".into(), "g".into()),
+            ]],
+        };
+        assert_eq!(check(&w, std::slice::from_ref(&both)), Vec::new());
+        // A second pod alike finds the device full.
+        let mut second = w.pods[0].clone();
+        second.name = "q".into();
+        w.pods.push(second);
+        let mut held = Held::default();
+        held.shares.insert(("n".into(), "g".into()), 8);
+        assert!(!feasible(&w, &w.nodes[0], &w.pods[1].claims, &held));
+        let over = check(&w, &[both.clone(), both]);
+        assert_eq!(
+            over.iter().map(Violation::kind).collect::<Vec<_>>(),
+            ["capacity exceeded", "capacity exceeded"]
+        );
+        // More than the device has: not admitted at all.
+        let too_big = request("a", Some(40));
+        assert!(!too_big.admits(&w.classes, &w.nodes[0].devices[0]));
+        // With a capacity of no request policy beside, a share takes all of it: one share
+        // at a time (found by the batch, seed 33: the checker had missed the rule).
+        w.nodes[0].devices[0].capacity.insert("cores".into(), 32);
+        assert!(!feasible(
+            &w,
+            &w.nodes[0],
+            &w.pods[0].claims,
+            &Held::default()
+        ));
+        w.pods[0].claims[0].requests.pop();
+        assert!(feasible(
+            &w,
+            &w.nodes[0],
+            &w.pods[0].claims,
+            &Held::default()
+        ));
+        let mut one_share = Held::default();
+        one_share.shares.insert(("n".into(), "g".into()), 4);
+        assert!(!feasible(&w, &w.nodes[0], &w.pods[0].claims, &one_share));
+    }
+
+    /// `All` fails on a node where a device it selects has a taint it does not tolerate
+    /// (found against kube-scheduler 1.37.2, seed 2086: checker and emulator had left the
+    /// device out instead).
+    #[test]
+    fn all_needs_every_selected_device_tolerated() {
+        let mut claim = two_on_one_numa();
+        claim.requests[0].mode = Mode::All;
+        claim.match_attributes.clear();
+        let mut w = world(&[("a", 0), ("b", 1)], vec![claim]);
+        w.nodes[0].devices[0].taints.push(crate::world::Taint {
+            key: "k".into(),
+            effect: "NoSchedule".into(),
+        });
+        assert!(!feasible(
+            &w,
+            &w.nodes[0],
+            &w.pods[0].claims,
+            &Held::default()
+        ));
+        let only_b = PodOutcome::Scheduled {
+            node: "n".into(),
+            claims: vec![vec![("r".into(), "n".into(), "b".into())]],
+        };
+        assert_eq!(check(&w, &[only_b])[0].kind(), "wrong device count");
+        w.pods[0].claims[0].requests[0].tolerations.push("k".into());
+        assert!(feasible(
+            &w,
+            &w.nodes[0],
+            &w.pods[0].claims,
+            &Held::default()
+        ));
+    }
+
     #[test]
     fn all_means_every_admitted_device() {
         let mut claim = two_on_one_numa();
@@ -520,8 +743,18 @@ mod tests {
             message: String::new(),
         };
         assert!(compare(&w, &[bound("a")], &[bound("a")]).is_empty());
-        // Different choices: the trajectories part, nothing to compare after.
-        assert!(compare(&w, &[bound("a")], &[bound("b")]).is_empty());
+        // Another device on the same node: the choice was determinate.
+        assert_eq!(
+            compare(&w, &[bound("a")], &[bound("b")])[0].kind(),
+            "device choice differs"
+        );
+        // Another node: a tie the scheduler may break either way; the trajectories part,
+        // nothing to compare after.
+        let elsewhere = PodOutcome::Scheduled {
+            node: "m".into(),
+            claims: vec![vec![("r".into(), "m".into(), "a".into())]],
+        };
+        assert!(compare(&w, &[bound("a"), pending.clone()], &[elsewhere, bound("a")]).is_empty());
         assert_eq!(
             compare(&w, &[bound("a")], &[pending])[0].kind(),
             "oracles differ"

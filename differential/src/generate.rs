@@ -3,17 +3,19 @@
 //! constraints cut the devices often, but not always), counts near what a node holds.
 //!
 //! What a world covers (this release of the generator): string, int, bool and version
-//! attributes, one capacity, taints (NoSchedule, NoExecute, None); DeviceClasses with or
-//! without a CEL selector; standalone claims with `exactly` requests, `ExactCount` and
-//! `All`, request selectors, tolerations and `matchAttribute` constraints. Not yet: shared
-//! counters, capacity requests, admin access, `firstAvailable`, per-device node selection.
+//! attributes, one capacity, taints (NoSchedule, NoExecute, None), devices shared by
+//! several requests (`allowMultipleAllocations` with a consumable capacity under a request
+//! policy); DeviceClasses with or without a CEL selector; standalone claims with `exactly`
+//! requests, `ExactCount` and `All`, request selectors, tolerations, capacity requests and
+//! `matchAttribute` constraints. Not yet: shared counters, admin access, `firstAvailable`,
+//! per-device node selection.
 
 use std::collections::BTreeMap;
 
 use crate::rng::Rng;
 use crate::world::{
-    Attr, ClaimSpec, ClassSpec, Cmp, DeviceSpec, Mode, NodeSpec, PodSpec, Pred, RequestSpec, Taint,
-    World,
+    Attr, ClaimSpec, ClassSpec, Cmp, DeviceSpec, Mode, NodeSpec, PodSpec, Pred, RequestSpec,
+    Shared, Taint, World,
 };
 
 const MODELS: [&str; 3] = ["alpha", "beta", "gamma"];
@@ -51,11 +53,19 @@ fn device(rng: &mut Rng, index: usize) -> DeviceSpec {
             effect: rng.pick(&EFFECTS).to_string(),
         });
     }
+    // Small enough that two or three shares fill it.
+    let shared = rng.chance(15).then(|| Shared {
+        value: 4 * rng.between(2, 4) as i64,
+        default: 4,
+        min: 2,
+        step: 2,
+    });
     DeviceSpec {
         name: format!("dev-{index}"),
         attributes,
         capacity,
         taints,
+        shared,
     }
 }
 
@@ -119,12 +129,15 @@ fn request(rng: &mut Rng, name: String, classes: &[ClassSpec]) -> RequestSpec {
     } else {
         Vec::new()
     };
+    // Below min, between steps, on a step, and more than any device has.
+    let capacity = rng.chance(15).then(|| *rng.pick(&[1, 3, 4, 7, 40]));
     RequestSpec {
         name,
         class,
         selector,
         mode,
         tolerations,
+        capacity,
     }
 }
 
@@ -219,5 +232,16 @@ mod tests {
             .iter()
             .flat_map(|n| &n.devices)
             .any(|d| !d.taints.is_empty())));
+        assert!(any(&|w| w
+            .nodes
+            .iter()
+            .flat_map(|n| &n.devices)
+            .any(|d| d.shared.is_some())));
+        assert!(any(&|w| w
+            .pods
+            .iter()
+            .flat_map(|p| &p.claims)
+            .flat_map(|c| &c.requests)
+            .any(|r| r.capacity.is_some())));
     }
 }

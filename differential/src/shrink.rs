@@ -73,6 +73,10 @@ pub fn reductions(w: &World) -> Vec<World> {
                 });
                 push(&|c| {
                     let request = &mut c.pods[p].claims[k].requests[r];
+                    request.capacity.take().is_some()
+                });
+                push(&|c| {
+                    let request = &mut c.pods[p].claims[k].requests[r];
                     match request.mode {
                         Mode::All => request.mode = Mode::Count(1),
                         Mode::Count(n) if n > 1 => request.mode = Mode::Count(n - 1),
@@ -120,6 +124,9 @@ pub fn reductions(w: &World) -> Vec<World> {
                     c.nodes[n].devices[d].taints.clear();
                     true
                 });
+            }
+            if device.shared.is_some() {
+                push(&|c| c.nodes[n].devices[d].shared.take().is_some());
             }
         }
     }

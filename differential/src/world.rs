@@ -48,7 +48,24 @@ pub struct DeviceSpec {
     /// By capacity name, as integer quantities.
     pub capacity: BTreeMap<String, i64>,
     pub taints: Vec<Taint>,
+    /// `allowMultipleAllocations` with a consumable capacity (DRAConsumableCapacity):
+    /// requests take shares of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared: Option<Shared>,
 }
+
+/// The consumable capacity [`SHARED_CAPACITY`] of a device that allows multiple
+/// allocations, and its request policy: `default`, `validRange: {min, step}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shared {
+    pub value: i64,
+    pub default: i64,
+    pub min: i64,
+    pub step: i64,
+}
+
+/// The name of a shared device's consumable capacity.
+pub const SHARED_CAPACITY: &str = "mem";
 
 /// A device attribute's value.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -176,6 +193,9 @@ pub struct RequestSpec {
     pub mode: Mode,
     /// Taint keys tolerated (operator `Exists`, any effect).
     pub tolerations: Vec<String>,
+    /// `capacity.requests` of [`SHARED_CAPACITY`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -268,20 +288,53 @@ impl Attr {
 }
 
 impl RequestSpec {
-    /// Whether `device` may serve this request: the class's and the request's selectors
-    /// hold, and every taint that keeps allocations off is tolerated.
+    /// What a share of `device` for this request takes of its capacity, read from the API's
+    /// documentation of `CapacityRequestPolicyRange` (k8s.io/api resource/v1 `types.go`):
+    /// no amount takes the default; one below `min` takes `min`; one between steps rounds
+    /// up to `min + n·step`. `None` for a device that is not shared.
+    pub fn share_of(&self, device: &DeviceSpec) -> Option<i64> {
+        let shared = device.shared?;
+        let asked = self.capacity.unwrap_or(shared.default);
+        Some(if asked <= shared.min {
+            shared.min
+        } else {
+            let above = asked - shared.min;
+            shared.min + (above + shared.step - 1) / shared.step * shared.step
+        })
+    }
+
+    /// Whether `device` may serve this request: it [`RequestSpec::selects`] it and every
+    /// taint that keeps allocations off is tolerated.
     pub fn admits(&self, classes: &[ClassSpec], device: &DeviceSpec) -> bool {
+        self.selects(classes, device) && self.tolerates(device)
+    }
+
+    /// Whether every taint of `device` that keeps new allocations off (`NoSchedule`,
+    /// `NoExecute`) is tolerated.
+    pub fn tolerates(&self, device: &DeviceSpec) -> bool {
+        device
+            .taints
+            .iter()
+            .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+            .all(|t| self.tolerations.contains(&t.key))
+    }
+
+    /// Whether `device` is one the request asks for: the class's and the request's
+    /// selectors hold, and an amount of capacity asked for is one the device has (a share
+    /// that fits it when alone). `All` asks for every such device of the node, and fails
+    /// when one has a taint it does not tolerate ("All devices must be untainted or all of
+    /// their taints must be tolerated", the DRA docs).
+    pub fn selects(&self, classes: &[ClassSpec], device: &DeviceSpec) -> bool {
         let class_ok = classes
             .iter()
             .find(|c| c.name == self.class)
             .is_some_and(|c| c.selector.as_ref().is_none_or(|p| p.holds(device)));
         let own_ok = self.selector.as_ref().is_none_or(|p| p.holds(device));
-        let tolerated = device
-            .taints
-            .iter()
-            .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
-            .all(|t| self.tolerations.contains(&t.key));
-        class_ok && own_ok && tolerated
+        let capacity_ok = match (device.shared, self.share_of(device)) {
+            (Some(shared), Some(share)) => share <= shared.value,
+            _ => self.capacity.is_none(),
+        };
+        class_ok && own_ok && capacity_ok
     }
 }
 
@@ -364,6 +417,25 @@ impl World {
                             .collect::<serde_json::Map<_, _>>()
                             .into();
                     }
+                    if let Some(shared) = d.shared {
+                        device["allowMultipleAllocations"] = json!(true);
+                        let capacity = device
+                            .as_object_mut()
+                            .and_then(|o| {
+                                o.entry("capacity")
+                                    .or_insert_with(|| json!({}))
+                                    .as_object_mut()
+                            });
+                        if let Some(capacity) = capacity {
+                            capacity.insert(
+                                SHARED_CAPACITY.to_owned(),
+                                json!({"value": shared.value.to_string(), "requestPolicy": {
+                                    "default": shared.default.to_string(),
+                                    "validRange": {"min": shared.min.to_string(), "step": shared.step.to_string()}
+                                }}),
+                            );
+                        }
+                    }
                     if !d.taints.is_empty() {
                         device["taints"] = d
                             .taints
@@ -418,6 +490,10 @@ impl World {
                     }
                     if let Some(p) = &r.selector {
                         exactly["selectors"] = json!([{"cel": {"expression": p.cel()}}]);
+                    }
+                    if let Some(amount) = r.capacity {
+                        exactly["capacity"] =
+                            json!({"requests": {SHARED_CAPACITY: amount.to_string()}});
                     }
                     if !r.tolerations.is_empty() {
                         exactly["tolerations"] = r
