@@ -10,9 +10,15 @@
 #                                 compiled 100 or more (the dependencies, not just ours)
 #     --go                        a step that waits for the Go builds: cold when the Go
 #                                 build cache was empty when the table began
-#     --retry-once                on failure, one more try, shown as such in the table (for
-#                                 the steps on a real cluster, which a loaded machine can
-#                                 slow past a deadline)
+#     --retry-once                on failure (a limit overrun too), one more try, shown as
+#                                 such in the table (for the steps on a real cluster, which
+#                                 a loaded machine can slow past a deadline)
+#     --limit SECONDS             how long the step may run (default 1500, --go steps 2400):
+#                                 past it the step is stopped (TERM, then KILL 30 s later, to
+#                                 its whole process group) and fails saying so. A hung step
+#                                 once ran silently into CI's own 90-minute limit.
+#     --after-overrun FUNCTION    run after the step was stopped at its limit (e.g. to take
+#                                 down the cluster a killed step left, before the retry)
 #     --inputs PATHSPEC...        git pathspecs the step depends on (hack/, .ci/, Cargo.lock
 #                                 and the Rust and Go versions always count too): when they
 #                                 are exactly as when the step last passed on this machine,
@@ -68,13 +74,17 @@ ci_inputs_key() {
 ci_slug() { local s="${1//[^A-Za-z0-9.]/-}"; echo "${s,,}"; }
 
 ci_step() {
-  local name="$1" kind="" retry=false inputs=() has_inputs=false
+  local name="$1" kind="" retry=false inputs=() has_inputs=false limit="" after_overrun=""
   shift
   while [[ $# -gt 0 && "$1" != -- ]]; do
     case "$1" in
       --rust) kind=rust; shift ;;
       --go) kind=go; shift ;;
       --retry-once) retry=true; shift ;;
+      --limit)
+        [[ "${2:-}" =~ ^[0-9]+$ ]] || die "ci_step $name: --limit needs seconds, not '${2:-}'"
+        limit="$2"; shift 2 ;;
+      --after-overrun) after_overrun="${2:?ci_step $name: --after-overrun needs a function}"; shift 2 ;;
       --inputs)
         has_inputs=true; shift
         while [[ $# -gt 0 && "$1" != -- && "$1" != --* ]]; do inputs+=("$1"); shift; done ;;
@@ -97,22 +107,24 @@ ci_step() {
     fi
   fi
 
-  local t0=$SECONDS rc=0 log first="" state="-" tries=1
+  local t0=$SECONDS rc=0 why="" log first="" state="-" tries=1
   log="$(mktemp "${TMPDIR:-/tmp}/fake-dra-ci-step.XXXXXX")"
   echo "== $name"
+  if [[ -z "$limit" ]]; then
+    limit=1500
+    [[ "$kind" != go ]] || limit=2400
+  fi
   while :; do
-    set +e
-    if [[ "$kind" == rust ]]; then
-      (set -e; "$@") 2>&1 | tee "$log"
-      rc="${PIPESTATUS[0]}"
-    else
-      (set -e; "$@")
-      rc=$?
+    ci_run_limited "$name" "$limit" "$kind" "$log" "$@" && rc=0 || rc=$?
+    why="exit $rc"
+    if [[ -f "$log.over" ]]; then
+      rm -f "$log.over"
+      why="over its limit of $limit s"
+      [[ -z "$after_overrun" ]] || "$after_overrun"
     fi
-    set -e
     if ((rc != 0)) && $retry && ((tries == 1)); then
-      first="first try exit $rc after $((SECONDS - t0)) s"
-      echo "== $name FAILED (exit $rc after $((SECONDS - t0)) s); trying once more (the table reports the retry)"
+      first="first try $why after $((SECONDS - t0)) s"
+      echo "== $name FAILED ($why after $((SECONDS - t0)) s); trying once more (the table reports the retry)"
       tries=2
       continue
     fi
@@ -132,11 +144,43 @@ ci_step() {
     [[ -z "$first" ]] || outcome="passed on retry ($first)"
     if $has_inputs; then mkdir -p "$CI_STATE_DIR" && echo "$key" >"$stamp"; fi
   else
-    outcome="FAILED (exit $rc)"
-    [[ -z "$first" ]] || outcome="FAILED twice ($first, then exit $rc)"
+    outcome="FAILED ($why)"
+    [[ -z "$first" ]] || outcome="FAILED twice ($first, then $why)"
   fi
   ci_row "$name" "$secs" "$state" "$outcome"
   echo "== $name: $outcome, $secs s"
+  return "$rc"
+}
+
+# ci_run_limited NAME LIMIT KIND LOG COMMAND...: runs COMMAND (a function too) in a
+# process group of its own, its output also into LOG for a rust step, and stops the
+# group when it runs past LIMIT seconds (or when this script is interrupted); its exit
+# status.
+ci_run_limited() {
+  local name="$1" limit="$2" kind="$3" log="$4" pid dog rc=0
+  shift 4
+  set -m # job control: the background job below leads its own process group
+  if [[ "$kind" == rust ]]; then
+    { (set -e; "$@") 2>&1 | tee "$log"; exit "${PIPESTATUS[0]}"; } &
+  else
+    (set -e; "$@") &
+  fi
+  pid=$!
+  (
+    sleep "$limit"
+    echo "== $name: still running after its limit of $limit s (ci_step --limit); stopping it"
+    : >"$log.over"
+    kill -TERM -- "-$pid" 2>/dev/null || true
+    sleep 30
+    kill -KILL -- "-$pid" 2>/dev/null || true
+  ) &
+  dog=$!
+  set +m
+  trap 'kill -TERM -- "-$pid" "-$dog" 2>/dev/null; exit 130' INT TERM
+  wait "$pid" || rc=$?
+  trap - INT TERM
+  kill -TERM -- "-$dog" 2>/dev/null || true
+  wait "$dog" 2>/dev/null || true
   return "$rc"
 }
 

@@ -50,8 +50,10 @@ case "$matrix" in auto|always|never) ;; *) die "--matrix: auto, always or never,
 source "$ROOT/hack/ci-lib.sh"
 ci_table_init
 $CI_TABLE_OWNER && trap ci_table_print EXIT
-# What a real-cluster step reads: everything but the prose.
-real_inputs=(--inputs . ':!docs' ':!*.md')
+# What a real-cluster step reads: everything but the prose; a step stopped at its time
+# limit leaves its cluster up, so it is taken down before the retry or the next step.
+cluster_down() { "$ROOT/hack/local-cluster.sh" down || true; }
+real_inputs=(--after-overrun cluster_down --inputs . ':!docs' ':!*.md')
 
 ci_step "real: packages" -- ci_apt_install runc containernetworking-plugins iptables busybox-static \
   openssl iproute2 binutils util-linux
@@ -78,18 +80,20 @@ if $suite && [[ "$matrix" == auto ]]; then
 fi
 # real_suite: the test executable `cargo test --workspace` just built (e2e_test_exe: the
 # same selection, so nothing recompiles), run as cargo runs it (from the package's
-# directory). The suite packs the binaries next to its executable (target/debug).
+# directory). The suite packs the binaries next to its executable (target/debug). Its
+# output is not captured: each scenario's lines show as it runs, so a run that stops shows
+# where.
 real_suite() {
   local exe
   exe="$(e2e_test_exe)"
-  (cd "$ROOT/e2e" && FAKE_DRA_REQUIRE_REAL_K8S=1 "$exe" --exact real_cluster::scenarios_on_the_real_cluster)
+  (cd "$ROOT/e2e" && FAKE_DRA_REQUIRE_REAL_K8S=1 "$exe" --exact real_cluster::scenarios_on_the_real_cluster --nocapture)
 }
 if $suite && [[ "$matrix" == always ]]; then
   # Every release line, the newest one's suite included; the binaries are built above or
   # by hack/kube-build.sh in there.
   ci_step "real: version matrix" -- "$ROOT/hack/real-matrix.sh"
 elif $suite; then
-  ci_step "real: e2e suite 1.37" --retry-once "${real_inputs[@]}" -- real_suite
+  ci_step "real: e2e suite 1.37" --retry-once --limit 1080 "${real_inputs[@]}" -- real_suite
 fi
 
 # The Helm chart on a fresh cluster: install, the seed demo, uninstall leaves nothing.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use fake_dra_emulator::sim::{Sim, SimConfig};
 
-use super::cluster::{DRIVER_NAMESPACE, PLUGIN_LABEL, RealCluster};
+use super::cluster::{DRIVER_NAMESPACE, PLUGIN_LABEL, RealCluster, output_within};
 use super::protocol::Release;
 
 /// The file names of our CDI specs start so (the common spec included).
@@ -278,14 +278,14 @@ impl Backend for Emulated {
 
     /// The kubectl on PATH against the sim's kubeconfig, with a cache of its own.
     fn kubectl(&self, args: &[&str]) -> Result<String, String> {
-        let out = std::process::Command::new("kubectl")
+        let mut kubectl = std::process::Command::new("kubectl");
+        kubectl
             .arg("--kubeconfig")
             .arg(self.sim.work_dir().join("kubeconfig"))
             .arg("--cache-dir")
             .arg(self.sim.work_dir().join("kubectl-cache"))
-            .args(args)
-            .output()
-            .map_err(|e| format!("running kubectl (is it on PATH?): {e}"))?;
+            .args(args);
+        let out = output_within(kubectl, None, "kubectl (is it on PATH?)")?;
         if out.status.success() {
             Ok(String::from_utf8_lossy(&out.stdout).into_owned())
         } else {

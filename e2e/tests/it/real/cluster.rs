@@ -48,11 +48,9 @@ pub struct Layout {
 
 impl Layout {
     fn read(images_dir: &Path) -> Result<Self, String> {
-        let out = Command::new(repo().join("hack/local-cluster.sh"))
-            .arg("env")
-            .env("IMAGES_DIR", images_dir)
-            .output()
-            .map_err(|e| format!("cannot run hack/local-cluster.sh env: {e}"))?;
+        let mut env = Command::new(repo().join("hack/local-cluster.sh"));
+        env.arg("env").env("IMAGES_DIR", images_dir);
+        let out = output_within(env, None, "hack/local-cluster.sh env")?;
         if !out.status.success() {
             return Err(format!(
                 "hack/local-cluster.sh env failed: {}",
@@ -92,38 +90,97 @@ impl Layout {
 /// Output of a command that ran: stdout on success, the error a user would see otherwise.
 pub type CmdResult = Result<String, String>;
 
-fn run(mut command: Command, what: &str) -> CmdResult {
-    match command.output() {
-        Ok(out) if out.status.success() => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
-        Ok(out) => Err(format!(
+/// How long one command of the suite may run. The slowest, `hack/local-cluster.sh up`, takes
+/// about two minutes on two busy cores; one still running after this is stuck. A CI run
+/// once printed nothing for 40 minutes until CI's own limit ended it; now the command is
+/// killed, with its process group, and the scenario fails naming it.
+pub const COMMAND_LIMIT: Duration = Duration::from_secs(600);
+
+/// Runs `command` to its end, `stdin` written to it, within [`COMMAND_LIMIT`].
+pub fn output_within(
+    command: Command,
+    stdin: Option<&str>,
+    what: &str,
+) -> Result<std::process::Output, String> {
+    output_within_limit(command, stdin, what, COMMAND_LIMIT)
+}
+
+fn output_within_limit(
+    mut command: Command,
+    stdin: Option<&str>,
+    what: &str,
+    limit: Duration,
+) -> Result<std::process::Output, String> {
+    use std::io::Write;
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    command
+        .process_group(0)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command
+        .spawn()
+        .map_err(|e| format!("cannot run {what}: {e}"))?;
+    let group = child.id();
+    let input = stdin.map(str::to_owned);
+    let (done, ended) = std::sync::mpsc::channel();
+    // The wait happens on a thread of its own, so a command that never ends (or never reads
+    // its stdin) cannot hold the suite.
+    std::thread::spawn(move || {
+        let written = match (child.stdin.take(), input) {
+            (Some(mut pipe), Some(text)) => pipe.write_all(text.as_bytes()),
+            _ => Ok(()),
+        };
+        let _ = done.send((written, child.wait_with_output()));
+    });
+    match ended.recv_timeout(limit) {
+        Ok((_, Err(e))) => Err(format!("{what}: {e}")),
+        Ok((Err(e), Ok(out))) if out.status.success() => Err(format!("{what} stdin: {e}")),
+        Ok((_, Ok(out))) => Ok(out),
+        Err(_) => {
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{group}")])
+                .status();
+            let printed = match ended.recv_timeout(Duration::from_secs(10)) {
+                Ok((_, Ok(out))) => format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                ),
+                _ => "(its output stayed open after the kill)".to_string(),
+            };
+            Err(format!(
+                "{what} was still running after {} s (COMMAND_LIMIT) and was killed; it printed:\n{}",
+                limit.as_secs(),
+                printed.trim()
+            ))
+        }
+    }
+}
+
+fn run(command: Command, what: &str) -> CmdResult {
+    let out = output_within(command, None, what)?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
             "{}{}",
             String::from_utf8_lossy(&out.stderr),
             String::from_utf8_lossy(&out.stdout)
         )
         .trim()
-        .to_string()),
-        Err(e) => Err(format!("cannot run {what}: {e}")),
+        .to_string())
     }
 }
 
 /// Like [`run`], with `stdin` written to the command; the error is its stderr.
-fn run_with_stdin(mut command: Command, stdin: &str, what: &str) -> CmdResult {
-    use std::io::Write;
-    command
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = command
-        .spawn()
-        .map_err(|e| format!("cannot run {what}: {e}"))?;
-    if let Some(mut input) = child.stdin.take() {
-        input
-            .write_all(stdin.as_bytes())
-            .map_err(|e| format!("{what} stdin: {e}"))?;
-    }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| format!("{what}: {e}"))?;
+fn run_with_stdin(command: Command, stdin: &str, what: &str) -> CmdResult {
+    let out = output_within(command, Some(stdin), what)?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
@@ -527,5 +584,47 @@ impl RealCluster {
             "--- component logs stay in {}/logs",
             self.layout.cluster_dir().display()
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_past_its_limit_is_killed_with_its_children_and_named() {
+        let marker = format!("fake-dra-limit-test-{}", std::process::id());
+        let mut c = Command::new("bash");
+        // A child that would outlive its parent, and output before the hang.
+        c.args([
+            "-c",
+            &format!("echo started; (exec -a {marker} sleep 300) & sleep 300"),
+        ]);
+        let err = output_within_limit(c, None, "the stuck command", Duration::from_secs(1))
+            .expect_err("a command past its limit fails");
+        assert!(
+            err.starts_with("the stuck command was still running after 1 s")
+                && err.ends_with("started"),
+            "{err}"
+        );
+        let left = Command::new("pgrep")
+            .args(["-f", &marker])
+            .output()
+            .expect("pgrep");
+        assert!(
+            left.stdout.is_empty(),
+            "the child outlived the kill: {}",
+            String::from_utf8_lossy(&left.stdout)
+        );
+    }
+
+    #[test]
+    fn stdin_reaches_the_command_and_its_output_comes_back() {
+        let mut c = Command::new("cat");
+        c.arg("-");
+        let out = output_within_limit(c, Some("hello"), "cat", Duration::from_secs(60))
+            .expect("cat ends");
+        assert!(out.status.success());
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "hello");
     }
 }
