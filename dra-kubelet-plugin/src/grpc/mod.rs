@@ -323,14 +323,31 @@ impl<D: DeviceProfile> NodeService<D> {
     }
 }
 
-/// Binds a unix socket at `path`, replacing a stale one left by a crash.
+/// Binds a unix socket at `path`, replacing a stale one left by a crash. The socket is
+/// bound, restricted and listening under a hidden name first, then renamed into place,
+/// so whoever sees `path` appear can connect at once: a kubelet that dialed between
+/// `bind` and `listen` got "connection refused" (seen on a loaded CI machine). The
+/// hidden name is a dot (the kubelet's plugin watcher ignores such names) and random
+/// characters, no longer than the file name: a path that fits a socket address still
+/// does (107 bytes).
 pub fn bind(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
-    if let Some(dir) = path.parent() {
-        crate::fsutil::create_dir(dir)?;
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{}: not a socket file path", path.display()),
+        ));
+    };
+    crate::fsutil::create_dir(dir)?;
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    let keep = name.len().saturating_sub(1).clamp(1, 12);
+    let hidden = dir.join(format!(".{}", random.get(..keep).unwrap_or("s")));
+    let listener = tokio::net::UnixListener::bind(&hidden)?;
+    let placed =
+        crate::fsutil::restrict_socket(&hidden).and_then(|()| std::fs::rename(&hidden, path));
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&hidden);
+        return Err(e);
     }
-    crate::fsutil::remove_if_exists(path)?;
-    let listener = tokio::net::UnixListener::bind(path)?;
-    crate::fsutil::restrict_socket(path)?;
     Ok(listener)
 }
 
@@ -338,6 +355,36 @@ pub fn bind(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_socket_appears_listening_with_its_mode_and_replaces_a_stale_one() {
+        use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+        let dir = tempfile::tempdir().unwrap();
+        // A path at the limit of a socket address (107 bytes) fits.
+        let registry = dir.path().join("registry");
+        let room = 107 - registry.as_os_str().len() - "/.sock".len();
+        let path = registry.join(format!("{}.sock", "d".repeat(room)));
+        assert_eq!(path.as_os_str().len(), 107);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, "a stale file").unwrap();
+        let listener = bind(&path).unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        assert!(meta.file_type().is_socket());
+        assert_eq!(
+            meta.permissions().mode() & 0o777,
+            crate::fsutil::SOCKET_MODE
+        );
+        let names: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, [path.file_name().unwrap()], "no hidden name left");
+        // Connectable at once, at the final path.
+        let (connected, accepted) =
+            tokio::join!(tokio::net::UnixStream::connect(&path), listener.accept());
+        connected.unwrap();
+        accepted.unwrap();
+    }
 
     fn claim(uid: &str, handle: &str) -> dra_v1::Claim {
         dra_v1::Claim {
