@@ -16,63 +16,120 @@ use crate::world::{ClaimSpec, DeviceSpec, Mode, NodeSpec, RequestSpec, World};
 /// A device, by node (= pool) and name.
 pub type DeviceKey = (String, String);
 
-/// What allocations hold: devices given whole, and of each shared device what its
-/// shares take together.
+/// What allocations hold: devices given whole, of each shared device what its shares
+/// take together, and of each node's counter what its allocated devices consume.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Held {
     pub whole: BTreeSet<DeviceKey>,
     pub shares: BTreeMap<DeviceKey, i64>,
+    pub counters: BTreeMap<String, i64>,
 }
 
 impl Held {
+    fn share_load(&self, key: &DeviceKey) -> i64 {
+        self.shares.get(key).copied().unwrap_or(0)
+    }
+
     /// Whether `device` of `node` can go to `request` besides what is held here and in
     /// `more` (the current search's own): a device given whole to no one, or a share
     /// that fits the device's capacity beside its other shares. A share also takes all
     /// of each other capacity of the device, which has no request policy ("for any
     /// capacity that is not explicitly requested: if no requestPolicy is set, the default
     /// consumed capacity is equal to the full device capacity", `CapacityRequirements`),
-    /// so such a device has one share at a time.
+    /// so such a device has one share at a time. A device that consumes counters needs
+    /// what it consumes left in its node's counter set ("the device can only be allocated
+    /// if [the counters] are available", `DeviceCounterConsumption`); a shared device
+    /// consumes them once, with its first share.
     fn can_take(
         &self,
         more: &Held,
-        node: &str,
+        node: &NodeSpec,
         device: &DeviceSpec,
         request: &RequestSpec,
     ) -> bool {
-        let key = (node.to_owned(), device.name.clone());
+        self.is_free(more, node, device, request) && self.counters_fit(more, node, device, request)
+    }
+
+    /// The device part of [`Held::can_take`].
+    fn is_free(
+        &self,
+        more: &Held,
+        node: &NodeSpec,
+        device: &DeviceSpec,
+        request: &RequestSpec,
+    ) -> bool {
+        let key = (node.name.clone(), device.name.clone());
         match (device.shared, request.share_of(device)) {
             (Some(shared), Some(share)) => {
-                let load = |h: &Held| h.shares.get(&key).copied().unwrap_or(0);
-                let others = load(self) + load(more);
+                let others = self.share_load(&key) + more.share_load(&key);
                 others + share <= shared.value && (device.capacity.is_empty() || others == 0)
             }
             _ => !self.whole.contains(&key) && !more.whole.contains(&key),
         }
     }
 
-    /// Records `device` given to `request`; false when it was given whole already.
-    fn take(&mut self, node: &str, device: &DeviceSpec, request: &RequestSpec) -> bool {
-        let key = (node.to_owned(), device.name.clone());
-        match request.share_of(device) {
-            Some(share) => {
-                *self.shares.entry(key).or_default() += share;
-                true
+    /// The counter part of [`Held::can_take`].
+    fn counters_fit(
+        &self,
+        more: &Held,
+        node: &NodeSpec,
+        device: &DeviceSpec,
+        request: &RequestSpec,
+    ) -> bool {
+        let key = (node.name.clone(), device.name.clone());
+        let charged = request.share_of(device).is_none()
+            || self.share_load(&key) + more.share_load(&key) == 0;
+        match device.consumes {
+            Some(amount) if charged => {
+                let used = |h: &Held| h.counters.get(&node.name).copied().unwrap_or(0);
+                used(self) + used(more) + amount <= node.counter.unwrap_or(0)
             }
-            None => self.whole.insert(key),
+            _ => true,
         }
     }
 
-    fn give_back(&mut self, node: &str, device: &DeviceSpec, request: &RequestSpec) {
+    /// Records `device` given to `request` besides `base` (what else is held); false
+    /// when it was given whole already.
+    fn take(
+        &mut self,
+        base: &Held,
+        node: &str,
+        device: &DeviceSpec,
+        request: &RequestSpec,
+    ) -> bool {
         let key = (node.to_owned(), device.name.clone());
-        match request.share_of(device) {
+        let charged = match request.share_of(device) {
             Some(share) => {
-                if let Some(load) = self.shares.get_mut(&key) {
-                    *load -= share;
-                }
+                let first = base.share_load(&key) + self.share_load(&key) == 0;
+                *self.shares.entry(key).or_default() += share;
+                first
             }
             None => {
-                self.whole.remove(&key);
+                if !self.whole.insert(key) {
+                    return false;
+                }
+                true
             }
+        };
+        if let (true, Some(amount)) = (charged, device.consumes) {
+            *self.counters.entry(node.to_owned()).or_default() += amount;
+        }
+        true
+    }
+
+    /// Undoes [`Held::take`] of the same arguments.
+    fn give_back(&mut self, base: &Held, node: &str, device: &DeviceSpec, request: &RequestSpec) {
+        let key = (node.to_owned(), device.name.clone());
+        let uncharged = match request.share_of(device) {
+            Some(share) => {
+                let load = self.shares.entry(key.clone()).or_default();
+                *load -= share;
+                *load == 0 && base.share_load(&key) == 0
+            }
+            None => self.whole.remove(&key),
+        };
+        if let (true, Some(amount)) = (uncharged, device.consumes) {
+            *self.counters.entry(node.to_owned()).or_default() -= amount;
         }
     }
 }
@@ -116,6 +173,9 @@ pub enum Violation {
     DeviceTwice { pod: String, device: String },
     /// Shares of a device that together take more than its capacity.
     CapacityExceeded { pod: String, device: String },
+    /// A device whose counter consumption does not fit what its node's counter set has
+    /// left.
+    CountersExceeded { pod: String, device: String },
     /// A `matchAttribute` constraint unmet.
     ConstraintUnmet { pod: String, attribute: String },
     /// The pod had a valid allocation on this node, yet was left unschedulable.
@@ -153,6 +213,7 @@ impl Violation {
             Violation::WrongCount { .. } => "wrong device count",
             Violation::DeviceTwice { .. } => "device given twice",
             Violation::CapacityExceeded { .. } => "capacity exceeded",
+            Violation::CountersExceeded { .. } => "counters exceeded",
             Violation::ConstraintUnmet { .. } => "matchAttribute unmet",
             Violation::FeasibleButUnschedulable { .. } => "feasible but unschedulable",
             Violation::OraclesDiffer { .. } => "oracles differ",
@@ -268,14 +329,21 @@ pub fn check(world: &World, outcomes: &[PodOutcome]) -> Vec<Violation> {
                         let request = claim.requests.iter().find(|r| &r.name == request_name);
                         match request {
                             Some(r) if r.admits(&world.classes, found) => {
-                                let fits = held.can_take(&Held::default(), node, found, r);
-                                if !held.take(node, found, r) {
+                                let none = Held::default();
+                                let fits = held.is_free(&none, node_spec, found, r);
+                                let counted = held.counters_fit(&none, node_spec, found, r);
+                                if !held.take(&none, node, found, r) {
                                     out.push(Violation::DeviceTwice {
                                         pod: pod.name.clone(),
                                         device: format!("{pool}/{device}"),
                                     });
                                 } else if !fits {
                                     out.push(Violation::CapacityExceeded {
+                                        pod: pod.name.clone(),
+                                        device: format!("{pool}/{device}"),
+                                    });
+                                } else if !counted {
+                                    out.push(Violation::CountersExceeded {
                                         pod: pod.name.clone(),
                                         device: format!("{pool}/{device}"),
                                     });
@@ -477,12 +545,11 @@ fn search_requests<'a>(
     let Some(request) = claim.requests.get(index) else {
         return constraints_met(claim, chosen).is_none() && then(used);
     };
-    let open = |d: &DeviceSpec, used: &Held| held.can_take(used, &node.name, d, request);
+    let open = |d: &DeviceSpec, used: &Held| held.can_take(used, node, d, request);
     let sets: Vec<Vec<&DeviceSpec>> = match request.mode {
         Mode::All => {
             let all = selected(world, node, request);
-            let usable = |d: &&DeviceSpec| request.tolerates(d) && open(d, used);
-            if all.is_empty() || !all.iter().all(usable) {
+            if all.is_empty() || !all.iter().all(|d| request.tolerates(d)) {
                 return false;
             }
             vec![all]
@@ -496,14 +563,23 @@ fn search_requests<'a>(
         }
     };
     for set in sets {
+        // One by one: devices that each fit may not fit together (counters).
+        let mut taken = 0;
         for d in &set {
-            used.take(&node.name, d, request);
+            if !open(d, used) {
+                break;
+            }
+            used.take(held, &node.name, d, request);
+            taken += 1;
         }
-        chosen.insert(request.name.as_str(), set.clone());
-        let found = search_requests(world, node, claim, index + 1, held, used, chosen, then);
-        chosen.remove(request.name.as_str());
-        for d in &set {
-            used.give_back(&node.name, d, request);
+        let found = taken == set.len() && {
+            chosen.insert(request.name.as_str(), set.clone());
+            let found = search_requests(world, node, claim, index + 1, held, used, chosen, then);
+            chosen.remove(request.name.as_str());
+            found
+        };
+        for d in set.iter().take(taken).rev() {
+            used.give_back(held, &node.name, d, request);
         }
         if found {
             return true;
@@ -545,6 +621,7 @@ mod tests {
                         ..Default::default()
                     })
                     .collect(),
+                counter: None,
             }],
             classes: vec![ClassSpec {
                 name: "any".into(),
@@ -684,6 +761,57 @@ mod tests {
         let mut one_share = Held::default();
         one_share.shares.insert(("n".into(), "g".into()), 4);
         assert!(!feasible(&w, &w.nodes[0], &w.pods[0].claims, &one_share));
+    }
+
+    #[test]
+    fn devices_that_each_fit_the_counter_set_may_not_fit_together() {
+        let request = |name: &str, mode: Mode| RequestSpec {
+            name: name.into(),
+            class: "any".into(),
+            mode,
+            ..Default::default()
+        };
+        let claim = |mode: Mode| ClaimSpec {
+            requests: vec![request("r", mode)],
+            match_attributes: Vec::new(),
+        };
+        // Three devices of 3 slots each on a node with 8: any two, never three.
+        let mut w = world(&[("a", 0), ("b", 0), ("c", 0)], vec![claim(Mode::Count(2))]);
+        w.nodes[0].counter = Some(8);
+        for d in &mut w.nodes[0].devices {
+            d.consumes = Some(3);
+        }
+        let none = Held::default();
+        assert!(feasible(&w, &w.nodes[0], &w.pods[0].claims, &none));
+        for mode in [Mode::Count(3), Mode::All] {
+            assert!(
+                !feasible(&w, &w.nodes[0], &[claim(mode.clone())], &none),
+                "{mode:?}"
+            );
+        }
+        // Two pods of one device and a third: the third finds 2 slots left.
+        w.pods[0].claims = vec![claim(Mode::Count(1))];
+        for name in ["q", "s"] {
+            let mut pod = w.pods[0].clone();
+            pod.name = name.into();
+            w.pods.push(pod);
+        }
+        let on = |d: &str| PodOutcome::Scheduled {
+            node: "n".into(),
+            claims: vec![vec![("r".into(), "n".into(), d.into())]],
+        };
+        let over = check(&w, &[on("a"), on("b"), on("c")]);
+        assert_eq!(
+            over.iter().map(Violation::kind).collect::<Vec<_>>(),
+            ["counters exceeded"]
+        );
+        let left_pending = PodOutcome::Unschedulable {
+            message: "cannot allocate all claims".into(),
+        };
+        assert_eq!(check(&w, &[on("a"), on("b"), left_pending]), Vec::new());
+        // A device that consumes nothing still fits.
+        w.nodes[0].devices[2].consumes = None;
+        assert_eq!(check(&w, &[on("a"), on("b"), on("c")]), Vec::new());
     }
 
     /// `All` fails on a node where a device it selects has a taint it does not tolerate

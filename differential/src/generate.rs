@@ -7,8 +7,9 @@
 //! several requests (`allowMultipleAllocations` with a consumable capacity under a request
 //! policy); DeviceClasses with or without a CEL selector; standalone claims with `exactly`
 //! requests, `ExactCount` and `All`, request selectors, tolerations, capacity requests and
-//! `matchAttribute` constraints. Not yet: shared counters, admin access, `firstAvailable`,
-//! per-device node selection.
+//! `matchAttribute` constraints; a counter set per node (DRAPartitionableDevices) that
+//! devices consume, in a slice of its own. Not yet: admin access, `firstAvailable`,
+//! per-device node selection, devices that are both shared and consume counters.
 
 use std::collections::BTreeMap;
 
@@ -66,6 +67,7 @@ fn device(rng: &mut Rng, index: usize) -> DeviceSpec {
         capacity,
         taints,
         shared,
+        consumes: None,
     }
 }
 
@@ -163,17 +165,27 @@ fn claim(rng: &mut Rng, classes: &[ClassSpec]) -> ClaimSpec {
     }
 }
 
+/// A node; sometimes with a counter set that its devices (not the shared ones) consume,
+/// sized so that two or three of them use it up.
+fn node(rng: &mut Rng, index: usize) -> NodeSpec {
+    let mut devices: Vec<DeviceSpec> = (0..rng.between(0, 6)).map(|i| device(rng, i)).collect();
+    let counter = rng.chance(25).then(|| *rng.pick(&[4, 6, 8]));
+    if counter.is_some() {
+        for d in devices.iter_mut().filter(|d| d.shared.is_none()) {
+            d.consumes = rng.chance(75).then(|| *rng.pick(&[2, 3, 4]));
+        }
+    }
+    NodeSpec {
+        name: format!("node-{index}"),
+        devices,
+        counter,
+    }
+}
+
 /// The world of `seed`.
 pub fn world(seed: u64) -> World {
     let mut rng = Rng::new(seed);
-    let nodes: Vec<NodeSpec> = (0..rng.between(1, 3))
-        .map(|n| NodeSpec {
-            name: format!("node-{n}"),
-            devices: (0..rng.between(0, 6))
-                .map(|i| device(&mut rng, i))
-                .collect(),
-        })
-        .collect();
+    let nodes: Vec<NodeSpec> = (0..rng.between(1, 3)).map(|n| node(&mut rng, n)).collect();
     let mut classes = vec![ClassSpec {
         name: "any".into(),
         selector: None,
@@ -243,5 +255,12 @@ mod tests {
             .flat_map(|p| &p.claims)
             .flat_map(|c| &c.requests)
             .any(|r| r.capacity.is_some())));
+        assert!(any(&|w| w.nodes.iter().any(|n| n.counter.is_some()
+            && n.devices.iter().filter(|d| d.consumes.is_some()).count()
+                >= 2)));
+        // Never a consumption without its node's counter set.
+        assert!(!any(&|w| w.nodes.iter().any(
+            |n| n.counter.is_none() && n.devices.iter().any(|d| d.consumes.is_some())
+        )));
     }
 }

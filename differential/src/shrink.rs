@@ -128,6 +128,21 @@ pub fn reductions(w: &World) -> Vec<World> {
             if device.shared.is_some() {
                 push(&|c| c.nodes[n].devices[d].shared.take().is_some());
             }
+            if device.consumes.is_some() {
+                push(&|c| c.nodes[n].devices[d].consumes.take().is_some());
+            }
+        }
+        // The counter set goes with every consumption of it (a device may not consume a
+        // set its pool does not have).
+        if node.counter.is_some() {
+            push(&|c| {
+                let node = &mut c.nodes[n];
+                node.counter = None;
+                for device in &mut node.devices {
+                    device.consumes = None;
+                }
+                true
+            });
         }
     }
     out

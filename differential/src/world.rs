@@ -38,7 +38,16 @@ pub struct NodeSpec {
     pub name: String,
     /// Published in one ResourceSlice, pool = the node's name.
     pub devices: Vec<DeviceSpec>,
+    /// The counter [`COUNTER`] of the pool's one counter set [`COUNTER_SET`]
+    /// (DRAPartitionableDevices), published in a slice of its own: the API allows only
+    /// one of `devices` and `sharedCounters` in a slice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counter: Option<i64>,
 }
+
+/// The name of the counter set of a node that has one, and of its one counter.
+pub const COUNTER_SET: &str = "slots";
+pub const COUNTER: &str = "slots";
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DeviceSpec {
@@ -52,6 +61,10 @@ pub struct DeviceSpec {
     /// requests take shares of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared: Option<Shared>,
+    /// How much of its node's [`COUNTER`] the device takes while allocated
+    /// (`consumesCounters`); only on a node with a counter set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumes: Option<i64>,
 }
 
 /// The consumable capacity [`SHARED_CAPACITY`] of a device that allows multiple
@@ -436,6 +449,12 @@ impl World {
                             );
                         }
                     }
+                    if let Some(amount) = d.consumes {
+                        device["consumesCounters"] = json!([{
+                            "counterSet": COUNTER_SET,
+                            "counters": {COUNTER: {"value": amount.to_string()}}
+                        }]);
+                    }
                     if !d.taints.is_empty() {
                         device["taints"] = d
                             .taints
@@ -446,15 +465,48 @@ impl World {
                     device
                 })
                 .collect();
-            out.push(json!({
-                "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-                "metadata": {"name": format!("{}-{DRIVER}", node.name)},
-                "spec": {
-                    "driver": DRIVER, "nodeName": node.name,
-                    "pool": {"name": node.name, "generation": 1, "resourceSliceCount": 1},
-                    "devices": devices
-                }
-            }));
+            // "Must not have more than 128 entries. If any device uses taints or consumes
+            // counters the limit is 64" (ResourceSliceSpec.Devices).
+            let per_slice = if node
+                .devices
+                .iter()
+                .any(|d| d.consumes.is_some() || !d.taints.is_empty())
+            {
+                64
+            } else {
+                128
+            };
+            let chunks: Vec<&[Value]> = if devices.is_empty() {
+                vec![&[]]
+            } else {
+                devices.chunks(per_slice).collect()
+            };
+            let slices = chunks.len() + usize::from(node.counter.is_some());
+            let pool = json!({"name": node.name, "generation": 1, "resourceSliceCount": slices});
+            for (i, chunk) in chunks.iter().enumerate() {
+                let name = match i {
+                    0 => format!("{}-{DRIVER}", node.name),
+                    _ => format!("{}-{DRIVER}-{i}", node.name),
+                };
+                out.push(json!({
+                    "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                    "metadata": {"name": name},
+                    "spec": {"driver": DRIVER, "nodeName": node.name, "pool": pool, "devices": chunk}
+                }));
+            }
+            if let Some(value) = node.counter {
+                out.push(json!({
+                    "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                    "metadata": {"name": format!("{}-{DRIVER}-counters", node.name)},
+                    "spec": {
+                        "driver": DRIVER, "nodeName": node.name, "pool": pool,
+                        "sharedCounters": [{
+                            "name": COUNTER_SET,
+                            "counters": {COUNTER: {"value": value.to_string()}}
+                        }]
+                    }
+                }));
+            }
         }
         for class in &self.classes {
             let mut expression = format!("device.driver == \"{DRIVER}\"");

@@ -32,3 +32,79 @@ async fn a_fixed_batch_of_worlds_agrees_with_the_checker() {
         reproducers.join("\n")
     );
 }
+
+/// The issue's input "128 devices with one counter set shared by all": two device slices
+/// (64 each, the limit when devices consume counters) and the counter set's own slice in
+/// one pool. The set has 3 slots, each device takes 1: two devices, then not two more,
+/// then one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_counter_set_shared_by_128_devices_limits_them_all() {
+    use fake_dra_differential::check::PodOutcome;
+    use fake_dra_differential::world::{
+        ClaimSpec, ClassSpec, DeviceSpec, Mode, NodeSpec, PodSpec, RequestSpec, World,
+    };
+    let pod = |name: &str, count: u32| PodSpec {
+        name: name.into(),
+        claims: vec![ClaimSpec {
+            requests: vec![RequestSpec {
+                name: "r".into(),
+                class: "any".into(),
+                mode: Mode::Count(count),
+                ..Default::default()
+            }],
+            match_attributes: Vec::new(),
+        }],
+    };
+    let world = World {
+        seed: 0,
+        tag: String::new(),
+        nodes: vec![NodeSpec {
+            name: "node-0".into(),
+            devices: (0..128)
+                .map(|i| DeviceSpec {
+                    name: format!("dev-{i}"),
+                    consumes: Some(1),
+                    ..Default::default()
+                })
+                .collect(),
+            counter: Some(3),
+        }],
+        classes: vec![ClassSpec {
+            name: "any".into(),
+            selector: None,
+        }],
+        pods: vec![pod("pod-0", 2), pod("pod-1", 2), pod("pod-2", 1)],
+    };
+    let slices: Vec<_> = world
+        .objects()
+        .into_iter()
+        .filter(|o| o["kind"] == "ResourceSlice")
+        .collect();
+    assert_eq!(slices.len(), 3, "{slices:?}");
+    assert!(
+        slices
+            .iter()
+            .all(|s| s["spec"]["pool"]["resourceSliceCount"] == 3)
+    );
+    let oracles = [oracle::Oracle::Emulator(oracle::Emulator {
+        release: (1, 37),
+    })];
+    let (verdict, outcomes) = fake_dra_differential::judge(&oracles, &world)
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            verdict,
+            fake_dra_differential::Verdict::Agree {
+                scheduled: 2,
+                unschedulable: 1,
+                ..
+            }
+        ),
+        "{verdict:?}: {outcomes:?}"
+    );
+    assert!(
+        matches!(outcomes[1], PodOutcome::Unschedulable { .. }),
+        "{outcomes:?}"
+    );
+}
