@@ -47,44 +47,55 @@ impl Held {
         device: &DeviceSpec,
         request: &RequestSpec,
     ) -> bool {
-        self.is_free(more, node, device, request) && self.counters_fit(more, node, device, request)
+        self.fit(more, node, device, request).is_ok()
     }
 
-    /// The device part of [`Held::can_take`].
-    fn is_free(
+    /// [`Held::can_take`], saying which part does not fit.
+    fn fit(
         &self,
         more: &Held,
         node: &NodeSpec,
         device: &DeviceSpec,
         request: &RequestSpec,
-    ) -> bool {
+    ) -> Result<(), Misfit> {
         let key = (node.name.clone(), device.name.clone());
-        match (device.shared, request.share_of(device)) {
+        let free = match (device.shared, request.share_of(device)) {
             (Some(shared), Some(share)) => {
                 let others = self.share_load(&key) + more.share_load(&key);
                 others + share <= shared.value && (device.capacity.is_empty() || others == 0)
             }
             _ => !self.whole.contains(&key) && !more.whole.contains(&key),
+        };
+        if !free {
+            return Err(Misfit::Device);
         }
+        if let Some(amount) = device.consumes
+            && self.pays_counters(more, &key, device, request)
+        {
+            let used = |h: &Held| h.counters.get(&node.name).copied().unwrap_or(0);
+            if used(self) + used(more) + amount > node.counter.unwrap_or(0) {
+                return Err(Misfit::Counters);
+            }
+        }
+        Ok(())
     }
 
-    /// The counter part of [`Held::can_take`].
-    fn counters_fit(
+    /// Whether giving `device` to `request` now charges its counters: a device given whole
+    /// does; a share only when it is the device's first (here and in `more`).
+    fn pays_counters(
         &self,
         more: &Held,
-        node: &NodeSpec,
+        key: &DeviceKey,
         device: &DeviceSpec,
         request: &RequestSpec,
     ) -> bool {
-        let key = (node.name.clone(), device.name.clone());
-        let charged = request.share_of(device).is_none()
-            || self.share_load(&key) + more.share_load(&key) == 0;
-        match device.consumes {
-            Some(amount) if charged => {
-                let used = |h: &Held| h.counters.get(&node.name).copied().unwrap_or(0);
-                used(self) + used(more) + amount <= node.counter.unwrap_or(0)
-            }
-            _ => true,
+        request.share_of(device).is_none() || self.share_load(key) + more.share_load(key) == 0
+    }
+
+    /// Adds (`sign` 1) or takes back (-1) what `device` consumes of its node's counter.
+    fn charge(&mut self, node: &str, device: &DeviceSpec, sign: i64) {
+        if let Some(amount) = device.consumes {
+            *self.counters.entry(node.to_owned()).or_default() += sign * amount;
         }
     }
 
@@ -98,21 +109,14 @@ impl Held {
         request: &RequestSpec,
     ) -> bool {
         let key = (node.to_owned(), device.name.clone());
-        let charged = match request.share_of(device) {
-            Some(share) => {
-                let first = base.share_load(&key) + self.share_load(&key) == 0;
-                *self.shares.entry(key).or_default() += share;
-                first
-            }
-            None => {
-                if !self.whole.insert(key) {
-                    return false;
-                }
-                true
-            }
-        };
-        if let (true, Some(amount)) = (charged, device.consumes) {
-            *self.counters.entry(node.to_owned()).or_default() += amount;
+        let pays = self.pays_counters(base, &key, device, request);
+        match request.share_of(device) {
+            Some(share) => *self.shares.entry(key).or_default() += share,
+            None if !self.whole.insert(key) => return false,
+            None => {}
+        }
+        if pays {
+            self.charge(node, device, 1);
         }
         true
     }
@@ -120,18 +124,27 @@ impl Held {
     /// Undoes [`Held::take`] of the same arguments.
     fn give_back(&mut self, base: &Held, node: &str, device: &DeviceSpec, request: &RequestSpec) {
         let key = (node.to_owned(), device.name.clone());
-        let uncharged = match request.share_of(device) {
+        let removed = match request.share_of(device) {
             Some(share) => {
-                let load = self.shares.entry(key.clone()).or_default();
-                *load -= share;
-                *load == 0 && base.share_load(&key) == 0
+                *self.shares.entry(key.clone()).or_default() -= share;
+                true
             }
             None => self.whole.remove(&key),
         };
-        if let (true, Some(amount)) = (uncharged, device.consumes) {
-            *self.counters.entry(node.to_owned()).or_default() -= amount;
+        // After the removal, a share pays back only when it was the device's last.
+        if removed && self.pays_counters(base, &key, device, request) {
+            self.charge(node, device, -1);
         }
     }
+}
+
+/// Why a device cannot go to a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Misfit {
+    /// Given whole already, or its shares' capacity spent.
+    Device,
+    /// Its node's counter set has not enough left.
+    Counters,
 }
 
 /// What an oracle did with one pod.
@@ -330,23 +343,14 @@ pub fn check(world: &World, outcomes: &[PodOutcome]) -> Vec<Violation> {
                         match request {
                             Some(r) if r.admits(&world.classes, found) => {
                                 let none = Held::default();
-                                let fits = held.is_free(&none, node_spec, found, r);
-                                let counted = held.counters_fit(&none, node_spec, found, r);
+                                let fit = held.fit(&none, node_spec, found, r);
+                                let (pod, device) = (pod.name.clone(), format!("{pool}/{device}"));
                                 if !held.take(&none, node, found, r) {
-                                    out.push(Violation::DeviceTwice {
-                                        pod: pod.name.clone(),
-                                        device: format!("{pool}/{device}"),
-                                    });
-                                } else if !fits {
-                                    out.push(Violation::CapacityExceeded {
-                                        pod: pod.name.clone(),
-                                        device: format!("{pool}/{device}"),
-                                    });
-                                } else if !counted {
-                                    out.push(Violation::CountersExceeded {
-                                        pod: pod.name.clone(),
-                                        device: format!("{pool}/{device}"),
-                                    });
+                                    out.push(Violation::DeviceTwice { pod, device });
+                                } else if fit == Err(Misfit::Device) {
+                                    out.push(Violation::CapacityExceeded { pod, device });
+                                } else if fit == Err(Misfit::Counters) {
+                                    out.push(Violation::CountersExceeded { pod, device });
                                 }
                                 chosen.entry(r.name.as_str()).or_default().push(found);
                             }

@@ -338,9 +338,14 @@ pub fn bind(path: &Path) -> std::io::Result<tokio::net::UnixListener> {
         ));
     };
     crate::fsutil::create_dir(dir)?;
-    let random = uuid::Uuid::new_v4().simple().to_string();
     let keep = name.len().saturating_sub(1).clamp(1, 12);
-    let hidden = dir.join(format!(".{}", random.get(..keep).unwrap_or("s")));
+    let random: String = uuid::Uuid::new_v4()
+        .simple()
+        .to_string()
+        .chars()
+        .take(keep)
+        .collect();
+    let hidden = dir.join(format!(".{random}"));
     let listener = tokio::net::UnixListener::bind(&hidden)?;
     let placed =
         crate::fsutil::restrict_socket(&hidden).and_then(|()| std::fs::rename(&hidden, path));
