@@ -17,6 +17,7 @@ use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use serde_json::Value;
 use tokio::process::Child;
 
+use crate::apiserver::gates::FeatureGates;
 use crate::apiserver::{ApiServer, ApiServerOptions, StartError};
 use crate::binaries;
 use crate::cluster::lifeline;
@@ -120,6 +121,9 @@ pub struct SimConfig {
     /// The Kubernetes version the emulator reports and serves the APIs of; default from
     /// the overlay: classic 1.30, structured 1.34.
     pub server_version: Option<(u32, u32)>,
+    /// The DRA feature gates over the release's defaults (`--feature-gates`), for the API
+    /// server and the scheduler alike.
+    pub feature_gates: FeatureGates,
     /// Extra env for every kubelet plugin (e.g. `FAKE_DRA_NUM_DEVICES`), after the DaemonSet's.
     pub plugin_env: Vec<(String, String)>,
     /// Labels every Node carries besides `kubernetes.io/hostname`.
@@ -140,6 +144,7 @@ impl Default for SimConfig {
             plugin_env: Vec::new(),
             node_labels: Vec::new(),
             server_version: None,
+            feature_gates: FeatureGates::default(),
             wiping_delay: crate::cluster::kubelet::DEFAULT_WIPING_DELAY,
         }
     }
@@ -216,13 +221,16 @@ impl Sim {
             RuntimeChoice::Process => ContainerRuntime::Process,
         };
         tracing::info!(runtime = runtime.name(), work_dir = %work_dir.display(), "starting the emulated cluster");
+        if !config.feature_gates.are_defaults() {
+            tracing::info!(feature_gates = %config.feature_gates.spec(), "feature gates over the release's defaults");
+        }
 
         // The driver's objects come from deploy/, CRDs included (not the emulator's own copy).
         let server = ApiServer::start_with(ApiServerOptions {
             server_version: config.kubernetes_version(),
             kubeconfig_dir: Some(work_dir.clone()),
             crds: Vec::new(),
-            all_dra_gates_on: false,
+            feature_gates: config.feature_gates.clone(),
         })
         .await?;
         let kubeconfig = server.kubeconfig().to_path_buf();

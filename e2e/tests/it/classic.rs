@@ -625,6 +625,59 @@ fn sim_run_refuses_what_the_api_server_would_before_starting() {
     }
 }
 
+/// `--feature-gates` (env `FAKE_DRA_FEATURE_GATES`) sets the emulated cluster's DRA gates
+/// over its release's defaults, as on kube-apiserver and kube-scheduler: a gate the release
+/// lacks, or one the emulator does not implement, is refused by name before anything
+/// starts; a gate turned off changes what the scheduler does (here: the DeviceTaintRule
+/// example's untolerating pod runs, which a default 1.37 keeps Pending).
+#[test]
+fn sim_feature_gates_are_checked_against_the_release_and_honoured() {
+    let example = examples_dir().join("structured/features/device-taint-rule.yaml");
+    for (version, flag, env, want) in [
+        (
+            "1.33",
+            Some("DRAConsumableCapacity=true"),
+            None,
+            "DRAConsumableCapacity does not exist in Kubernetes 1.33: it came in 1.34",
+        ),
+        (
+            "1.37",
+            None,
+            Some("DRAWorkloadResourceClaims=true"),
+            "the emulator does not implement DRAWorkloadResourceClaims=true (KEP-5729) on Kubernetes 1.37",
+        ),
+    ] {
+        let mut command = std::process::Command::new(sim_binary());
+        command.args(["--mode", "structured", "--kubernetes-version", version]);
+        command.args(flag.map(|f| format!("--feature-gates={f}")));
+        if let Some(env) = env {
+            command.env("FAKE_DRA_FEATURE_GATES", env);
+        }
+        let out = command
+            .args(["run", "-f"])
+            .arg(examples_dir().join("structured/1-two-pods-own-claims.yaml"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains(want), "{stderr}");
+        assert!(!stderr.contains("cluster up"), "started first: {stderr}");
+    }
+    let out = std::process::Command::new(sim_binary())
+        .args(["--kubernetes-version", "1.37"])
+        .args(["--feature-gates", "DRADeviceTaintRules=false"])
+        .args(["run", "--wait", "--timeout", "90s", "-f"])
+        .arg(&example)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("every pod is ready or has succeeded (2 pods, 0 deployments)"),
+        "{stderr}"
+    );
+}
+
 /// `fake-dra-sim run --wait` for scripts: exits 0 once every pod is ready, 1 with the
 /// waiting pod named when --timeout passes. It takes the cluster down as it ends, so it
 /// prints no `export KUBECONFIG` (kubectl would find nothing there) but the way to keep it.

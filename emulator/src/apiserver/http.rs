@@ -43,6 +43,8 @@ pub struct Shared {
     pub gc: Notify,
     /// The version `/version` reports.
     pub server_version: (u32, u32),
+    /// The gates it was started with ([`super::ApiServerOptions::feature_gates`]).
+    pub feature_gates: super::gates::FeatureGates,
 }
 
 impl Shared {

@@ -79,10 +79,9 @@ pub struct ApiServerOptions {
     /// with the server. `fake-dra-sim` names its work directory, so that a killed sim
     /// leaves nothing outside it.
     pub kubeconfig_dir: Option<PathBuf>,
-    /// Every DRA feature gate on, as `--feature-gates=DRADeviceTaints=true,...` turns them
-    /// on in kube-apiserver: no field of a DRA feature is dropped on write, whatever the
-    /// release's defaults (tests of a release's layout with its optional features).
-    pub all_dra_gates_on: bool,
+    /// The DRA feature gates, over the release's defaults, as kube-apiserver's
+    /// `--feature-gates` sets them: the fields of a gate that is off are dropped on write.
+    pub feature_gates: gates::FeatureGates,
 }
 
 impl Default for ApiServerOptions {
@@ -91,7 +90,7 @@ impl Default for ApiServerOptions {
             server_version: (1, 30),
             crds: Vec::new(),
             kubeconfig_dir: None,
-            all_dra_gates_on: false,
+            feature_gates: gates::FeatureGates::default(),
         }
     }
 }
@@ -115,7 +114,7 @@ impl ApiServer {
     pub async fn start_with(options: ApiServerOptions) -> Result<Self, StartError> {
         let mut store =
             Store::for_version(options.server_version).map_err(StartError::UnsupportedVersion)?;
-        store.all_dra_gates_on = options.all_dra_gates_on;
+        store.feature_gates = options.feature_gates.clone();
         install_crds(&mut store, &options.crds)?;
         let (watch_epoch, _) = watch::channel(0);
         let shared = Arc::new(Shared {
@@ -123,6 +122,7 @@ impl ApiServer {
             watch_epoch,
             gc: Notify::new(),
             server_version: options.server_version,
+            feature_gates: options.feature_gates,
         });
 
         let listener = TcpListener::bind(("127.0.0.1", 0))
@@ -156,6 +156,12 @@ impl ApiServer {
     /// The Kubernetes release this server emulates.
     pub fn server_version(&self) -> (u32, u32) {
         self.shared.server_version
+    }
+
+    /// The feature gates the server was started with; the emulated control plane's
+    /// components take the same, as a cluster's components share `--feature-gates`.
+    pub fn feature_gates(&self) -> &gates::FeatureGates {
+        &self.shared.feature_gates
     }
 
     pub fn url(&self) -> String {

@@ -94,6 +94,7 @@ pub fn validate_write(
     old: Option<&Value>,
     new: &Value,
     server_version: (u32, u32),
+    gates: &super::gates::FeatureGates,
 ) -> ApiResult<()> {
     let mut causes = Vec::new();
     let structured = !rt.serves("v1alpha2");
@@ -146,7 +147,8 @@ pub fn validate_write(
             resource_slice(new, &mut causes);
             let devices = new.pointer("/spec/devices").and_then(Value::as_array);
             for (i, device) in devices.into_iter().flatten().enumerate() {
-                let fractional = super::gates::fractional_capacity_range(server_version);
+                let fractional =
+                    gates.enabled(super::gates::Gate::FractionalCapacityRange, server_version);
                 capacity::device_capacities(device, i, fractional, &mut causes);
             }
             release::slice(new.get("spec"), server_version, &mut causes);

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use fake_dra_emulator::apiserver::gates::FeatureGates;
 use fake_dra_emulator::cluster::lifeline;
 use fake_dra_emulator::manifests::{self, Manifest};
 use fake_dra_emulator::sim::mode::{self, Generation};
@@ -105,6 +106,12 @@ struct Args {
     /// Kubernetes version to emulate, e.g. 1.33 (default: 1.30 classic, 1.34 structured).
     #[arg(long, env = "FAKE_DRA_KUBERNETES_VERSION", value_parser = parse_version, global = true)]
     kubernetes_version: Option<(u32, u32)>,
+    /// DRA feature gates over the emulated release's defaults, NAME=true,NAME=false, as
+    /// kube-apiserver and kube-scheduler take them (e.g. DRAFractionalCapacityRange=true
+    /// on 1.37, DRADeviceTaints=true on 1.35). A gate the release lacks, a locked one, or
+    /// one the emulator does not implement is refused by name.
+    #[arg(long, env = "FAKE_DRA_FEATURE_GATES", global = true)]
+    feature_gates: Option<String>,
     /// Container runtime of the nodes (auto: podman when usable).
     #[arg(
         long,
@@ -375,10 +382,23 @@ async fn run(args: Args) -> Result<(), String> {
             .collect(),
         ..SimConfig::default()
     };
+    let config = SimConfig {
+        feature_gates: FeatureGates::parse(
+            args.feature_gates.as_deref().unwrap_or_default(),
+            config.kubernetes_version(),
+        )
+        .map_err(|e| e.to_string())?,
+        ..config
+    };
     // As the API server will take them, strictly, before anything starts.
     let deployed = manifests::rendered(&deploy, overlay).map_err(|e| e.to_string())?;
-    fake_dra_emulator::sim::check_manifests(config.kubernetes_version(), &deployed, &manifests)
-        .map_err(|e| e.to_string())?;
+    fake_dra_emulator::sim::check_manifests(
+        config.kubernetes_version(),
+        &config.feature_gates,
+        &deployed,
+        &manifests,
+    )
+    .map_err(|e| e.to_string())?;
     // One watch on SIGINT/SIGTERM for the whole run, installed when the start is first
     // polled: a signal between two separately made watches was lost (a Ctrl-C right after
     // "cluster up" did nothing).

@@ -227,7 +227,12 @@ impl EmulatedCluster {
         let mut components = JoinSet::new();
         let version = server.server_version();
         components.spawn(claims::run(server.client()?, changes(&server), version));
-        components.spawn(scheduler::run(server.client()?, changes(&server), version));
+        components.spawn(scheduler::run(
+            server.client()?,
+            changes(&server),
+            version,
+            server.feature_gates().clone(),
+        ));
         components.spawn(workloads::run(server.client()?, changes(&server), version));
         components.spawn(namespaces::run(server.client()?, changes(&server)));
         components.spawn(endpoint_slices::run(server.client()?, changes(&server)));

@@ -40,9 +40,11 @@ pub async fn run(
     client: kube::Client,
     changes: broadcast::Receiver<Arc<WatchEvent>>,
     server_version: (u32, u32),
+    gates: crate::apiserver::gates::FeatureGates,
 ) {
     if let Some(api) = super::structured::ResourceClient::for_server(client.clone(), server_version)
     {
+        let api = api.with_gates(gates);
         return super::structured::run_scheduler(api, client, changes).await;
     }
     let events = Events::new(client.clone(), "default-scheduler", None);

@@ -73,7 +73,7 @@ fn objects_over_the_size_limits_are_refused_before_start() {
         ),
     ] {
         let big = manifest("big.yaml#0", fault(bytes));
-        let err = check_manifests((1, 34), &deployed, &[big])
+        let err = check_manifests((1, 34), &FeatureGates::default(), &deployed, &[big])
             .unwrap_err()
             .to_string();
         assert!(
@@ -120,9 +120,14 @@ fn wrongly_typed_built_in_objects_are_refused_before_start() {
             "spec.replicas: invalid type: string \"many\", expected i32",
         ),
     ] {
-        let err = check_manifests((1, 34), &deployed, &[manifest("x.yaml#0", object)])
-            .unwrap_err()
-            .to_string();
+        let err = check_manifests(
+            (1, 34),
+            &FeatureGates::default(),
+            &deployed,
+            &[manifest("x.yaml#0", object)],
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains(want), "{err}");
     }
 }

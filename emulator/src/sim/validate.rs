@@ -33,10 +33,11 @@ pub(super) fn served_form(store: &Store, m: &Manifest) -> (String, String, Value
     (group, version, object)
 }
 
-/// Creates `deployed` then `manifests` in a scratch store of `server_version` with strict
+/// Creates `deployed` then `manifests` in a scratch store of `server_version` and `gates` with strict
 /// field validation; the first refusal is the error, named by the manifest's origin.
 pub fn check_manifests(
     server_version: (u32, u32),
+    gates: &FeatureGates,
     deployed: &[Manifest],
     manifests: &[Manifest],
 ) -> Result<(), SimError> {
@@ -44,6 +45,7 @@ pub fn check_manifests(
         overlay: String::new(),
         message,
     })?;
+    store.feature_gates = gates.clone();
     let strict = WriteOptions {
         field_validation: FieldValidation::Strict,
         user_agent: "fake-dra-sim".into(),

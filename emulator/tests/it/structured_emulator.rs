@@ -6,6 +6,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use fake_dra_emulator::apiserver::gates::FeatureGates;
 use fake_dra_emulator::apiserver::{ApiServer, ApiServerOptions, StartError};
 use fake_dra_emulator::cluster::{claims, scheduler};
 use k8s_openapi::api::core::v1::Node;
@@ -19,15 +20,18 @@ const DRIVER: &str = "fake.resource.3-shake.com";
 const CLASS: &str = "fake.3-shake.com";
 
 async fn server(version: (u32, u32)) -> (ApiServer, kube::Client) {
-    server_with(version, false).await
+    server_with(version, FeatureGates::default()).await
 }
 
-/// With `all_gates`, every DRA feature gate on (the scheduler's features on a release's
-/// API, whatever its defaults).
-async fn server_with(version: (u32, u32), all_gates: bool) -> (ApiServer, kube::Client) {
+/// `FeatureGates::all_on()` turns every DRA feature gate on (the scheduler's features on a
+/// release's API, whatever its defaults).
+async fn server_with(
+    version: (u32, u32),
+    feature_gates: FeatureGates,
+) -> (ApiServer, kube::Client) {
     let server = ApiServer::start_with(ApiServerOptions {
         server_version: version,
-        all_dra_gates_on: all_gates,
+        feature_gates,
         ..ApiServerOptions::default()
     })
     .await
@@ -422,7 +426,14 @@ async fn pods_take_the_claim_layout_of_their_release() {
 /// config, scheduler and controller. The scheduler's words follow the release (1.37's
 /// where a test compares them).
 async fn control_plane(version: (u32, u32)) -> (ApiServer, kube::Client, tokio::task::JoinSet<()>) {
-    let (server, client) = server_with(version, true).await;
+    control_plane_with(version, FeatureGates::all_on()).await
+}
+
+async fn control_plane_with(
+    version: (u32, u32),
+    gates: FeatureGates,
+) -> (ApiServer, kube::Client, tokio::task::JoinSet<()>) {
+    let (server, client) = server_with(version, gates).await;
     let nodes: Api<Node> = Api::all(client.clone());
     for (node, models) in [
         ("n1", ["M1", "M1", "M2", "M2"]),
@@ -464,6 +475,7 @@ async fn control_plane(version: (u32, u32)) -> (ApiServer, kube::Client, tokio::
         server.client().unwrap(),
         server.store().subscribe(),
         version,
+        server.feature_gates().clone(),
     ));
     tasks.spawn(claims::run(
         server.client().unwrap(),
@@ -982,6 +994,88 @@ async fn device_taints_keep_new_claims_off_unless_tolerated() {
     })
     .await;
     assert_eq!(node_of(&client, "b").await, None);
+}
+
+/// kube-scheduler applies DeviceTaintRules only with `DRADeviceTaintRules` on
+/// (`EnableDeviceTaintRules` in pkg/scheduler/scheduler.go of 1.37.2); the API serves the
+/// kind either way.
+#[tokio::test]
+async fn taint_rules_keep_pods_off_only_while_their_gate_is_on() {
+    for (spec, allocated) in [("", false), ("DRADeviceTaintRules=false", true)] {
+        let gates = FeatureGates::parse(spec, (1, 37)).unwrap();
+        let (_server, client, _tasks) = control_plane_with((1, 37), gates).await;
+        let rule = object(json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule", "metadata": {"name": "maintenance"},
+            "spec": {"deviceSelector": {"driver": DRIVER}, "taint": {"key": "maintenance", "effect": "NoSchedule"}}
+        }));
+        api(&client, "v1", "DeviceTaintRule", None)
+            .create(&PostParams::default(), &rule)
+            .await
+            .unwrap();
+        api(&client, "v1", "ResourceClaimTemplate", Some("default"))
+            .create(
+                &PostParams::default(),
+                &template(
+                    "one",
+                    json!({"name": "gpu", "exactly": {"deviceClassName": CLASS}}),
+                ),
+            )
+            .await
+            .unwrap();
+        create_pod(
+            &client,
+            &pod(
+                "a",
+                json!({"name": "gpu", "resourceClaimTemplateName": "one"}),
+            ),
+        )
+        .await;
+        if allocated {
+            eventually(
+                "a placed though every device is tainted by the rule",
+                || async { node_of(&client, "a").await.is_some() },
+            )
+            .await;
+        } else {
+            eventually("a unschedulable", || async {
+                event_notes(&client, "FailedScheduling")
+                    .await
+                    .iter()
+                    .any(|n| n.contains("cannot allocate all claims"))
+            })
+            .await;
+            assert_eq!(node_of(&client, "a").await, None, "gates: {spec:?}");
+        }
+    }
+}
+
+/// `--feature-gates DRADeviceTaints=true` on 1.35 keeps the taints a default 1.35 drops.
+#[tokio::test]
+async fn a_gate_turned_on_keeps_the_fields_its_release_drops_by_default() {
+    for (gates, kept) in [
+        (FeatureGates::default(), false),
+        (
+            FeatureGates::parse("DRADeviceTaints=true", (1, 35)).unwrap(),
+            true,
+        ),
+    ] {
+        let (_server, client) = server_with((1, 35), gates).await;
+        let slice = object(json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": "s"},
+            "spec": {"driver": DRIVER, "nodeName": "n1", "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+                     "devices": [{"name": "d", "taints": [{"key": "k", "effect": "NoSchedule"}]}]}
+        }));
+        let stored = api(&client, "v1", "ResourceSlice", None)
+            .create(&PostParams::default(), &slice)
+            .await
+            .unwrap();
+        assert_eq!(
+            stored.data.pointer("/spec/devices/0/taints").is_some(),
+            kept,
+            "{}",
+            stored.data
+        );
+    }
 }
 
 #[tokio::test]

@@ -44,6 +44,7 @@ impl Binary {
                     "--nodes",
                     "--mode",
                     "--kubernetes-version",
+                    "--feature-gates",
                     "--runtime",
                     "--num-devices",
                     "--log-format",
@@ -169,7 +170,7 @@ fn value() -> impl Strategy<Value = String> {
                 "fake", "gpu", "nvidia", "classic", "structured", "auto", "json", "text", "process",
                 "podman", "1.37", "1.26", "2.0", "1.99999999999", "a,a", "UPPER,x", ",",
                 "0.0.0.0:0", "[::1]:99999", "localhost:8080", "A100-80GB:2", "x=y:NoSchedule",
-                "a>5", "key in (a,b", "/dev/zero", "/etc", "/proc/self/mem", "-", "--help=no",
+                "a>5", "key in (a,b", "DRADeviceTaints=true", "DRAAdminAccess=false", "/dev/zero", "/etc", "/proc/self/mem", "-", "--help=no",
             ][..],
         )
         .prop_map(String::from),

@@ -184,7 +184,7 @@ impl Store {
             self.admit_new_service(&mut body, &name)?;
         }
         self.authorized_for_admin(&rt, &namespace, &body)?;
-        validation::validate_write(&rt, None, &body, self.server_version)?;
+        validation::validate_write(&rt, None, &body, self.server_version, &self.feature_gates)?;
         if rt.group == "apiextensions.k8s.io" && rt.plural == "customresourcedefinitions" {
             self.register_crd(&mut body)?;
         }

@@ -191,8 +191,8 @@ pub struct Store {
     /// The Kubernetes release emulated: it decides the kinds and versions served and the
     /// Pod layout accepted.
     server_version: (u32, u32),
-    /// Every DRA gate on ([`super::ApiServerOptions::all_dra_gates_on`]).
-    pub(crate) all_dra_gates_on: bool,
+    /// [`super::ApiServerOptions::feature_gates`].
+    pub(crate) feature_gates: gates::FeatureGates,
     /// `Warning` headers for the response to the current write ([`Store::take_warnings`]).
     warnings: Vec<String>,
     /// The uid of every stored object, for the garbage collector's owner checks.
@@ -411,11 +411,18 @@ impl Store {
     /// as kube-apiserver's strategies do before validating a write (see [`gates`]): the
     /// write succeeds without them, and only the log says so.
     fn drop_disabled_fields(&self, rt: &ResourceType, old: Option<&Value>, new: &mut Value) {
-        if rt.group != "resource.k8s.io" || self.all_dra_gates_on {
+        if rt.group != "resource.k8s.io" {
             return;
         }
         let before = new.clone();
-        gates::drop_disabled_fields(&rt.group, &rt.plural, old, new, self.server_version);
+        gates::drop_disabled_fields(
+            &rt.group,
+            &rt.plural,
+            old,
+            new,
+            self.server_version,
+            &self.feature_gates,
+        );
         let dropped = gates::dropped(&before, new);
         if !dropped.is_empty() {
             let (major, minor) = self.server_version;
@@ -423,7 +430,7 @@ impl Store {
                 kind = %rt.kind,
                 name = meta_str(new, "name").unwrap_or_default(),
                 ?dropped,
-                "dropped fields whose feature gate is off by default in Kubernetes {major}.{minor}"
+                "dropped fields whose feature gate is off in this Kubernetes {major}.{minor} cluster"
             );
         }
     }
@@ -457,7 +464,7 @@ impl Store {
             faults: Vec::new(),
             snapshots: VecDeque::new(),
             server_version,
-            all_dra_gates_on: false,
+            feature_gates: gates::FeatureGates::default(),
             warnings: Vec::new(),
             uids: std::collections::HashSet::new(),
             gc: GcWork::default(),

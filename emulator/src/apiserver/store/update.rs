@@ -134,7 +134,13 @@ impl Store {
         if rt.group.is_empty() && rt.plural == "services" && target.subresource.is_none() {
             Self::admit_service_update(&old.object, &mut new, &name)?;
         }
-        validation::validate_write(rt, Some(&old.object), &new, self.server_version)?;
+        validation::validate_write(
+            rt,
+            Some(&old.object),
+            &new,
+            self.server_version,
+            &self.feature_gates,
+        )?;
         // An update that changes nothing is not written and bumps nothing (GuaranteedUpdate
         // short-circuits on identical bytes), so controllers do not feed their own loops.
         if new == old.object {

@@ -498,13 +498,14 @@ impl std::fmt::Debug for Programs {
 }
 
 impl Programs {
-    /// Programs evaluated as the allocator of Kubernetes `server_version` does.
-    pub fn for_release(server_version: (u32, u32)) -> Self {
+    /// Programs evaluated as the allocator of Kubernetes `server_version` does;
+    /// `fractional_capacity`: DRAFractionalCapacityRange is on.
+    pub fn for_release(server_version: (u32, u32), fractional_capacity: bool) -> Self {
         Self {
             compiled: HashMap::new(),
             runtime_errors_name_the_device: server_version >= (1, 37),
             configs_for_all_name_no_request: server_version >= (1, 37),
-            fractional_capacity: crate::apiserver::gates::fractional_capacity_range(server_version),
+            fractional_capacity,
         }
     }
 

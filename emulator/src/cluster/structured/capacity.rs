@@ -12,7 +12,7 @@
 //! - a request naming a capacity the device lacks does not match the device.
 //!
 //! Steps are counted in whole units, or in milli-units when DRAFractionalCapacityRange is
-//! on (not on a default 1.37 cluster: `gates::fractional_capacity_range`) and `min`, `max`
+//! on (not on a default 1.37 cluster: `Gate::FractionalCapacityRange`) and `min`, `max`
 //! and `step` are whole milli-units.
 
 use std::collections::BTreeMap;

@@ -48,6 +48,7 @@ use tokio::sync::broadcast;
 
 use super::{Events, level_triggered, object_ref};
 use crate::apiserver::device_taint_rule::DeviceTaintRule;
+use crate::apiserver::gates::{FeatureGates, Gate};
 use crate::apiserver::{ResourceKey, WatchEvent, conversion, resource_api_versions};
 
 /// `resourceapi.Finalizer`: put on a claim by the scheduler before it writes an allocation,
@@ -70,6 +71,8 @@ pub struct ResourceClient {
     client: kube::Client,
     version: &'static str,
     server_version: (u32, u32),
+    /// The component's `--feature-gates`.
+    gates: FeatureGates,
 }
 
 impl std::fmt::Debug for ResourceClient {
@@ -92,7 +95,18 @@ impl ResourceClient {
             client,
             version,
             server_version,
+            gates: FeatureGates::default(),
         })
+    }
+
+    /// The same, for a component started with `gates` as its `--feature-gates`.
+    pub fn with_gates(self, gates: FeatureGates) -> Self {
+        Self { gates, ..self }
+    }
+
+    /// Whether the component has `gate` on.
+    pub fn gate(&self, gate: Gate) -> bool {
+        self.gates.enabled(gate, self.server_version)
     }
 
     /// The version requests go through.

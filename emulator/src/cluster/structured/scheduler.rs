@@ -74,7 +74,12 @@ pub(super) async fn pass(
         .filter_map(|c| Some((c.metadata.name.clone()?, c)))
         .collect();
     let mut slices: Vec<ResourceSlice> = api.list(None).await?;
-    add_rule_taints(&mut slices, &api.device_taint_rules().await?);
+    // kube-scheduler reads DeviceTaintRules only with the gate on
+    // (`EnableDeviceTaintRules` in pkg/scheduler/scheduler.go of 1.37.2); the API serves
+    // them either way.
+    if api.gate(Gate::DeviceTaintRules) {
+        add_rule_taints(&mut slices, &api.device_taint_rules().await?);
+    }
     for name in unsupported_slices(&slices) {
         tracing::debug!(slice = %name, "ResourceSlice without spec.nodeName: not used by the emulated scheduler");
     }
@@ -92,7 +97,10 @@ pub(super) async fn pass(
         slices,
         load,
         usage: crate::cluster::node_fit::usage_by_node(&pods),
-        programs: Programs::for_release(api.server_version()),
+        programs: Programs::for_release(
+            api.server_version(),
+            api.gate(Gate::FractionalCapacityRange),
+        ),
     };
     // kube-controller-manager's device-taint-eviction-controller evicts the pods of claims
     // allocated a device with an untolerated NoExecute taint; the emulator has none, and

@@ -121,7 +121,7 @@ pub async fn start_api_with(
     let api = ApiServer::start_with(ApiServerOptions {
         server_version: version,
         crds,
-        all_dra_gates_on: true,
+        feature_gates: fake_dra_emulator::apiserver::gates::FeatureGates::all_on(),
         ..Default::default()
     })
     .await
