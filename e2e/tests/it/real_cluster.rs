@@ -300,6 +300,16 @@ fn emulator_as_recorded(minor: u32) {
     let mut emulated = rt.block_on(Emulated::start(NODE, &release));
     let mut p = Protocol::new(release);
     let complete = all_scenarios(&rt, &mut emulated, &mut p);
+    if !complete
+        || p.results()
+            .iter()
+            .any(|(_, o)| matches!(o, Outcome::Failed(_)))
+    {
+        eprintln!(
+            "a scenario failed on the emulator at 1.{minor}; its driver logs:\n{}",
+            emulated.log_tails(60)
+        );
+    }
     rt.block_on(emulated.shutdown());
     let unrecorded = protocol::not_yet_recorded(minor, &real);
     for scenario in &unrecorded {

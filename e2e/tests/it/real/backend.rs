@@ -244,6 +244,33 @@ impl Emulated {
     pub async fn shutdown(self) {
         self.sim.shutdown().await;
     }
+
+    /// The last lines of each driver log of the sim (`<work dir>/logs`), for a failed
+    /// scenario's report: the work dir goes with the sim.
+    pub fn log_tails(&self, lines: usize) -> String {
+        let dir = self.sim.work_dir().join("logs");
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return format!("(no logs in {})", dir.display());
+        };
+        let mut paths: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+        paths.sort();
+        let mut out = String::new();
+        for path in paths {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let all: Vec<&str> = text.lines().collect();
+            out.push_str(&format!(
+                "--- last {} of {} lines of {}\n",
+                lines.min(all.len()),
+                all.len(),
+                path.display()
+            ));
+            for line in &all[all.len().saturating_sub(lines)..] {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out
+    }
 }
 
 impl Backend for Emulated {

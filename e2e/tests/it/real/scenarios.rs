@@ -27,17 +27,53 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
+    wait_until_seen(what, || {
+        let next = check();
+        async move { next.await.ok_or_else(String::new) }
+    })
+    .await
+}
+
+/// Polls `check` until it yields a value; on giving up, says what the last poll saw
+/// (`check`'s `Err`).
+pub async fn wait_until_seen<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
-        if let Some(value) = check().await {
-            return value;
-        }
+        let seen = match check().await {
+            Ok(value) => return value,
+            Err(seen) => seen,
+        };
         assert!(
             tokio::time::Instant::now() < deadline,
-            "gave up waiting for: {what}"
+            "gave up waiting for: {what}{}{seen}",
+            if seen.is_empty() { "" } else { "; last seen: " }
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// The node's slices as a line: name, uid, pool generation each.
+fn describe_slices(slices: &[ResourceSlice]) -> String {
+    let each: Vec<String> = slices
+        .iter()
+        .map(|s| {
+            format!(
+                "{} (uid {}, pool generation {})",
+                s.metadata.name.as_deref().unwrap_or("?"),
+                s.metadata.uid.as_deref().unwrap_or("?"),
+                s.spec.pool.generation
+            )
+        })
+        .collect();
+    format!(
+        "{} slice(s) of the node: [{}]",
+        slices.len(),
+        each.join(", ")
+    )
 }
 
 // --- reading the cluster ----------------------------------------------------------------
@@ -969,9 +1005,13 @@ pub async fn kill_9_of_the_plugin<B: Backend>(b: &mut B, p: &mut Protocol) {
         "prepared before the kill, still prepared"
     );
     p.record("pod0's claim still prepared", true);
-    let slices = wait_until("the node's slice published", || async {
+    let slices = wait_until_seen("the node's slice published", || async {
         let s = node_slices(b).await;
-        (s.len() == 1).then_some(s)
+        if s.len() == 1 {
+            Ok(s)
+        } else {
+            Err(describe_slices(&s))
+        }
     })
     .await;
     p.record(
@@ -1007,13 +1047,17 @@ pub async fn kubelet_restart<B: Backend>(b: &mut B, p: &mut Protocol) {
         .collect();
     assert_eq!(old.len(), 1);
     b.restart_kubelet().await;
-    wait_until("the node's slice published anew", || async {
-        let now: Vec<String> = node_slices(b)
-            .await
-            .into_iter()
-            .filter_map(|s| s.metadata.uid)
+    wait_until_seen("the node's slice published anew", || async {
+        let slices = node_slices(b).await;
+        let now: Vec<&String> = slices
+            .iter()
+            .filter_map(|s| s.metadata.uid.as_ref())
             .collect();
-        (now.len() == 1 && !old.contains(&now[0])).then_some(())
+        if now.len() == 1 && !old.contains(now[0]) {
+            Ok(())
+        } else {
+            Err(describe_slices(&slices))
+        }
     })
     .await;
     p.record("slice replaced (new uid)", true);
