@@ -23,6 +23,12 @@ pub struct Held {
     pub whole: BTreeSet<DeviceKey>,
     pub shares: BTreeMap<DeviceKey, i64>,
     pub counters: BTreeMap<String, i64>,
+    /// Devices given with admin access in the pod being searched: each at most once.
+    pub admin: BTreeSet<DeviceKey>,
+    /// Admin access checks and takes counters as ordinary allocations do: Kubernetes
+    /// 1.37.2's allocator (kubernetes/kubernetes#140729), not the API's rule; set only to
+    /// tell that defect apart.
+    pub admin_pays_counters: bool,
 }
 
 impl Held {
@@ -59,6 +65,28 @@ impl Held {
         request: &RequestSpec,
     ) -> Result<(), Misfit> {
         let key = (node.name.clone(), device.name.clone());
+        if request.admin {
+            // Admin access ignores "all ordinary claims to the device with respect to
+            // access modes and any resource allocations" (`ExactDeviceRequest`); within
+            // the pod a device still goes once.
+            let once = !more.whole.contains(&key)
+                && !more.admin.contains(&key)
+                && more.share_load(&key) == 0;
+            if !once {
+                return Err(Misfit::Device);
+            }
+            return match device.consumes {
+                Some(amount) if more.admin_pays_counters => {
+                    let used = |h: &Held| h.counters.get(&node.name).copied().unwrap_or(0);
+                    if used(self) + used(more) + amount > node.counter.unwrap_or(0) {
+                        Err(Misfit::Counters)
+                    } else {
+                        Ok(())
+                    }
+                }
+                _ => Ok(()),
+            };
+        }
         let free = match (device.shared, request.share_of(device)) {
             (Some(shared), Some(share)) => {
                 let others = self.share_load(&key) + more.share_load(&key);
@@ -109,6 +137,15 @@ impl Held {
         request: &RequestSpec,
     ) -> bool {
         let key = (node.to_owned(), device.name.clone());
+        if request.admin {
+            if !self.admin.insert(key) {
+                return false;
+            }
+            if self.admin_pays_counters {
+                self.charge(node, device, 1);
+            }
+            return true;
+        }
         let pays = self.pays_counters(base, &key, device, request);
         match request.share_of(device) {
             Some(share) => *self.shares.entry(key).or_default() += share,
@@ -124,6 +161,12 @@ impl Held {
     /// Undoes [`Held::take`] of the same arguments.
     fn give_back(&mut self, base: &Held, node: &str, device: &DeviceSpec, request: &RequestSpec) {
         let key = (node.to_owned(), device.name.clone());
+        if request.admin {
+            if self.admin.remove(&key) && self.admin_pays_counters {
+                self.charge(node, device, -1);
+            }
+            return;
+        }
         let removed = match request.share_of(device) {
             Some(share) => {
                 *self.shares.entry(key.clone()).or_default() -= share;
@@ -182,6 +225,8 @@ pub enum Violation {
         want: String,
         got: usize,
     },
+    /// Results of one `firstAvailable` request from more than one of its subrequests.
+    SubrequestsMixed { pod: String, request: String },
     /// A device given twice (to two requests or two claims).
     DeviceTwice { pod: String, device: String },
     /// Shares of a device that together take more than its capacity.
@@ -217,6 +262,15 @@ pub enum Violation {
 }
 
 impl Violation {
+    /// Whether a known upstream defect explains it, whichever oracle showed it.
+    pub fn is_known_upstream(&self) -> bool {
+        match self {
+            Violation::KnownUpstream { .. } => true,
+            Violation::Of { violation, .. } => violation.is_known_upstream(),
+            _ => false,
+        }
+    }
+
     /// The kind, for the report.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -224,6 +278,7 @@ impl Violation {
             Violation::UnknownDevice { .. } => "unknown device",
             Violation::NotAdmitted { .. } => "device not admitted",
             Violation::WrongCount { .. } => "wrong device count",
+            Violation::SubrequestsMixed { .. } => "subrequests mixed",
             Violation::DeviceTwice { .. } => "device given twice",
             Violation::CapacityExceeded { .. } => "capacity exceeded",
             Violation::CountersExceeded { .. } => "counters exceeded",
@@ -296,7 +351,9 @@ pub fn check(world: &World, outcomes: &[PodOutcome]) -> Vec<Violation> {
             PodOutcome::Unschedulable { message } => {
                 for node in &world.nodes {
                     if feasible(world, node, &pod.claims, &held) {
-                        out.push(match constraint_gives_up(pod, message) {
+                        let known = constraint_gives_up(pod, message)
+                            .or_else(|| admin_pays_counters(world, &pod.claims, &held));
+                        out.push(match known {
                             Some(defect) => Violation::KnownUpstream {
                                 pod: pod.name.clone(),
                                 defect,
@@ -328,6 +385,10 @@ pub fn check(world: &World, outcomes: &[PodOutcome]) -> Vec<Violation> {
                         continue;
                     }
                     let mut chosen: BTreeMap<&str, Vec<&DeviceSpec>> = BTreeMap::new();
+                    // Per request, the alternative its results are of (`firstAvailable`).
+                    let mut alternative: BTreeMap<&str, &RequestSpec> = BTreeMap::new();
+                    // Devices given with admin access: they hold nothing for later pods.
+                    let mut admin = Held::default();
                     for (request_name, pool, device) in results {
                         let found = (pool == node)
                             .then(|| node_spec.devices.iter().find(|d| &d.name == device))
@@ -339,20 +400,31 @@ pub fn check(world: &World, outcomes: &[PodOutcome]) -> Vec<Violation> {
                             });
                             continue;
                         };
-                        let request = claim.requests.iter().find(|r| &r.name == request_name);
+                        let request = RequestSpec::named(&claim.requests, request_name);
                         match request {
-                            Some(r) if r.admits(&world.classes, found) => {
+                            Some((parent, r)) if r.admits(&world.classes, found) => {
+                                let first = *alternative.entry(parent.name.as_str()).or_insert(r);
+                                if first.name != r.name {
+                                    out.push(Violation::SubrequestsMixed {
+                                        pod: pod.name.clone(),
+                                        request: parent.name.clone(),
+                                    });
+                                }
                                 let none = Held::default();
                                 let fit = held.fit(&none, node_spec, found, r);
                                 let (pod, device) = (pod.name.clone(), format!("{pool}/{device}"));
-                                if !held.take(&none, node, found, r) {
+                                if r.admin {
+                                    if !admin.take(&held, node, found, r) {
+                                        out.push(Violation::DeviceTwice { pod, device });
+                                    }
+                                } else if !held.take(&none, node, found, r) {
                                     out.push(Violation::DeviceTwice { pod, device });
                                 } else if fit == Err(Misfit::Device) {
                                     out.push(Violation::CapacityExceeded { pod, device });
                                 } else if fit == Err(Misfit::Counters) {
                                     out.push(Violation::CountersExceeded { pod, device });
                                 }
-                                chosen.entry(r.name.as_str()).or_default().push(found);
+                                chosen.entry(parent.name.as_str()).or_default().push(found);
                             }
                             _ => out.push(Violation::NotAdmitted {
                                 pod: pod.name.clone(),
@@ -361,8 +433,12 @@ pub fn check(world: &World, outcomes: &[PodOutcome]) -> Vec<Violation> {
                             }),
                         }
                     }
-                    for request in &claim.requests {
-                        let got = chosen.get(request.name.as_str()).map_or(0, Vec::len);
+                    for parent in &claim.requests {
+                        let got = chosen.get(parent.name.as_str()).map_or(0, Vec::len);
+                        let request = alternative
+                            .get(parent.name.as_str())
+                            .copied()
+                            .unwrap_or(&parent.alternatives()[0]);
                         let (want, ok) = match request.mode {
                             Mode::Count(n) => (n.to_string(), got == n as usize),
                             Mode::All => {
@@ -373,7 +449,7 @@ pub fn check(world: &World, outcomes: &[PodOutcome]) -> Vec<Violation> {
                         if !ok {
                             out.push(Violation::WrongCount {
                                 pod: pod.name.clone(),
-                                request: request.name.clone(),
+                                request: parent.name.clone(),
                                 want,
                                 got,
                             });
@@ -425,6 +501,7 @@ fn known_eviction_defect(world: &World, pod: &str) -> Option<String> {
             pod.claims
                 .iter()
                 .flat_map(|c| &c.requests)
+                .flat_map(RequestSpec::alternatives)
                 .any(|r| r.tolerations.contains(&t.key))
         });
     tolerated_no_execute.then(|| {
@@ -438,14 +515,37 @@ fn known_eviction_defect(world: &World, pod: &str) -> Option<String> {
 /// because a claim constraint would not be satisfied", `allocateDevice` with `must`), and
 /// a Filter error fails the scheduling attempt on every node, not only that one.
 fn constraint_gives_up(pod: &crate::world::PodSpec, message: &str) -> Option<String> {
-    let all_under_constraint = pod
-        .claims
-        .iter()
-        .any(|c| !c.match_attributes.is_empty() && c.requests.iter().any(|r| r.mode == Mode::All));
+    let all_under_constraint = pod.claims.iter().any(|c| {
+        !c.match_attributes.is_empty()
+            && c.requests
+                .iter()
+                .flat_map(RequestSpec::alternatives)
+                .any(|r| r.mode == Mode::All)
+    });
     (all_under_constraint && message.contains("because a claim constraint would not be satisfied"))
         .then(|| {
             "an All request a constraint refuses on one node fails the pod everywhere (Kubernetes 1.37.2; docs/differential.md#upstream)".to_owned()
         })
+}
+
+/// The defect of Kubernetes 1.37.2 that explains a pod with admin access left
+/// unschedulable although the API's rules let it fit: the allocator checks and takes the
+/// counters of a device given with admin access as for an ordinary allocation
+/// (kubernetes/kubernetes#140729, open), so a device whose counter set its ordinary
+/// allocation spent cannot be had with admin access. It explains the outcome when no node
+/// fits under that rule.
+fn admin_pays_counters(world: &World, claims: &[ClaimSpec], held: &Held) -> Option<String> {
+    let admin = claims.iter().flat_map(|c| &c.requests).any(|r| r.admin);
+    let fits_as_upstream = world.nodes.iter().any(|node| {
+        let mut used = Held {
+            admin_pays_counters: true,
+            ..Held::default()
+        };
+        search_claims(world, node, claims, held, &mut used)
+    });
+    (admin && !fits_as_upstream).then(|| {
+        "admin access needs the counters its devices consume (kubernetes/kubernetes#140729; docs/differential.md#upstream)".to_owned()
+    })
 }
 
 /// Where two oracles' outcomes part, while they were in the same state: pods are compared
@@ -546,47 +646,51 @@ fn search_requests<'a>(
     chosen: &mut BTreeMap<&'a str, Vec<&'a DeviceSpec>>,
     then: &mut dyn FnMut(&mut Held) -> bool,
 ) -> bool {
-    let Some(request) = claim.requests.get(index) else {
+    let Some(parent) = claim.requests.get(index) else {
         return constraints_met(claim, chosen).is_none() && then(used);
     };
-    let open = |d: &DeviceSpec, used: &Held| held.can_take(used, node, d, request);
-    let sets: Vec<Vec<&DeviceSpec>> = match request.mode {
-        Mode::All => {
-            let all = selected(world, node, request);
-            if all.is_empty() || !all.iter().all(|d| request.tolerates(d)) {
-                return false;
+    // A `firstAvailable` request is met by any one of its subrequests.
+    for request in parent.alternatives() {
+        let open = |d: &DeviceSpec, used: &Held| held.can_take(used, node, d, request);
+        let sets: Vec<Vec<&DeviceSpec>> = match request.mode {
+            Mode::All => {
+                let all = selected(world, node, request);
+                if all.is_empty() || !all.iter().all(|d| request.tolerates(d)) {
+                    continue;
+                }
+                vec![all]
             }
-            vec![all]
-        }
-        Mode::Count(n) => {
-            let open: Vec<&DeviceSpec> = admitted(world, node, request)
-                .into_iter()
-                .filter(|d| open(d, used))
-                .collect();
-            combinations(&open, n as usize)
-        }
-    };
-    for set in sets {
-        // One by one: devices that each fit may not fit together (counters).
-        let mut taken = 0;
-        for d in &set {
-            if !open(d, used) {
-                break;
+            Mode::Count(n) => {
+                let open: Vec<&DeviceSpec> = admitted(world, node, request)
+                    .into_iter()
+                    .filter(|d| open(d, used))
+                    .collect();
+                combinations(&open, n as usize)
             }
-            used.take(held, &node.name, d, request);
-            taken += 1;
-        }
-        let found = taken == set.len() && {
-            chosen.insert(request.name.as_str(), set.clone());
-            let found = search_requests(world, node, claim, index + 1, held, used, chosen, then);
-            chosen.remove(request.name.as_str());
-            found
         };
-        for d in set.iter().take(taken).rev() {
-            used.give_back(held, &node.name, d, request);
-        }
-        if found {
-            return true;
+        for set in sets {
+            // One by one: devices that each fit may not fit together (counters).
+            let mut taken = 0;
+            for d in &set {
+                if !open(d, used) {
+                    break;
+                }
+                used.take(held, &node.name, d, request);
+                taken += 1;
+            }
+            let found = taken == set.len() && {
+                chosen.insert(parent.name.as_str(), set.clone());
+                let found =
+                    search_requests(world, node, claim, index + 1, held, used, chosen, then);
+                chosen.remove(parent.name.as_str());
+                found
+            };
+            for d in set.iter().take(taken).rev() {
+                used.give_back(held, &node.name, d, request);
+            }
+            if found {
+                return true;
+            }
         }
     }
     false
@@ -664,6 +768,70 @@ mod tests {
             ..Held::default()
         };
         assert!(!feasible(&w, &w.nodes[0], &w.pods[0].claims, &taken));
+    }
+
+    /// `firstAvailable`: three devices on one NUMA node first, else one.
+    fn three_else_one() -> ClaimSpec {
+        let alternative = |name: &str, count| RequestSpec {
+            name: name.into(),
+            class: "any".into(),
+            mode: Mode::Count(count),
+            ..Default::default()
+        };
+        ClaimSpec {
+            requests: vec![RequestSpec {
+                name: "r".into(),
+                first_available: vec![alternative("three", 3), alternative("one", 1)],
+                ..Default::default()
+            }],
+            match_attributes: vec![("numa".into(), Vec::new())],
+        }
+    }
+
+    #[test]
+    fn a_first_available_request_is_met_by_any_one_of_its_subrequests() {
+        let w = world(&[("a", 0), ("b", 1)], vec![three_else_one()]);
+        let feasible_now = |held: &Held| feasible(&w, &w.nodes[0], &w.pods[0].claims, held);
+        assert!(feasible_now(&Held::default()), "the second subrequest fits");
+        let all_taken = Held {
+            whole: BTreeSet::from([("n".into(), "a".into()), ("n".into(), "b".into())]),
+            ..Held::default()
+        };
+        assert!(!feasible_now(&all_taken));
+        let scheduled = |results: &[(&str, &str)]| PodOutcome::Scheduled {
+            node: "n".into(),
+            claims: vec![
+                results
+                    .iter()
+                    .map(|(r, d)| (r.to_string(), "n".to_string(), d.to_string()))
+                    .collect(),
+            ],
+        };
+        assert_eq!(check(&w, &[scheduled(&[("r/one", "b")])]), Vec::new());
+        let kinds = |results: &[(&str, &str)]| -> Vec<&'static str> {
+            check(&w, &[scheduled(results)])
+                .iter()
+                .map(Violation::kind)
+                .collect()
+        };
+        assert_eq!(kinds(&[("r/three", "a")]), ["wrong device count"]);
+        assert_eq!(
+            kinds(&[("r/one", "a"), ("r/three", "b")]),
+            [
+                "subrequests mixed",
+                "wrong device count",
+                "matchAttribute unmet"
+            ]
+        );
+        // A result naming the request itself, or a subrequest it lacks, names nothing.
+        assert_eq!(
+            kinds(&[("r", "a")]),
+            ["device not admitted", "wrong device count"]
+        );
+        assert_eq!(
+            kinds(&[("r/two", "a")]),
+            ["device not admitted", "wrong device count"]
+        );
     }
 
     #[test]
@@ -816,6 +984,82 @@ mod tests {
         // A device that consumes nothing still fits.
         w.nodes[0].devices[2].consumes = None;
         assert_eq!(check(&w, &[on("a"), on("b"), on("c")]), Vec::new());
+    }
+
+    /// Admin access takes devices others hold, holds none for later pods, and is not
+    /// stopped by counters others spent; Kubernetes 1.37.2's allocator is
+    /// (kubernetes/kubernetes#140729), which the checker names as a known defect.
+    #[test]
+    fn admin_access_ignores_what_others_hold_and_holds_nothing() {
+        let claim = |admin: bool| ClaimSpec {
+            requests: vec![RequestSpec {
+                name: "r".into(),
+                class: "any".into(),
+                admin,
+                ..Default::default()
+            }],
+            match_attributes: Vec::new(),
+        };
+        let mut w = world(&[("a", 0)], vec![claim(false)]);
+        for (name, admin) in [("monitor", true), ("q", false)] {
+            w.pods.push(PodSpec {
+                name: name.into(),
+                claims: vec![claim(admin)],
+            });
+        }
+        let on_a = PodOutcome::Scheduled {
+            node: "n".into(),
+            claims: vec![vec![("r".into(), "n".into(), "a".into())]],
+        };
+        let pending = PodOutcome::Unschedulable {
+            message: "cannot allocate all claims".into(),
+        };
+        // p holds a; the monitor gets it too; q does not, as p still holds it.
+        assert_eq!(
+            check(&w, &[on_a.clone(), on_a.clone(), pending.clone()]),
+            Vec::new()
+        );
+        let kinds = |w: &World, outcomes: &[PodOutcome]| -> Vec<&'static str> {
+            check(w, outcomes).iter().map(Violation::kind).collect()
+        };
+        assert_eq!(
+            kinds(&w, &[on_a.clone(), pending.clone(), pending.clone()]),
+            ["feasible but unschedulable"]
+        );
+        assert_eq!(
+            kinds(&w, &[on_a.clone(), on_a.clone(), on_a.clone()]),
+            ["device given twice"]
+        );
+        // With a counter set that p's device spends, the monitor still fits by the API;
+        // upstream refuses it, a known defect.
+        w.nodes[0].counter = Some(4);
+        w.nodes[0].devices[0].consumes = Some(4);
+        assert_eq!(
+            kinds(&w, &[on_a.clone(), pending.clone(), pending.clone()]),
+            ["known upstream defect"]
+        );
+        assert_eq!(check(&w, &[on_a.clone(), on_a, pending]), Vec::new());
+    }
+
+    #[test]
+    fn a_known_defect_is_known_whichever_oracle_showed_it() {
+        let known = Violation::KnownUpstream {
+            pod: "p".into(),
+            defect: "d".into(),
+        };
+        let of = |violation: Violation| Violation::Of {
+            oracle: "kube-scheduler".into(),
+            violation: Box::new(violation),
+        };
+        assert!(known.is_known_upstream());
+        assert!(of(known).is_known_upstream());
+        assert!(
+            !of(Violation::FeasibleButUnschedulable {
+                pod: "p".into(),
+                node: "n".into()
+            })
+            .is_known_upstream()
+        );
     }
 
     /// `All` fails on a node where a device it selects has a taint it does not tolerate

@@ -6,10 +6,12 @@
 //! attributes, one capacity, taints (NoSchedule, NoExecute, None), devices shared by
 //! several requests (`allowMultipleAllocations` with a consumable capacity under a request
 //! policy); DeviceClasses with or without a CEL selector; standalone claims with `exactly`
-//! requests, `ExactCount` and `All`, request selectors, tolerations, capacity requests and
-//! `matchAttribute` constraints; a counter set per node (DRAPartitionableDevices) that
-//! devices consume, in a slice of its own. Not yet: admin access, `firstAvailable`,
-//! per-device node selection, devices that are both shared and consume counters.
+//! requests and `firstAvailable` ones of two subrequests, `ExactCount` and `All`, request
+//! selectors, tolerations, capacity requests and `matchAttribute` constraints; a counter
+//! set per node (DRAPartitionableDevices) that devices consume, in a slice of its own;
+//! monitoring pods whose one claim asks for admin access. Not yet: admin access beside
+//! ordinary requests, per-device node selection, devices that are both shared and
+//! consume counters.
 
 use std::collections::BTreeMap;
 
@@ -118,7 +120,22 @@ fn predicate(rng: &mut Rng, depth: usize) -> Pred {
     }
 }
 
+/// A request: mostly `exactly`; about one in seven a `firstAvailable` of two
+/// subrequests, whose first often asks for more than the second.
 fn request(rng: &mut Rng, name: String, classes: &[ClassSpec]) -> RequestSpec {
+    if rng.chance(15) {
+        return RequestSpec {
+            name,
+            first_available: (0..2)
+                .map(|i| exact_request(rng, format!("s{i}"), classes))
+                .collect(),
+            ..RequestSpec::default()
+        };
+    }
+    exact_request(rng, name, classes)
+}
+
+fn exact_request(rng: &mut Rng, name: String, classes: &[ClassSpec]) -> RequestSpec {
     let class = rng.pick(classes).name.clone();
     let selector = rng.chance(35).then(|| predicate(rng, 0));
     let mode = if rng.chance(8) {
@@ -140,7 +157,24 @@ fn request(rng: &mut Rng, name: String, classes: &[ClassSpec]) -> RequestSpec {
         mode,
         tolerations,
         capacity,
+        admin: false,
+        first_available: Vec::new(),
     }
+}
+
+/// The one claim of a monitoring pod: every request with admin access, `exactly` and
+/// without a capacity request.
+fn admin_claim(rng: &mut Rng, classes: &[ClassSpec]) -> ClaimSpec {
+    let mut claim = claim(rng, classes);
+    for r in &mut claim.requests {
+        let name = r.name.clone();
+        let mut exact = r.alternatives()[0].clone();
+        exact.name = name;
+        exact.admin = true;
+        exact.capacity = None;
+        *r = exact;
+    }
+    claim
 }
 
 fn claim(rng: &mut Rng, classes: &[ClassSpec]) -> ClaimSpec {
@@ -199,9 +233,13 @@ pub fn world(seed: u64) -> World {
     let pods: Vec<PodSpec> = (0..rng.between(1, 5))
         .map(|p| PodSpec {
             name: format!("pod-{p}"),
-            claims: (0..rng.between(1, 2))
-                .map(|_| claim(&mut rng, &classes))
-                .collect(),
+            claims: if rng.chance(12) {
+                vec![admin_claim(&mut rng, &classes)]
+            } else {
+                (0..rng.between(1, 2))
+                    .map(|_| claim(&mut rng, &classes))
+                    .collect()
+            },
         })
         .collect();
     World {
@@ -216,6 +254,24 @@ pub fn world(seed: u64) -> World {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A tagged world (the real oracle's) names only classes it has, subrequests too.
+    #[test]
+    fn a_tagged_world_asks_only_for_its_own_classes() {
+        for seed in 0..300 {
+            let w = world(seed).tagged("t");
+            let classes: Vec<&str> = w.classes.iter().map(|c| c.name.as_str()).collect();
+            for r in w
+                .pods
+                .iter()
+                .flat_map(|p| &p.claims)
+                .flat_map(|c| &c.requests)
+                .flat_map(RequestSpec::alternatives)
+            {
+                assert!(classes.contains(&r.class.as_str()), "seed {seed}: {r:?}");
+            }
+        }
+    }
 
     #[test]
     fn a_seed_makes_the_same_world_and_seeds_differ() {
@@ -255,6 +311,26 @@ mod tests {
             .flat_map(|p| &p.claims)
             .flat_map(|c| &c.requests)
             .any(|r| r.capacity.is_some())));
+        assert!(any(&|w| w
+            .pods
+            .iter()
+            .flat_map(|p| &p.claims)
+            .flat_map(|c| &c.requests)
+            .any(|r| r.first_available.len() == 2)));
+        // Admin access only on `exactly` requests without capacity, alone in their pod.
+        assert!(any(&|w| w
+            .pods
+            .iter()
+            .any(|p| p.claims[0].requests[0].admin)));
+        assert!(!any(&|w| w.pods.iter().any(|p| {
+            let admin = p.claims.iter().flat_map(|c| &c.requests).any(|r| r.admin);
+            admin
+                && (p.claims.len() > 1
+                    || p.claims[0]
+                        .requests
+                        .iter()
+                        .any(|r| !r.admin || r.capacity.is_some() || !r.first_available.is_empty()))
+        })));
         assert!(any(&|w| w.nodes.iter().any(|n| n.counter.is_some()
             && n.devices.iter().filter(|d| d.consumes.is_some()).count()
                 >= 2)));

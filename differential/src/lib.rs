@@ -67,7 +67,7 @@ pub async fn judge(
     let outcomes = all.into_iter().next().unwrap_or_default();
     let (known, violations): (Vec<Violation>, Vec<Violation>) = violations
         .into_iter()
-        .partition(|v| matches!(v, Violation::KnownUpstream { .. }));
+        .partition(Violation::is_known_upstream);
     let verdict = if violations.is_empty() {
         let scheduled = outcomes
             .iter()

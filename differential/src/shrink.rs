@@ -3,7 +3,17 @@
 //! that keeps the disagreement is taken, and the search starts again from it, until no
 //! step keeps it or the budget of tries is spent.
 
-use crate::world::{Mode, World};
+use crate::world::{Mode, RequestSpec, World};
+
+/// Request `r` of claim `k` of pod `p`, or its subrequest `a` when it has some.
+fn alternative_mut(w: &mut World, p: usize, k: usize, r: usize, a: usize) -> &mut RequestSpec {
+    let request = &mut w.pods[p].claims[k].requests[r];
+    if request.first_available.is_empty() {
+        request
+    } else {
+        &mut request.first_available[a]
+    }
+}
 
 /// Every world one step smaller than `w`, biggest cuts first.
 pub fn reductions(w: &World) -> Vec<World> {
@@ -63,35 +73,42 @@ pub fn reductions(w: &World) -> Vec<World> {
                     }
                     true
                 });
-                push(&|c| {
-                    let request = &mut c.pods[p].claims[k].requests[r];
-                    request.selector.take().is_some()
-                });
-                push(&|c| {
-                    let request = &mut c.pods[p].claims[k].requests[r];
-                    !std::mem::take(&mut request.tolerations).is_empty()
-                });
-                push(&|c| {
-                    let request = &mut c.pods[p].claims[k].requests[r];
-                    request.capacity.take().is_some()
-                });
-                push(&|c| {
-                    let request = &mut c.pods[p].claims[k].requests[r];
-                    match request.mode {
-                        Mode::All => request.mode = Mode::Count(1),
-                        Mode::Count(n) if n > 1 => request.mode = Mode::Count(n - 1),
-                        Mode::Count(_) => return false,
-                    }
-                    true
-                });
-                push(&|c| {
-                    let request = &mut c.pods[p].claims[k].requests[r];
-                    if request.class == "any" {
-                        return false;
-                    }
-                    request.class = "any".into();
-                    true
-                });
+                // A `firstAvailable` request becomes one of its subrequests, named as it.
+                for a in 0..claim.requests[r].first_available.len() {
+                    push(&|c| {
+                        let request = &mut c.pods[p].claims[k].requests[r];
+                        let name = request.name.clone();
+                        *request = RequestSpec {
+                            name,
+                            ..request.first_available[a].clone()
+                        };
+                        true
+                    });
+                }
+                for a in 0..claim.requests[r].alternatives().len() {
+                    push(&|c| alternative_mut(c, p, k, r, a).selector.take().is_some());
+                    push(&|c| {
+                        !std::mem::take(&mut alternative_mut(c, p, k, r, a).tolerations).is_empty()
+                    });
+                    push(&|c| alternative_mut(c, p, k, r, a).capacity.take().is_some());
+                    push(&|c| {
+                        let request = alternative_mut(c, p, k, r, a);
+                        match request.mode {
+                            Mode::All => request.mode = Mode::Count(1),
+                            Mode::Count(n) if n > 1 => request.mode = Mode::Count(n - 1),
+                            Mode::Count(_) => return false,
+                        }
+                        true
+                    });
+                    push(&|c| {
+                        let request = alternative_mut(c, p, k, r, a);
+                        if request.class == "any" {
+                            return false;
+                        }
+                        request.class = "any".into();
+                        true
+                    });
+                }
             }
         }
     }
@@ -101,6 +118,7 @@ pub fn reductions(w: &World) -> Vec<World> {
             .iter()
             .flat_map(|p| &p.claims)
             .flat_map(|c| &c.requests)
+            .flat_map(RequestSpec::alternatives)
             .any(|r| r.class == class.name);
         if !used {
             push(&|c| {

@@ -14,6 +14,9 @@ use serde_json::{Value, json};
 pub const DRIVER: &str = "diff.example.com";
 /// The namespace of the pods and claims of an untagged world.
 pub const NAMESPACE: &str = "differential";
+/// The namespace label that allows admin access (k8s.io/api resource/v1
+/// `DRAAdminNamespaceLabelKey`).
+pub const ADMIN_NAMESPACE_LABEL: &str = "resource.kubernetes.io/admin-access";
 /// The node label a tagged world's nodes carry and its pods select: worlds share a
 /// cluster without a pod of one being placed on a node of another.
 pub const WORLD_LABEL: &str = "differential.fake-dra.dev/world";
@@ -209,6 +212,15 @@ pub struct RequestSpec {
     /// `capacity.requests` of [`SHARED_CAPACITY`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<i64>,
+    /// `adminAccess` (an `exactly` request only: subrequests have no such field). Its
+    /// devices "ignore all ordinary claims to the device with respect to access modes and
+    /// any resource allocations" (k8s.io/api resource/v1 `ExactDeviceRequest`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub admin: bool,
+    /// `firstAvailable`: subrequests, tried in order (DRAPrioritizedList). When set, the
+    /// request is these and its own fields but `name` mean nothing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub first_available: Vec<RequestSpec>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -301,6 +313,85 @@ impl Attr {
 }
 
 impl RequestSpec {
+    /// What the request may be allocated as, in the order tried: its subrequests, or
+    /// itself.
+    pub fn alternatives(&self) -> &[RequestSpec] {
+        if self.first_available.is_empty() {
+            std::slice::from_ref(self)
+        } else {
+            &self.first_available
+        }
+    }
+
+    /// The request of `requests` an allocation result names, and the alternative: a
+    /// request `r` itself, or its subrequest `s` as `r/s` (the API's
+    /// `DeviceRequestAllocationResult.request`).
+    pub fn named<'a>(
+        requests: &'a [RequestSpec],
+        name: &str,
+    ) -> Option<(&'a RequestSpec, &'a RequestSpec)> {
+        let (parent, sub) = match name.split_once('/') {
+            Some((parent, sub)) => (parent, Some(sub)),
+            None => (name, None),
+        };
+        let request = requests.iter().find(|r| r.name == parent)?;
+        match (sub, request.first_available.is_empty()) {
+            (None, true) => Some((request, request)),
+            (Some(sub), false) => request
+                .first_available
+                .iter()
+                .find(|s| s.name == sub)
+                .map(|s| (request, s)),
+            _ => None,
+        }
+    }
+
+    /// The `exactly` (or one subrequest's) body of the request in the API.
+    fn exactly_json(&self) -> Value {
+        let mut exactly = json!({"deviceClassName": self.class});
+        match self.mode {
+            Mode::Count(n) => {
+                exactly["allocationMode"] = json!("ExactCount");
+                exactly["count"] = json!(n);
+            }
+            Mode::All => exactly["allocationMode"] = json!("All"),
+        }
+        if let Some(p) = &self.selector {
+            exactly["selectors"] = json!([{"cel": {"expression": p.cel()}}]);
+        }
+        if let Some(amount) = self.capacity {
+            exactly["capacity"] = json!({"requests": {SHARED_CAPACITY: amount.to_string()}});
+        }
+        if self.admin {
+            exactly["adminAccess"] = json!(true);
+        }
+        if !self.tolerations.is_empty() {
+            exactly["tolerations"] = self
+                .tolerations
+                .iter()
+                .map(|k| json!({"key": k, "operator": "Exists"}))
+                .collect();
+        }
+        exactly
+    }
+
+    /// The request in the API: `exactly`, or `firstAvailable`.
+    fn json(&self) -> Value {
+        if self.first_available.is_empty() {
+            return json!({"name": self.name, "exactly": self.exactly_json()});
+        }
+        let subrequests: Vec<Value> = self
+            .first_available
+            .iter()
+            .map(|s| {
+                let mut body = s.exactly_json();
+                body["name"] = json!(s.name);
+                body
+            })
+            .collect();
+        json!({"name": self.name, "firstAvailable": subrequests})
+    }
+
     /// What a share of `device` for this request takes of its capacity, read from the API's
     /// documentation of `CapacityRequestPolicyRange` (k8s.io/api resource/v1 `types.go`):
     /// no amount takes the default; one below `min` takes `min`; one between steps rounds
@@ -369,6 +460,9 @@ impl World {
             pod.name = name(&pod.name);
             for request in pod.claims.iter_mut().flat_map(|c| &mut c.requests) {
                 request.class = name(&request.class);
+                for sub in &mut request.first_available {
+                    sub.class = name(&sub.class);
+                }
             }
         }
         w
@@ -395,7 +489,8 @@ impl World {
     /// time.
     pub fn objects(&self) -> Vec<Value> {
         let mut out = vec![
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace()}}),
+            // The label lets claims in it ask for admin access (`DRAAdminNamespaceLabelKey`).
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace(), "labels": {ADMIN_NAMESPACE_LABEL: "true"}}}),
         ];
         for node in &self.nodes {
             out.push(json!({
@@ -528,35 +623,7 @@ impl World {
         let names = Self::claim_names(pod);
         let mut out = Vec::new();
         for (claim, name) in pod.claims.iter().zip(&names) {
-            let requests: Vec<Value> = claim
-                .requests
-                .iter()
-                .map(|r| {
-                    let mut exactly = json!({"deviceClassName": r.class});
-                    match r.mode {
-                        Mode::Count(n) => {
-                            exactly["allocationMode"] = json!("ExactCount");
-                            exactly["count"] = json!(n);
-                        }
-                        Mode::All => exactly["allocationMode"] = json!("All"),
-                    }
-                    if let Some(p) = &r.selector {
-                        exactly["selectors"] = json!([{"cel": {"expression": p.cel()}}]);
-                    }
-                    if let Some(amount) = r.capacity {
-                        exactly["capacity"] =
-                            json!({"requests": {SHARED_CAPACITY: amount.to_string()}});
-                    }
-                    if !r.tolerations.is_empty() {
-                        exactly["tolerations"] = r
-                            .tolerations
-                            .iter()
-                            .map(|k| json!({"key": k, "operator": "Exists"}))
-                            .collect();
-                    }
-                    json!({"name": r.name, "exactly": exactly})
-                })
-                .collect();
+            let requests: Vec<Value> = claim.requests.iter().map(RequestSpec::json).collect();
             let mut devices = json!({"requests": requests});
             if !claim.match_attributes.is_empty() {
                 devices["constraints"] = claim
