@@ -17,7 +17,8 @@
 # Usage: hack/real-matrix.sh [--skip-build] [--demo-only] [--record] [--lock FILE] [RELEASE...]
 #   RELEASE       1.27 ... 1.37 (default: every release line of hack/kube/, oldest first);
 #                 1.34+DRADeviceTaints[+GATE...] runs that release with those gates on
-#                 (KUBE_FEATURE_GATES for it alone: neither recorded nor compared)
+#                 (KUBE_FEATURE_GATES for it alone: not recorded; compared with
+#                 the emulator started with the same gates, when it models them)
 #   --skip-build  use the binaries and images already built (no go or cargo build)
 #   --demo-only   the seed demo only
 #   --record      rewrite each structured release's observed file instead of comparing
@@ -25,8 +26,8 @@
 #                 releases (for machines several people take turns on)
 # The matrix runs the e2e test executable `cargo test --workspace` builds (built first when
 # stale) and the binaries next to it.
-# Env: KUBE_FEATURE_GATES (more gates on every component: such a run is neither
-#      recorded nor compared), CARGO_TARGET_DIR.
+# Env: KUBE_FEATURE_GATES (more gates on every component: such a run is not
+#      recorded, and is compared with the emulator as above), CARGO_TARGET_DIR.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 # The gates asked for on the command line's environment apply to every release.

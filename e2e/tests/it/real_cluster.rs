@@ -26,6 +26,7 @@
 use crate::real;
 use std::time::Instant;
 
+use fake_dra_emulator::apiserver::gates::FeatureGates;
 use real::backend::{Backend, Emulated};
 use real::cluster::RealCluster;
 use real::protocol::{self, Outcome, Protocol, Release};
@@ -262,11 +263,15 @@ fn scenarios_on_the_real_cluster() {
         failures.join("\n")
     );
     if !release.is_default() {
+        let gates = std::env::var(protocol::FEATURE_GATES_ENV).unwrap_or_default();
         eprintln!(
-            "{}={}: not a default cluster, so neither recorded nor compared",
+            "{}={gates}: not a default cluster, so not recorded; compared with the emulator started with the same gates",
             protocol::FEATURE_GATES_ENV,
-            std::env::var(protocol::FEATURE_GATES_ENV).unwrap_or_default()
         );
+        match FeatureGates::parse(&gates, release.version) {
+            Ok(emulated) => emulator_with_gates(&rt, &release, emulated, &lines),
+            Err(why) => eprintln!("NOT COMPARED with the emulator: {why}"),
+        }
         return;
     }
     if record {
@@ -285,6 +290,37 @@ fn scenarios_on_the_real_cluster() {
     );
 }
 
+/// A gated real run's scenarios (`real`) against the emulator started with the same
+/// gates, at the same release: as the recorded comparison, but live.
+fn emulator_with_gates(
+    rt: &tokio::runtime::Runtime,
+    release: &Release,
+    gates: FeatureGates,
+    real: &[String],
+) {
+    let spec = gates.spec();
+    let mut emulated = rt.block_on(Emulated::start(NODE, release, gates));
+    let mut p = Protocol::new(release.clone());
+    let complete = all_scenarios(rt, &mut emulated, &mut p);
+    rt.block_on(emulated.shutdown());
+    let (unexpected, documented) = protocol::compare_with_real(real, &p.lines());
+    for d in &documented {
+        eprintln!("documented difference: {d}");
+    }
+    assert!(complete, "the emulator broke; not every scenario ran");
+    assert!(
+        unexpected.is_empty(),
+        "the emulator at Kubernetes {}.{} with --feature-gates {spec} differs from the real cluster with the same gates where no difference is documented:\n{}",
+        release.version.0,
+        release.version.1,
+        unexpected.join("\n")
+    );
+    eprintln!(
+        "the emulator with --feature-gates {spec} behaved as the real cluster with the same gates ({} documented differences)",
+        documented.len()
+    );
+}
+
 /// The scenarios on the emulator at the release of `observed/1.<minor>.txt` (one node
 /// named as the real one), compared with what the real cluster of that release showed.
 fn emulator_as_recorded(minor: u32) {
@@ -297,7 +333,7 @@ fn emulator_as_recorded(minor: u32) {
     );
     let rt = runtime();
     let release = Release::default_cluster((1, minor));
-    let mut emulated = rt.block_on(Emulated::start(NODE, &release));
+    let mut emulated = rt.block_on(Emulated::start(NODE, &release, FeatureGates::default()));
     let mut p = Protocol::new(release);
     let complete = all_scenarios(&rt, &mut emulated, &mut p);
     if !complete

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use fake_dra_emulator::apiserver::gates::FeatureGates;
 use fake_dra_emulator::sim::{Sim, SimConfig};
 
 use super::cluster::{DRIVER_NAMESPACE, PLUGIN_LABEL, RealCluster, output_within};
@@ -221,11 +222,13 @@ pub struct Emulated {
 }
 
 impl Emulated {
-    pub async fn start(node: &str, release: &Release) -> Self {
+    /// `gates`: the `--feature-gates` of the emulated cluster (those of a gated real run).
+    pub async fn start(node: &str, release: &Release, gates: FeatureGates) -> Self {
         let sim = Sim::start(SimConfig {
             nodes: vec![node.to_string()],
             overlay: "structured".into(),
             server_version: Some(release.version),
+            feature_gates: gates,
             ..SimConfig::default()
         })
         .await

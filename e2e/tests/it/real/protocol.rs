@@ -23,7 +23,8 @@ pub use fake_dra_emulator::apiserver::gates::Gate;
 pub const RECORD_ENV: &str = "FAKE_DRA_RECORD_REAL_CLUSTER";
 
 /// More feature gates on the real cluster (`NAME=true,...`, as hack/local-cluster.sh takes
-/// them). A run with any is not a default cluster: it is neither recorded nor compared.
+/// them). A run with any is not a default cluster: it is not recorded, and is compared
+/// with the emulator started with the same `--feature-gates` instead of with a record.
 pub const FEATURE_GATES_ENV: &str = "KUBE_FEATURE_GATES";
 
 /// The Kubernetes release a backend serves and the DRA gates it has on.
@@ -235,12 +236,13 @@ impl Protocol {
             .map(|g| g.name())
             .collect();
         let (major, minor) = self.release.version;
-        (!off.is_empty()).then(|| {
-            format!(
-                "{} off by default in Kubernetes {major}.{minor}",
-                off.join(", ")
-            )
-        })
+        let how = if self.release.is_default() {
+            "by default"
+        } else {
+            "by the gates set"
+        };
+        (!off.is_empty())
+            .then(|| format!("{} off {how} in Kubernetes {major}.{minor}", off.join(", ")))
     }
 
     /// Whether the release has the gates on; if not, the scenario records why it does not
