@@ -68,10 +68,13 @@ impl Held {
         if request.admin {
             // Admin access ignores "all ordinary claims to the device with respect to
             // access modes and any resource allocations" (`ExactDeviceRequest`); within
-            // the pod a device still goes once.
-            let once = !more.whole.contains(&key)
-                && !more.admin.contains(&key)
-                && more.share_load(&key) == 0;
+            // the pod a device still goes once, unless it allows multiple allocations
+            // (kube-scheduler 1.37.2 gives such a device to two admin requests of a claim:
+            // seed 9040).
+            let once = device.shared.is_some()
+                || (!more.whole.contains(&key)
+                    && !more.admin.contains(&key)
+                    && more.share_load(&key) == 0);
             if !once {
                 return Err(Misfit::Device);
             }
@@ -138,7 +141,7 @@ impl Held {
     ) -> bool {
         let key = (node.to_owned(), device.name.clone());
         if request.admin {
-            if !self.admin.insert(key) {
+            if device.shared.is_none() && !self.admin.insert(key) {
                 return false;
             }
             if self.admin_pays_counters {
@@ -162,7 +165,8 @@ impl Held {
     fn give_back(&mut self, base: &Held, node: &str, device: &DeviceSpec, request: &RequestSpec) {
         let key = (node.to_owned(), device.name.clone());
         if request.admin {
-            if self.admin.remove(&key) && self.admin_pays_counters {
+            let removed = device.shared.is_some() || self.admin.remove(&key);
+            if removed && self.admin_pays_counters {
                 self.charge(node, device, -1);
             }
             return;
@@ -1039,6 +1043,47 @@ mod tests {
             ["known upstream defect"]
         );
         assert_eq!(check(&w, &[on_a.clone(), on_a, pending]), Vec::new());
+    }
+
+    /// Two admin requests of one claim may get the same device when it allows multiple
+    /// allocations (kube-scheduler 1.37.2 does, seed 9040), not otherwise.
+    #[test]
+    fn admin_access_gives_a_device_once_a_claim_unless_it_is_shared() {
+        let admin = |name: &str| RequestSpec {
+            name: name.into(),
+            class: "any".into(),
+            admin: true,
+            ..Default::default()
+        };
+        let claim = ClaimSpec {
+            requests: vec![admin("r0"), admin("r1")],
+            match_attributes: Vec::new(),
+        };
+        let mut w = world(&[("a", 0)], vec![claim]);
+        let both_on_a = PodOutcome::Scheduled {
+            node: "n".into(),
+            claims: vec![vec![
+                ("r0".into(), "n".into(), "a".into()),
+                ("r1".into(), "n".into(), "a".into()),
+            ]],
+        };
+        let none = Held::default();
+        assert!(!feasible(&w, &w.nodes[0], &w.pods[0].claims, &none));
+        assert_eq!(
+            check(&w, std::slice::from_ref(&both_on_a))
+                .iter()
+                .map(Violation::kind)
+                .collect::<Vec<_>>(),
+            ["device given twice"]
+        );
+        w.nodes[0].devices[0].shared = Some(crate::world::Shared {
+            value: 8,
+            default: 4,
+            min: 2,
+            step: 2,
+        });
+        assert!(feasible(&w, &w.nodes[0], &w.pods[0].claims, &none));
+        assert_eq!(check(&w, &[both_on_a]), Vec::new());
     }
 
     #[test]

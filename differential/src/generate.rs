@@ -10,8 +10,7 @@
 //! selectors, tolerations, capacity requests and `matchAttribute` constraints; a counter
 //! set per node (DRAPartitionableDevices) that devices consume, in a slice of its own;
 //! monitoring pods whose one claim asks for admin access. Not yet: admin access beside
-//! ordinary requests, per-device node selection, devices that are both shared and
-//! consume counters.
+//! ordinary requests, per-device node selection.
 
 use std::collections::BTreeMap;
 
@@ -199,13 +198,14 @@ fn claim(rng: &mut Rng, classes: &[ClassSpec]) -> ClaimSpec {
     }
 }
 
-/// A node; sometimes with a counter set that its devices (not the shared ones) consume,
-/// sized so that two or three of them use it up.
+/// A node; sometimes with a counter set that three in four of its devices consume, sized
+/// so that two or three of them use it up. A shared device among them consumes with its
+/// first share only.
 fn node(rng: &mut Rng, index: usize) -> NodeSpec {
     let mut devices: Vec<DeviceSpec> = (0..rng.between(0, 6)).map(|i| device(rng, i)).collect();
     let counter = rng.chance(25).then(|| *rng.pick(&[4, 6, 8]));
     if counter.is_some() {
-        for d in devices.iter_mut().filter(|d| d.shared.is_none()) {
+        for d in &mut devices {
             d.consumes = rng.chance(75).then(|| *rng.pick(&[2, 3, 4]));
         }
     }
@@ -334,6 +334,11 @@ mod tests {
         assert!(any(&|w| w.nodes.iter().any(|n| n.counter.is_some()
             && n.devices.iter().filter(|d| d.consumes.is_some()).count()
                 >= 2)));
+        assert!(any(&|w| w
+            .nodes
+            .iter()
+            .flat_map(|n| &n.devices)
+            .any(|d| d.shared.is_some() && d.consumes.is_some())));
         // Never a consumption without its node's counter set.
         assert!(!any(&|w| w.nodes.iter().any(
             |n| n.counter.is_none() && n.devices.iter().any(|d| d.consumes.is_some())
