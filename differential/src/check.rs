@@ -65,43 +65,34 @@ impl Held {
         request: &RequestSpec,
     ) -> Result<(), Misfit> {
         let key = (node.name.clone(), device.name.clone());
-        if request.admin {
-            // Admin access ignores "all ordinary claims to the device with respect to
-            // access modes and any resource allocations" (`ExactDeviceRequest`); within
-            // the pod a device still goes once, unless it allows multiple allocations
-            // (kube-scheduler 1.37.2 gives such a device to two admin requests of a claim:
-            // seed 9040).
-            let once = device.shared.is_some()
+        // Admin access ignores "all ordinary claims to the device with respect to access
+        // modes and any resource allocations" (`ExactDeviceRequest`); within the pod a
+        // device still goes once, unless it allows multiple allocations (kube-scheduler
+        // 1.37.2 gives such a device to two admin requests of a claim: seed 9040).
+        let free = if request.admin {
+            device.shared.is_some()
                 || (!more.whole.contains(&key)
                     && !more.admin.contains(&key)
-                    && more.share_load(&key) == 0);
-            if !once {
-                return Err(Misfit::Device);
-            }
-            return match device.consumes {
-                Some(amount) if more.admin_pays_counters => {
-                    let used = |h: &Held| h.counters.get(&node.name).copied().unwrap_or(0);
-                    if used(self) + used(more) + amount > node.counter.unwrap_or(0) {
-                        Err(Misfit::Counters)
-                    } else {
-                        Ok(())
-                    }
+                    && more.share_load(&key) == 0)
+        } else {
+            match (device.shared, request.share_of(device)) {
+                (Some(shared), Some(share)) => {
+                    let others = self.share_load(&key) + more.share_load(&key);
+                    others + share <= shared.value && (device.capacity.is_empty() || others == 0)
                 }
-                _ => Ok(()),
-            };
-        }
-        let free = match (device.shared, request.share_of(device)) {
-            (Some(shared), Some(share)) => {
-                let others = self.share_load(&key) + more.share_load(&key);
-                others + share <= shared.value && (device.capacity.is_empty() || others == 0)
+                _ => !self.whole.contains(&key) && !more.whole.contains(&key),
             }
-            _ => !self.whole.contains(&key) && !more.whole.contains(&key),
         };
         if !free {
             return Err(Misfit::Device);
         }
+        let pays = if request.admin {
+            more.admin_pays_counters
+        } else {
+            self.pays_counters(more, &key, device, request)
+        };
         if let Some(amount) = device.consumes
-            && self.pays_counters(more, &key, device, request)
+            && pays
         {
             let used = |h: &Held| h.counters.get(&node.name).copied().unwrap_or(0);
             if used(self) + used(more) + amount > node.counter.unwrap_or(0) {

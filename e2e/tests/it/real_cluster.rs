@@ -290,6 +290,32 @@ fn scenarios_on_the_real_cluster() {
     );
 }
 
+/// Every scenario on the emulator at `release` with `gates`, and whether all ran; when
+/// one failed, the sim's driver logs are printed before its work directory goes.
+fn scenarios_on_the_emulator(
+    rt: &tokio::runtime::Runtime,
+    release: &Release,
+    gates: FeatureGates,
+) -> (Protocol, bool) {
+    let mut emulated = rt.block_on(Emulated::start(NODE, release, gates));
+    let mut p = Protocol::new(release.clone());
+    let complete = all_scenarios(rt, &mut emulated, &mut p);
+    let failed = p
+        .results()
+        .iter()
+        .any(|(_, o)| matches!(o, Outcome::Failed(_)));
+    if failed || !complete {
+        eprintln!(
+            "a scenario failed on the emulator at {}.{}; its driver logs:\n{}",
+            release.version.0,
+            release.version.1,
+            emulated.log_tails(60)
+        );
+    }
+    rt.block_on(emulated.shutdown());
+    (p, complete)
+}
+
 /// A gated real run's scenarios (`real`) against the emulator started with the same
 /// gates, at the same release: as the recorded comparison, but live.
 fn emulator_with_gates(
@@ -299,10 +325,7 @@ fn emulator_with_gates(
     real: &[String],
 ) {
     let spec = gates.spec();
-    let mut emulated = rt.block_on(Emulated::start(NODE, release, gates));
-    let mut p = Protocol::new(release.clone());
-    let complete = all_scenarios(rt, &mut emulated, &mut p);
-    rt.block_on(emulated.shutdown());
+    let (p, complete) = scenarios_on_the_emulator(rt, release, gates);
     let (unexpected, documented) = protocol::compare_with_real(real, &p.lines());
     for d in &documented {
         eprintln!("documented difference: {d}");
@@ -333,20 +356,7 @@ fn emulator_as_recorded(minor: u32) {
     );
     let rt = runtime();
     let release = Release::default_cluster((1, minor));
-    let mut emulated = rt.block_on(Emulated::start(NODE, &release, FeatureGates::default()));
-    let mut p = Protocol::new(release);
-    let complete = all_scenarios(&rt, &mut emulated, &mut p);
-    if !complete
-        || p.results()
-            .iter()
-            .any(|(_, o)| matches!(o, Outcome::Failed(_)))
-    {
-        eprintln!(
-            "a scenario failed on the emulator at 1.{minor}; its driver logs:\n{}",
-            emulated.log_tails(60)
-        );
-    }
-    rt.block_on(emulated.shutdown());
+    let (p, complete) = scenarios_on_the_emulator(&rt, &release, FeatureGates::default());
     let unrecorded = protocol::not_yet_recorded(minor, &real);
     for scenario in &unrecorded {
         eprintln!(

@@ -493,6 +493,14 @@ fn claim(name: &str, request: Value) -> DynamicObject {
     }))
 }
 
+/// Creates `template(name, request)` in `default`.
+async fn create_template(client: &kube::Client, name: &str, request: Value) {
+    api(client, "v1", "ResourceClaimTemplate", Some("default"))
+        .create(&PostParams::default(), &template(name, request))
+        .await
+        .unwrap();
+}
+
 fn template(name: &str, request: Value) -> DynamicObject {
     object(json!({
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": name},
@@ -660,16 +668,12 @@ async fn model_selection_count_config_and_release() {
 #[tokio::test]
 async fn no_device_is_allocated_twice_and_over_requests_stay_pending() {
     let (_server, client, _tasks) = control_plane((1, 37)).await;
-    api(&client, "v1", "ResourceClaimTemplate", Some("default"))
-        .create(
-            &PostParams::default(),
-            &template(
-                "one",
-                json!({"name": "gpu", "exactly": {"deviceClassName": CLASS}}),
-            ),
-        )
-        .await
-        .unwrap();
+    create_template(
+        &client,
+        "one",
+        json!({"name": "gpu", "exactly": {"deviceClassName": CLASS}}),
+    )
+    .await;
     for i in 0..9 {
         create_pod(
             &client,
@@ -750,13 +754,7 @@ async fn allocation_mode_all_takes_every_matching_device_of_one_node() {
     let expression = format!(
         "device.attributes[\"{DRIVER}\"].model == \"M1\" && device.attributes[\"{DRIVER}\"].index >= 0"
     );
-    api(&client, "v1", "ResourceClaimTemplate", Some("default"))
-        .create(
-            &PostParams::default(),
-            &template("all", json!({"name": "gpu", "exactly": {"deviceClassName": CLASS, "allocationMode": "All", "selectors": [{"cel": {"expression": expression}}]}})),
-        )
-        .await
-        .unwrap();
+    create_template(&client, "all", json!({"name": "gpu", "exactly": {"deviceClassName": CLASS, "allocationMode": "All", "selectors": [{"cel": {"expression": expression}}]}})).await;
     create_pod(
         &client,
         &pod(
@@ -796,34 +794,20 @@ async fn allocation_mode_all_takes_every_matching_device_of_one_node() {
 #[tokio::test]
 async fn unsatisfiable_requests_and_cel_errors_are_reported() {
     let (_server, client, _tasks) = control_plane((1, 37)).await;
-    api(&client, "v1", "ResourceClaimTemplate", Some("default"))
-        .create(
-            &PostParams::default(),
-            &template(
-                "five",
-                json!({"name": "gpu", "exactly": {"deviceClassName": CLASS, "count": 5}}),
-            ),
-        )
-        .await
-        .unwrap();
+    create_template(
+        &client,
+        "five",
+        json!({"name": "gpu", "exactly": {"deviceClassName": CLASS, "count": 5}}),
+    )
+    .await;
     let broken = format!("device.attributes[\"{DRIVER}\"].nosuch == \"x\"");
-    api(&client, "v1", "ResourceClaimTemplate", Some("default"))
-        .create(
-            &PostParams::default(),
-            &template("broken", json!({"name": "gpu", "exactly": {"deviceClassName": CLASS, "selectors": [{"cel": {"expression": broken}}]}})),
-        )
-        .await
-        .unwrap();
-    api(&client, "v1", "ResourceClaimTemplate", Some("default"))
-        .create(
-            &PostParams::default(),
-            &template(
-                "noclass",
-                json!({"name": "gpu", "exactly": {"deviceClassName": "missing"}}),
-            ),
-        )
-        .await
-        .unwrap();
+    create_template(&client, "broken", json!({"name": "gpu", "exactly": {"deviceClassName": CLASS, "selectors": [{"cel": {"expression": broken}}]}})).await;
+    create_template(
+        &client,
+        "noclass",
+        json!({"name": "gpu", "exactly": {"deviceClassName": "missing"}}),
+    )
+    .await;
     create_pod(
         &client,
         &pod(
@@ -916,26 +900,13 @@ async fn device_taints_keep_new_claims_off_unless_tolerated() {
             .collect();
         republish(&client, node, devices).await;
     }
-    api(&client, "v1", "ResourceClaimTemplate", Some("default"))
-        .create(
-            &PostParams::default(),
-            &template(
-                "one",
-                json!({"name": "gpu", "exactly": {"deviceClassName": CLASS}}),
-            ),
-        )
-        .await
-        .unwrap();
-    api(&client, "v1", "ResourceClaimTemplate", Some("default"))
-        .create(
-            &PostParams::default(),
-            &template(
-                "tolerant",
-                json!({"name": "gpu", "exactly": {"deviceClassName": CLASS, "count": 4, "tolerations": [{"key": "fake.resource.3-shake.com/unhealthy", "operator": "Exists", "effect": "NoSchedule"}]}}),
-            ),
-        )
-        .await
-        .unwrap();
+    create_template(
+        &client,
+        "one",
+        json!({"name": "gpu", "exactly": {"deviceClassName": CLASS}}),
+    )
+    .await;
+    create_template(&client, "tolerant", json!({"name": "gpu", "exactly": {"deviceClassName": CLASS, "count": 4, "tolerations": [{"key": "fake.resource.3-shake.com/unhealthy", "operator": "Exists", "effect": "NoSchedule"}]}})).await;
     create_pod(
         &client,
         &pod(
@@ -1012,16 +983,12 @@ async fn taint_rules_keep_pods_off_only_while_their_gate_is_on() {
             .create(&PostParams::default(), &rule)
             .await
             .unwrap();
-        api(&client, "v1", "ResourceClaimTemplate", Some("default"))
-            .create(
-                &PostParams::default(),
-                &template(
-                    "one",
-                    json!({"name": "gpu", "exactly": {"deviceClassName": CLASS}}),
-                ),
-            )
-            .await
-            .unwrap();
+        create_template(
+            &client,
+            "one",
+            json!({"name": "gpu", "exactly": {"deviceClassName": CLASS}}),
+        )
+        .await;
         create_pod(
             &client,
             &pod(
@@ -1095,16 +1062,12 @@ async fn device_features_the_emulator_does_not_implement_are_refused_by_name() {
         republish(&client, "n1", vec![device]).await;
         republish(&client, "n2", vec![]).await;
         let t = format!("t{i}");
-        api(&client, "v1", "ResourceClaimTemplate", Some("default"))
-            .create(
-                &PostParams::default(),
-                &template(
-                    &t,
-                    json!({"name": "gpu", "exactly": {"deviceClassName": CLASS}}),
-                ),
-            )
-            .await
-            .unwrap();
+        create_template(
+            &client,
+            &t,
+            json!({"name": "gpu", "exactly": {"deviceClassName": CLASS}}),
+        )
+        .await;
         create_pod(
             &client,
             &pod(
